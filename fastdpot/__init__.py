@@ -1,0 +1,8 @@
+"""fastdpot: compiled kernels for differentially private optimal transport in PyTorch."""
+__version__ = "0.1.0"
+
+from ._dispatch import available_backends, dispatch  # noqa: F401
+from ._ext import BackendUnavailableError  # noqa: F401
+from ._random import draw_seed, make_generator  # noqa: F401
+
+# Public API (each module registers its ops with the dispatch table on import).

@@ -1,0 +1,89 @@
+"""``python -m fastdpot.env``: versions, which backends load, and where the caches live.
+
+A smoke check a user can run after installing (cf. Liger-Kernel's env_report, ``pykeops.test_torch_bindings``).
+"""
+from __future__ import annotations
+
+import glob
+import importlib
+import os
+import platform
+import sys
+
+from . import _dispatch
+from ._ext import cpp_status, keops_status, triton_interpret, triton_status
+
+
+def _version(mod):
+    try:
+        m = importlib.import_module(mod)
+    except ImportError:
+        return "not installed"
+    return getattr(m, "__version__", "installed")
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def report() -> str:
+    """The environment report as text."""
+    import torch
+
+    import fastdpot
+
+    lines = [f"fastdpot {fastdpot.__version__} ({os.path.dirname(fastdpot.__file__)})",
+             f"python {sys.version.split()[0]} on {platform.platform()}",
+             f"cpu: {_cpu_model()}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",
+             f"cuda: {'available: ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'not available'}"]
+    lines.append("versions:")
+    for mod in ["torch", "numpy", "scipy", "triton", "pykeops", "geomloss", "ot", "dp_accounting", "opacus", "tqdm"]:
+        lines.append(f"  {mod:14s} {_version(mod)}")
+    lines.append("compiled extensions:")
+    here = os.path.dirname(os.path.abspath(__file__))
+    names = sorted({os.path.basename(p).split(".")[0][len("_C_"):] for p in glob.glob(os.path.join(here, "_C_*.so"))})
+    src = os.path.join(os.path.dirname(here), "csrc")
+    names = sorted(set(names) | {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(src, "*.cpp"))})
+    if not names:
+        lines.append("  (none found)")
+    for name in names:
+        ok, reason = cpp_status(name)
+        lines.append(f"  _C_{name:12s} {'loaded' if ok else 'MISSING: ' + str(reason)}")
+    ok, reason = triton_status()
+    lines.append(f"triton: {'importable' if ok else 'MISSING: ' + str(reason)}"
+                 f"{' (TRITON_INTERPRET=1: kernels run on CPU)' if ok and triton_interpret() else ''}")
+    ok, reason = keops_status()
+    lines.append(f"keops: {'importable' if ok else 'MISSING: ' + str(reason)}")
+    lines.append("backends per op:")
+    import fastdpot  # noqa: F811  (registers every op)
+    for op in _dispatch.registered_ops():
+        avail = _dispatch.available_backends(op)
+        desc = ", ".join(f"{b}{'' if a[0] else ' (missing)'}" for b, a in avail.items())
+        lines.append(f"  {op:28s} {desc}")
+    lines.append("caches:")
+    keops_dir = os.environ.get("KEOPS_CACHE_FOLDER")
+    if keops_dir is None and keops_status()[0]:
+        try:
+            import pykeops
+
+            keops_dir = pykeops.get_build_folder()
+        except (ImportError, AttributeError):
+            keops_dir = None
+    lines.append(f"  KeOps build folder: {keops_dir or 'n/a'}")
+    lines.append(f"  Triton cache: {os.environ.get('TRITON_CACHE_DIR', os.path.expanduser('~/.triton/cache'))}")
+    return "\n".join(lines)
+
+
+def main():
+    print(report())
+
+
+if __name__ == "__main__":
+    main()
