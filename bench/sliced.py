@@ -1,0 +1,127 @@
+"""Benchmark of the (DP) sliced Wasserstein loss, forward + backward (issue 3).
+
+impls: ``fastdpot`` (the C++ ``cpu`` backend), ``pot`` (``ot.sliced_wasserstein_distance`` on torch tensors with
+the same projections; it returns the p-th root, which changes nothing in cost), ``reference``
+(:func:`fastdpot.reference.sliced.sliced_wasserstein`). The ``dp`` case adds σ = 0.5 noise on both sides
+(fastdpot and reference only: POT has no noise).
+
+    python -m bench.sliced            # full sizes (the lead runs this on a quiet machine; POT takes ~40 s / 7-10 GB)
+    python -m bench.sliced --quick    # tiny sizes, checks that every case runs
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from bench.harness import RESULTS, Case, run_suite
+
+SUITE = "sliced"
+ANCHORS = ["pot", "reference"]
+
+FULL_SIZES = [dict(n=100_000, m=100_000, d=48, k=500), dict(n=10_000, m=10_000, d=784, k=1000)]
+QUICK_SIZES = [dict(n=2_000, m=1_500, d=8, k=20)]
+
+
+def _setup(n, m, d, k, seed=0):
+    import torch
+
+    from fastdpot.sliced import random_projections
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)  # private side (no gradient)
+    y = (torch.randn(m, d, generator=g) + 0.5).requires_grad_(True)  # generated side
+    th = random_projections(k, d, generator=g)
+    return dict(x=x, y=y, th=th)
+
+
+def _backward(state, out):
+    state["y"].grad = None
+    out.backward()
+
+
+def sw_case(impl, n, m, d, k, p=2):
+    """SW_p^p between x (N, d) and y (M, d) requiring grad, k fixed directions, forward + backward w.r.t. y."""
+    import torch
+
+    def forward(s):
+        if impl == "fastdpot":
+            from fastdpot.sliced import sliced_wasserstein
+
+            return sliced_wasserstein(s["x"], s["y"], projections=s["th"], p=p, backend="cpu")
+        if impl == "reference":
+            from fastdpot.reference.sliced import sliced_wasserstein
+
+            return sliced_wasserstein(s["x"], s["y"], s["th"], p=p)
+        if impl == "pot":
+            import ot
+
+            return ot.sliced_wasserstein_distance(s["x"], s["y"], projections=s["th"].T, p=p)
+        raise ValueError(f"impl must be fastdpot, reference or pot, got {impl!r}")
+
+    del torch
+    return Case(setup=lambda: _setup(n, m, d, k), forward=forward, backward=_backward)
+
+
+def dp_case(impl, n, m, d, k, p=2, noise_std=0.5):
+    """DP-SW_p^p: as ``sw`` plus N(0, σ²) on every projected value of both sides (fresh seed each call)."""
+    import torch
+
+    def forward(s):
+        g = s["gen"]
+        if impl == "fastdpot":
+            from fastdpot.sliced import dp_sliced_wasserstein
+
+            return dp_sliced_wasserstein(s["x"], s["y"], noise_std, projections=s["th"], p=p, generator=g,
+                                         backend="cpu")
+        if impl == "reference":
+            from fastdpot.sliced import dp_sliced_wasserstein
+
+            return dp_sliced_wasserstein(s["x"], s["y"], noise_std, projections=s["th"], p=p, generator=g,
+                                         backend="reference")
+        raise ValueError(f"impl must be fastdpot or reference, got {impl!r}")
+
+    def setup():
+        s = _setup(n, m, d, k)
+        s["gen"] = torch.Generator().manual_seed(1)
+        return s
+
+    return Case(setup=setup, forward=forward, backward=_backward)
+
+
+CASES = {"sw": sw_case, "dp": dp_case}
+
+
+def runs(sizes, impls=("fastdpot", "pot", "reference"), repeats=3):
+    out = []
+    for params in sizes:
+        for impl in impls:
+            out.append(dict(case="sw", impl=impl, params=params, mode="full", repeats=repeats,
+                            anchor=impl in ANCHORS))
+        for impl in impls:
+            if impl != "pot":
+                out.append(dict(case="dp", impl=impl, params=params, mode="full", repeats=repeats,
+                                anchor=impl in ANCHORS))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="fastdpot sliced Wasserstein benchmark (forward + backward)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that every case runs")
+    ap.add_argument("--impls", default="fastdpot,pot,reference", help="comma-separated subset")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--note", default="")
+    ap.add_argument("--results", default=None,
+                    help="results file (default: bench/results.jsonl; --quick writes to a temporary file)")
+    args = ap.parse_args(argv)
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    impls = tuple(s.strip() for s in args.impls.split(",") if s.strip())
+    results = args.results or (os.path.join(tempfile.gettempdir(), "fastdpot_bench_quick.jsonl") if args.quick
+                               else RESULTS)
+    return run_suite("bench.sliced", runs(sizes, impls, args.repeats), threads=args.threads,
+                     repeats=args.repeats, note=args.note or ("quick" if args.quick else ""), results_path=results)
+
+
+if __name__ == "__main__":
+    main()
