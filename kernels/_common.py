@@ -1,0 +1,106 @@
+"""Shared pieces of the Triton kernels: the fused projection + Philox-noise tile, seed streams, direction chunking.
+
+Noise convention (every Triton kernel of fastdpot): the standard normal added to the projection of row ``i`` on
+direction ``j`` (global index, independent of chunking) is ``tl.randn(seed_s, i * k + j)`` -- Philox4x32-10 with
+the 64-bit counter ``i*k + j`` and the key ``seed_s``, where ``seed_s = stream_seed(seed, s)`` separates the streams
+(particles / private rows / Brownian increments). The Brownian increment of particle ``i``, coordinate ``l`` is
+``tl.randn(seed_b, i * d + l)``. The same ``seed`` therefore gives the same noise whatever the chunk size, and a
+``return_noise`` path stores exactly these draws so the torch reference can replay them.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from fastdpot._ext import BackendUnavailableError, triton_interpret
+
+__all__ = ["STREAM_PARTICLES", "STREAM_PRIVATE", "STREAM_BROWNIAN", "stream_seed", "direction_chunk",
+           "check_launchable", "proj_tile", "DEFAULT_CHUNK_ELEMS"]
+
+STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN = 0, 1, 2
+_MASK62 = (1 << 62) - 1
+_MASK64 = (1 << 64) - 1
+
+# Elements of one (directions x rows) projection chunk: 2**29 float32 = 2 GiB for the projections; with the sorted
+# copy and torch.sort's int64 indices about 16 bytes per element are live (8.6 GB), see kernels/flow_step.py.
+DEFAULT_CHUNK_ELEMS = 1 << 29
+
+
+def stream_seed(seed: int, stream: int) -> int:
+    """Philox key of noise stream ``stream`` derived from the caller's 62-bit ``seed`` (SplitMix64 finaliser)."""
+    z = (int(seed) + 0x9E3779B97F4A7C15 * (stream + 1)) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) & _MASK62
+
+
+def direction_chunk(num_rows: int, k: int, chunk_elems: int = None) -> int:
+    """Directions per chunk so that ``num_rows * chunk <= chunk_elems`` (a multiple of 16 when k allows).
+
+    ``chunk_elems`` defaults to the environment variable ``FASTDPOT_TRITON_CHUNK_ELEMS`` or 2**29.
+    """
+    if chunk_elems is None:
+        chunk_elems = int(os.environ.get("FASTDPOT_TRITON_CHUNK_ELEMS", DEFAULT_CHUNK_ELEMS))
+    kc = max(1, chunk_elems // max(num_rows, 1))
+    if kc >= 16:
+        kc -= kc % 16
+    return int(min(k, kc))
+
+
+def check_launchable(*tensors: torch.Tensor) -> None:
+    """Triton needs CUDA tensors, or CPU tensors with ``TRITON_INTERPRET=1``; float32 or float64; one device."""
+    dev = tensors[0].device
+    for t in tensors:
+        if t.device != dev:
+            raise ValueError(f"all tensors must be on one device, got {dev} and {t.device}")
+        if t.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"the triton backend supports float32 and float64, got dtype {t.dtype}")
+        if t.dtype != tensors[0].dtype:
+            raise ValueError(f"all tensors must share one dtype, got {tensors[0].dtype} and {t.dtype}")
+    if dev.type == "cpu" and not triton_interpret():
+        raise BackendUnavailableError("the triton backend needs CUDA tensors (CPU tensors run only under "
+                                      "TRITON_INTERPRET=1, Triton's slow interpreter for testing)")
+    if dev.type not in ("cpu", "cuda"):
+        raise BackendUnavailableError(f"the triton backend runs on CUDA (or CPU under TRITON_INTERPRET=1), "
+                                      f"got device {dev}")
+
+
+def acc_dtype(dtype: torch.dtype):
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+@triton.jit
+def proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
+              stride_xn, stride_xd, stride_tk, stride_td, seed, noise_std_ptr,
+              HAS_NOISE: tl.constexpr, STORE_NOISE: tl.constexpr, BLOCK_D: tl.constexpr,
+              USE_DOT: tl.constexpr, ACC: tl.constexpr):
+    """(BLOCK_N, BLOCK_K) tile of ``x[offs_n] @ theta[j0 + offs_c].T + noise_std * randn``; masked entries are 0.
+
+    ``noise_std_ptr`` points to sigma in the data dtype. With STORE_NOISE the scaled noise is written to
+    ``noise_ptr`` in (N, K) row-major layout (global direction).
+    """
+    acc = tl.zeros((offs_n.shape[0], offs_c.shape[0]), dtype=ACC)
+    rows = offs_n.to(tl.int64)
+    dirs = (j0 + offs_c).to(tl.int64)
+    for d0 in range(0, D, BLOCK_D):
+        offs_d = d0 + tl.arange(0, BLOCK_D)
+        mask_d = offs_d < D
+        xt = tl.load(x_ptr + rows[:, None] * stride_xn + offs_d[None, :] * stride_xd,
+                     mask=mask_n[:, None] & mask_d[None, :], other=0.0).to(ACC)
+        tt = tl.load(theta_ptr + dirs[None, :] * stride_tk + offs_d[:, None] * stride_td,
+                     mask=mask_c[None, :] & mask_d[:, None], other=0.0).to(ACC)
+        if USE_DOT:
+            acc += tl.dot(xt, tt, input_precision="ieee")
+        else:
+            acc += tl.sum(xt[:, :, None] * tt[None, :, :], axis=1)
+    if HAS_NOISE:
+        offs = rows[:, None] * K + dirs[None, :]
+        z = tl.randn(seed, offs).to(ACC) * tl.load(noise_std_ptr).to(ACC)
+        acc += z
+        if STORE_NOISE:
+            tl.store(noise_ptr + offs, z, mask=mask_n[:, None] & mask_c[None, :])
+    acc = tl.where(mask_n[:, None] & mask_c[None, :], acc, 0.0)
+    return acc

@@ -1,0 +1,101 @@
+"""Triton backend of op ``"flow_step"``: one step of the DP sliced-Wasserstein particle flow (PAPERS.md §2).
+
+Per chunk of ``kc`` directions (``kernels._common.direction_chunk``):
+
+1. ``project_noise`` -- fused projection + Philox noise of the private batch (kc, M), sorted with ``torch.sort``;
+2. exact / grid mode: ``project_noise`` of the particles into a (kc, N) buffer, ``torch.sort`` along each direction,
+   ``transport_exact`` / ``transport_grid`` writes ``coef = s - T`` back into the same buffer at each particle's row;
+   histogram mode: ``histogram_coef`` (three passes, no sort, no stored projections);
+3. ``accumulate_drift`` adds ``coef^T theta / k`` to the drift; the last chunk fuses the Euler--Maruyama update and
+   its Brownian noise.
+
+Sort and indices: ``torch.sort`` of a (kc, N) block returns int64 indices; chunking over directions bounds that
+array to ``8 * kc * N`` bytes instead of ``8 * k * N`` (N k = 1.28e9 at N = 1e7, k = 128 would be 10 GB of indices
+alone). Within a row the index is < N < 2**31, so the kernels read it as a row offset only.
+
+Peak device memory of exact mode (float32, beyond the inputs): drift + new particles ``2 * 4 N d`` plus, per chunk,
+the projection/coefficient buffer ``4 kc N``, the sorted copy ``4 kc N``, the int64 indices ``8 kc N`` and
+``torch.sort``'s temporary storage (CUB double buffers for keys and values, about ``12 kc N``), i.e. about
+``28 kc N`` bytes. For N = 1e7, d = 48, k = 128 with the default chunk budget of 2**29 elements (kc = 48, three
+chunks: 48 + 48 + 32): 1.92 GB input + 3.84 GB drift/new + 28 * 48 * 1e7 B = 13.4 GB, about 19 GB in all (without
+chunking, kc = 128: about 42 GB). Histogram mode needs only the (kc, N) coefficient buffer (1.9 GB) and
+``kc * B`` counters: about 7.7 GB in all. Lower ``FASTDPOT_TRITON_CHUNK_ELEMS`` to trade speed for memory.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._common import STREAM_BROWNIAN, STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, direction_chunk, stream_seed
+from .drift import accumulate_drift
+from .histogram import histogram_coef
+from .projection_noise import project_noise
+from .quantile import transport_exact, transport_grid
+
+__all__ = ["flow_step_triton"]
+
+
+def flow_step_triton(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles,
+                     num_quantiles, return_noise):
+    """Backend function of op ``"flow_step"`` (signature of the dispatch contract).
+
+    Args:
+        particles: (N, d) CUDA tensor (or CPU under TRITON_INTERPRET=1), float32 / float64.
+        private: (M, d) private batch, already clipped / normalised by the public function.
+        projections: (k, d) directions.
+        noise_std: σ >= 0, standard deviation of the noise on projected values (both sides).
+        step_size: h > 0. reg: λ >= 0 (Brownian term sqrt(2 λ h) ξ).
+        seed: 62-bit integer (``fastdpot.draw_seed``); noise streams per kernels/_common.py.
+        quantiles: "exact" | "grid" | "histogram"; num_quantiles: Q for grid (default N), bins for histogram
+            (default 1024).
+        return_noise: also return ``dict(particles=(N, k) σ-scaled, private=(M, k) σ-scaled, brownian=(N, d)
+            standard normals or None)``, the exact draws, so the torch reference replays the step.
+
+    Returns:
+        ``(new_particles (N, d), drift (N, d), noise or None)``; no autograd (inputs are detached).
+
+    Raises:
+        ValueError: unsupported dtype / device mix, bad ``quantiles``. BackendUnavailableError: CPU tensors without
+        TRITON_INTERPRET=1.
+    """
+    if quantiles not in ("exact", "grid", "histogram"):
+        raise ValueError(f"quantiles must be one of ['exact', 'grid', 'histogram'], got {quantiles!r}")
+    x = particles.detach()
+    y = private.detach().to(x.dtype)
+    theta = projections.detach().to(x.dtype)
+    check_launchable(x, y, theta)
+    n, d = x.shape
+    m, k = y.shape[0], theta.shape[0]
+    if n < 2:
+        raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
+    sigma = float(noise_std)
+    seed_p, seed_q, seed_b = (stream_seed(seed, s) for s in (STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN))
+    dev, dt = x.device, x.dtype
+    drift = torch.empty((n, d), dtype=dt, device=dev)
+    new = torch.empty((n, d), dtype=dt, device=dev)
+    noise_p = torch.zeros((n, k), dtype=dt, device=dev) if return_noise else None
+    noise_q = torch.zeros((m, k), dtype=dt, device=dev) if return_noise else None
+    brown = torch.empty((n, d), dtype=dt, device=dev) if return_noise and reg > 0 else None
+    brown_std = math.sqrt(2.0 * float(reg) * float(step_size))
+    kc = direction_chunk(n, k)
+    buf = torch.empty((kc, n), dtype=dt, device=dev)
+    for j0 in range(0, k, kc):
+        c = min(kc, k - j0)
+        coef = buf[:c]
+        qs = torch.sort(project_noise(y, theta, j0, c, seed_q, sigma, noise_q), dim=1).values
+        if quantiles == "histogram":
+            bins = 1024 if num_quantiles is None else int(num_quantiles)
+            histogram_coef(x, theta, j0, c, seed_p, sigma, qs, bins, coef, noise_p)
+        else:
+            project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef)
+            ps, idx = torch.sort(coef, dim=1)
+            if quantiles == "exact":
+                transport_exact(ps, idx, qs, coef)
+            else:
+                transport_grid(ps, idx, qs, n if num_quantiles is None else int(num_quantiles), coef)
+            del ps, idx
+        accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
+                         step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
+    noise = dict(particles=noise_p, private=noise_q, brownian=brown) if return_noise else None
+    return new, drift, noise
