@@ -1,0 +1,177 @@
+"""Triton backend of op ``"sliced_wasserstein"``: DP-SW_p^p forward and backward (PAPERS.md §1).
+
+.. math::
+    \\mathrm{DP\\text{-}SW}_p^p = \\frac1k \\sum_j \\int_0^1 |F_j^{-1}(u) - G_j^{-1}(u)|^p\\,du
+
+between the empirical laws of ``x theta_j + v_j`` (N atoms) and ``y theta_j + v'_j`` (M atoms), with in-kernel
+Philox noise of standard deviation σ on both sides. Per chunk of directions: fused projection + noise
+(``project_noise``), ``torch.sort`` of both sides, then ``_w1d_kernel`` walks the atoms of the larger side L
+(n_L atoms): atom a covers levels (a/n_L, (a+1)/n_L] and meets at most two atoms b, b+1 of the smaller side S; the
+overlaps are computed exactly in integers on the grid 1/(n_L n_S) (the merged quantile levels of
+``fastdpot.reference.sliced.quantile_levels``). The kernel writes the per-block partial losses and, when a
+gradient is needed, the derivative with respect to every noisy projected value, scattered back to its row (the L
+side directly, the S side with atomic adds). ``accumulate_drift`` then forms ``grad_x = (1/k) G_x^T Theta`` (and
+``grad_y``) chunk by chunk, so the gradient is computed in the forward pass and only (N, d) + (M, d) are kept.
+
+Autograd caveats: gradients flow to ``x`` and ``y`` only -- not to ``projections`` (a projections tensor that
+requires grad is rejected; use the ``reference`` backend) -- and double backward is not supported. At tied
+projected values the sub-gradient is the one of ``torch.sort``'s order. The S-side atomic adds make the gradient's
+last bits depend on scheduling on a GPU (not its value beyond float rounding).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, direction_chunk, stream_seed
+from .drift import accumulate_drift
+from .projection_noise import project_noise
+
+__all__ = ["SlicedWassersteinTriton", "sliced_wasserstein_triton"]
+
+
+@triton.jit
+def _abs_pow(dlt, p, P_MODE: tl.constexpr):
+    """(|d|^p, d/dd |d|^p) for P_MODE 1 (p = 1), 2 (p = 2), 0 (any p >= 1, through exp/log)."""
+    a = tl.abs(dlt)
+    sgn = tl.where(dlt > 0, 1.0, tl.where(dlt < 0, -1.0, 0.0))
+    if P_MODE == 1:
+        return a, sgn
+    elif P_MODE == 2:
+        return dlt * dlt, 2.0 * dlt
+    else:
+        safe = tl.where(a > 0, a, 1.0)
+        lg = tl.log(safe)
+        val = tl.where(a > 0, tl.exp(p * lg), 0.0)
+        der = tl.where(a > 0, p * tl.exp((p - 1.0) * lg), 0.0) * sgn
+        return val, der
+
+
+@triton.jit
+def _w1d_kernel(l_ptr, lidx_ptr, s_ptr, sidx_ptr, gl_ptr, gs_ptr, part_ptr, p_ptr, NL, NS, NPROG,
+                P_MODE: tl.constexpr, NEED_GL: tl.constexpr, NEED_GS: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    c = tl.program_id(1).to(tl.int64)
+    a = pid * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
+    mask = a < NL
+    v = tl.load(l_ptr + c * NL + a, mask=mask, other=0.0)
+    start = a * NS  # atom a of L covers (start, start + NS] on the grid 1/(NL NS)
+    b = start // NL
+    bound = (b + 1) * NL  # right edge of atom b of S
+    split = bound < start + NS
+    w1 = tl.where(split, bound - start, NS)
+    w2 = tl.where(split, start + NS - bound, 0)
+    b2 = tl.minimum(b + 1, NS - 1)
+    s1 = tl.load(s_ptr + c * NS + b, mask=mask, other=0.0)
+    s2 = tl.load(s_ptr + c * NS + b2, mask=mask, other=0.0)
+    p = tl.load(p_ptr).to(v.dtype)
+    f1, g1 = _abs_pow(v - s1, p, P_MODE)
+    f2, g2 = _abs_pow(v - s2, p, P_MODE)
+    inv = (1.0 / (NL.to(tl.float64) * NS)).to(v.dtype)
+    w1f = w1.to(v.dtype) * inv
+    w2f = w2.to(v.dtype) * inv
+    loss = tl.where(mask, w1f * f1 + w2f * f2, 0.0)
+    tl.store(part_ptr + c * NPROG + pid, tl.sum(loss, axis=0))
+    if NEED_GL:
+        li = tl.load(lidx_ptr + c * NL + a, mask=mask, other=0)
+        tl.store(gl_ptr + c * NL + li, w1f * g1 + w2f * g2, mask=mask)
+    if NEED_GS:
+        si1 = tl.load(sidx_ptr + c * NS + b, mask=mask, other=0)
+        si2 = tl.load(sidx_ptr + c * NS + b2, mask=mask, other=0)
+        tl.atomic_add(gs_ptr + c * NS + si1, -w1f * g1, mask=mask)
+        tl.atomic_add(gs_ptr + c * NS + si2, -w2f * g2, mask=mask & split)
+
+
+def _w1d_chunk(px, py, p, need_gx, need_gy):
+    """Loss sum over the chunk's directions (float64 scalar tensor) of W_p^p between rows of px (c, N) and
+    py (c, M); fills px / py in place with d loss / d value when the gradient is needed (else leaves garbage)."""
+    c, n = px.shape
+    m = py.shape[1]
+    sx, ix = torch.sort(px, dim=1)
+    sy, iy = torch.sort(py, dim=1)
+    if n >= m:
+        L, li, S, si, gl, gs, need_gl, need_gs, nl, ns = sx, ix, sy, iy, px, py, need_gx, need_gy, n, m
+    else:
+        L, li, S, si, gl, gs, need_gl, need_gs, nl, ns = sy, iy, sx, ix, py, px, need_gy, need_gx, m, n
+    if need_gs:
+        gs.zero_()
+    block = 1024 if px.is_cuda else 128
+    nprog = triton.cdiv(nl, block)
+    part = torch.empty((c, nprog), dtype=px.dtype, device=px.device)
+    p_mode = 1 if p == 1 else (2 if p == 2 else 0)
+    _w1d_kernel[(nprog, c)](L, li, S, si, gl, gs, part, torch.tensor([float(p)], dtype=px.dtype, device=px.device),
+                            nl, ns, nprog, P_MODE=p_mode, NEED_GL=need_gl, NEED_GS=need_gs, BLOCK=block)
+    return part.sum(dtype=torch.float64)
+
+
+class SlicedWassersteinTriton(torch.autograd.Function):
+    """Autograd wrapper of the Triton DP-SW_p^p (``triton`` backend of op ``"sliced_wasserstein"``).
+
+    The exact gradient w.r.t. ``x`` and ``y`` is computed in the forward pass (fused, chunk by chunk) and saved;
+    backward multiplies it by the upstream gradient. No gradient flows to ``projections``; no double backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x, y, projections, p, noise_std, seed, return_noise):
+        xd, yd, th = x.detach(), y.detach(), projections.detach()
+        n, d = xd.shape
+        m, k = yd.shape[0], th.shape[0]
+        need_gx, need_gy = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dev, dt = xd.device, xd.dtype
+        grad_x = torch.empty((n, d), dtype=dt, device=dev) if need_gx else None
+        grad_y = torch.empty((m, d), dtype=dt, device=dev) if need_gy else None
+        noise_x = torch.zeros((n, k), dtype=dt, device=dev) if return_noise else None
+        noise_y = torch.zeros((m, k), dtype=dt, device=dev) if return_noise else None
+        seed_x, seed_y = stream_seed(seed, STREAM_PRIVATE), stream_seed(seed, STREAM_PARTICLES)
+        kc = direction_chunk(max(n, m), k)
+        bx = torch.empty((kc, n), dtype=dt, device=dev)
+        by = torch.empty((kc, m), dtype=dt, device=dev)
+        total = torch.zeros((), dtype=torch.float64, device=dev)
+        for j0 in range(0, k, kc):
+            c = min(kc, k - j0)
+            px = project_noise(xd, th, j0, c, seed_x, noise_std, noise_x, out=bx[:c])
+            py = project_noise(yd, th, j0, c, seed_y, noise_std, noise_y, out=by[:c])
+            total += _w1d_chunk(px, py, p, need_gx, need_gy)
+            last = j0 + c >= k
+            if need_gx:
+                accumulate_drift(px, th, j0, grad_x, 1.0 / k, first=j0 == 0, last=last)
+            if need_gy:
+                accumulate_drift(py, th, j0, grad_y, 1.0 / k, first=j0 == 0, last=last)
+        ctx.save_for_backward(grad_x, grad_y)
+        loss = (total / k).to(dt)
+        if return_noise:
+            ctx.mark_non_differentiable(noise_x, noise_y)
+            return loss, noise_x, noise_y
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_out, *unused):
+        grad_x, grad_y = ctx.saved_tensors
+        gx = grad_out * grad_x if grad_x is not None else None
+        gy = grad_out * grad_y if grad_y is not None else None
+        return gx, gy, None, None, None, None, None
+
+
+def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise):
+    """Backend function of op ``"sliced_wasserstein"`` (dispatch contract signature).
+
+    Shape: x (N, d) private side (already clipped by the public function), y (M, d), projections (k, d);
+    noise σ >= 0 is a standard deviation on projected values, added to both sides (x: stream "private",
+    y: stream "particles" of kernels/_common.py). Returns the 0-d loss, or ``(loss, noise_x (N, k), noise_y (M, k))``
+    with the exact σ-scaled draws when ``return_noise``.
+
+    Raises:
+        ValueError: p < 1, unsupported dtype / device mix, ``projections`` requiring grad.
+        BackendUnavailableError: CPU tensors without TRITON_INTERPRET=1.
+    """
+    if isinstance(p, bool) or not float(p) >= 1.0:
+        raise ValueError(f"p must be >= 1, got {p!r}")
+    if projections.requires_grad and torch.is_grad_enabled():
+        raise ValueError("the triton backend gives no gradient w.r.t. projections; got projections with "
+                         "requires_grad=True (use backend='reference' to differentiate w.r.t. the directions)")
+    y = y.to(x.dtype)
+    projections = projections.to(x.dtype)
+    check_launchable(x, y, projections)
+    out = SlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed), bool(return_noise))
+    return tuple(out) if return_noise else out
