@@ -1,0 +1,25 @@
+"""Privacy core of fastdpot: sensitivities, mechanisms, accounting, budgets and samplers.
+
+See the README section "Privacy" for which mechanism uses which neighbouring relation and accountant, and how each
+method splits δ. Accounting is delegated to Google's dp-accounting (PLD and RDP).
+"""
+from .._random import make_generator
+from .accounting import ACCOUNTANTS, DEFAULT_ORDERS, SAMPLINGS, PrivacyAccountant, calibrate_noise_multiplier
+from .budget import BudgetExceededError, PrivacyBudget
+from .mechanisms import (clip_rows, gaussian_local_mechanism, gaussian_mechanism_sigma,
+                         gaussian_projection_mechanism, laplace_local_mechanism, ldp_gaussian_sigma,
+                         normalize_rows, project_l1_ball)
+from .sampling import FixedSizeSampler, PoissonSampler
+from .sensitivity import (CLT_MIN_PROJECTIONS, projection_mechanism_epsilon, sliced_sensitivity,
+                          sliced_sensitivity_sq, split_delta)
+
+__all__ = [
+    "make_generator",
+    "PrivacyAccountant", "calibrate_noise_multiplier", "ACCOUNTANTS", "DEFAULT_ORDERS", "SAMPLINGS",
+    "PrivacyBudget", "BudgetExceededError",
+    "clip_rows", "normalize_rows", "project_l1_ball", "gaussian_mechanism_sigma", "ldp_gaussian_sigma",
+    "gaussian_projection_mechanism", "laplace_local_mechanism", "gaussian_local_mechanism",
+    "PoissonSampler", "FixedSizeSampler",
+    "sliced_sensitivity", "sliced_sensitivity_sq", "split_delta", "projection_mechanism_epsilon",
+    "CLT_MIN_PROJECTIONS",
+]

@@ -1,0 +1,109 @@
+"""Batch samplers that do exactly what the accountant assumes.
+
+* :class:`PoissonSampler` — each of the n rows is included independently with probability q (the
+  ``sampling="poisson"`` events of :class:`~fastdpot.privacy.PrivacyAccountant`, add/remove neighbours);
+* :class:`FixedSizeSampler` — a uniformly random subset of exactly B of the n rows, drawn afresh at every call
+  (the ``sampling="without_replacement"`` events, substitution neighbours).
+
+Neither ever replays an epoch or cycles over a DataLoader (the authors' ``itertools.cycle`` bug, PAPERS.md §2 (b)).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from .._validate import check_int, check_probability
+
+__all__ = ["PoissonSampler", "FixedSizeSampler"]
+
+_BITS = 53
+
+
+def _check_generator(generator):
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return generator
+
+
+class PoissonSampler:
+    """Poisson subsampling: row i is in the batch with probability q, independently of every other row and step.
+
+    The inclusion test is ``U_i < floor(q·2^53)`` on integers ``U_i`` uniform in ``[0, 2^53)``, so the inclusion
+    probability is exactly ``floor(q·2^53)/2^53 ∈ (q − 2^-53, q]`` — never above the rate the accountant is told
+    (a float32 ``rand() < q`` can exceed q by up to 2^-24).
+
+    Args:
+        num_samples: n ≥ 1, the size of the private data set.
+        sample_rate: q in (0, 1].
+        generator: source of randomness (``None``: torch's global CPU generator).
+
+    Shape:
+        ``sample()`` -> LongTensor (|B|,) of sorted row indices, |B| ~ Binomial(n, q) (possibly empty).
+
+    Raises:
+        ValueError: n < 1, q outside (0, 1], generator not a torch.Generator.
+    """
+
+    def __init__(self, num_samples: int, sample_rate: float, generator: Optional[torch.Generator] = None):
+        self.num_samples = check_int(num_samples, "num_samples", 1)
+        self.sample_rate = check_probability(sample_rate, "sample_rate")
+        self.generator = _check_generator(generator)
+        self._threshold = math.floor(self.sample_rate * 2 ** _BITS)
+        if self._threshold == 0:
+            raise ValueError(f"sample_rate must be >= 2^-53, got {sample_rate!r}")
+
+    @property
+    def expected_batch_size(self) -> float:
+        return self.num_samples * self.sample_rate
+
+    def sample(self) -> torch.Tensor:
+        """A fresh Poisson batch (indices into the data set)."""
+        if self.sample_rate == 1.0:
+            return torch.arange(self.num_samples)
+        u = torch.randint(0, 2 ** _BITS, (self.num_samples,), generator=self.generator, dtype=torch.int64)
+        return torch.nonzero(u < self._threshold, as_tuple=False).flatten()
+
+    def __iter__(self):
+        while True:
+            yield self.sample()
+
+
+class FixedSizeSampler:
+    """Uniform sampling of exactly B of the n rows without replacement, fresh at every call.
+
+    Each call draws a new uniformly random B-subset (``torch.randperm(n)[:B]``), independent of all previous calls
+    — the "sampled without replacement" event of dp-accounting (Wang, Balle & Kasiviswanathan 2019), which is
+    accounted with substitution (replace-one) neighbours. ``sample_rate = B/n``.
+
+    Args:
+        num_samples: n ≥ 1.
+        batch_size: 1 ≤ B ≤ n.
+        generator: source of randomness (``None``: torch's global CPU generator).
+
+    Shape:
+        ``sample()`` -> LongTensor (B,) of distinct row indices in random order.
+
+    Raises:
+        ValueError: n < 1, B outside [1, n], generator not a torch.Generator.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, generator: Optional[torch.Generator] = None):
+        self.num_samples = check_int(num_samples, "num_samples", 1)
+        self.batch_size = check_int(batch_size, "batch_size", 1)
+        if self.batch_size > self.num_samples:
+            raise ValueError(f"batch_size must be <= num_samples = {self.num_samples}, got {batch_size!r}")
+        self.generator = _check_generator(generator)
+
+    @property
+    def sample_rate(self) -> float:
+        return self.batch_size / self.num_samples
+
+    def sample(self) -> torch.Tensor:
+        """A fresh uniformly random subset of size B."""
+        return torch.randperm(self.num_samples, generator=self.generator)[: self.batch_size]
+
+    def __iter__(self):
+        while True:
+            yield self.sample()

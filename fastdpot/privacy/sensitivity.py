@@ -1,0 +1,162 @@
+"""Sensitivity of the random-direction projection and the RDP -> DP conversion of the projection mechanism.
+
+The projection mechanism releases ``X Θᵀ + V`` for a data matrix X (M, d), directions Θ (k, d) with rows uniform on
+the sphere S^{d-1}, and V with i.i.d. N(0, σ²) entries. Its sensitivity is random (it depends on Θ); this module
+gives the high-probability bound w(k, δ_t) of Rakotomamonjy & Ralaivola (ICML 2021, Lemma 2 and its CLT variant) and
+the honest ways of spending the DP δ on that tail.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple
+
+from scipy.stats import norm
+
+from .._validate import check_choice, check_delta, check_int, check_positive, check_probability
+
+__all__ = ["sliced_sensitivity", "sliced_sensitivity_sq", "split_delta", "projection_mechanism_epsilon",
+           "CLT_MIN_PROJECTIONS"]
+
+# The CLT form is an approximation; the DP-SWD paper only uses it for k > 30 (the authors' code switches to the
+# Bernstein bound below that).
+CLT_MIN_PROJECTIONS = 31
+
+
+def sliced_sensitivity_sq(num_projections: int, dim: int, delta: float, bound: str = "clt") -> float:
+    """The squared-norm bound ``w(k, δ_t)`` for a unit-norm difference (see :func:`sliced_sensitivity`)."""
+    k = check_int(num_projections, "num_projections", 1)
+    d = check_int(dim, "dim", 1)
+    delta = check_delta(delta, "delta")
+    check_choice(bound, "bound", ("clt", "bernstein"))
+    mean = k / d
+    if d == 1:
+        # Θ = ±1: ‖(x - x')Θᵀ‖² = k ‖x - x'‖² exactly, no tail at all.
+        return float(k)
+    log_term = math.log(1.0 / delta)
+    if bound == "bernstein":
+        w = mean + (2.0 / 3.0) * log_term + (2.0 / d) * math.sqrt(k * (d - 1) / (d + 2) * log_term)
+    else:
+        if k < CLT_MIN_PROJECTIONS:
+            raise ValueError(f"num_projections must be >= {CLT_MIN_PROJECTIONS} for bound='clt' (the CLT "
+                             f"approximation of DP-SWD is only stated for k > 30), got {k}; use bound='bernstein'")
+        z = float(norm.isf(delta))  # z_{1-δ}
+        w = mean + (z / d) * math.sqrt(2.0 * k * (d - 1) / (d + 2))
+    # ‖(x - x')Θᵀ‖² never exceeds k‖x - x'‖² (each |θ_jᵀu| <= ‖u‖), so w can be capped at k.
+    return float(min(w, float(k)))
+
+
+def sliced_sensitivity(num_projections: int, dim: int, delta: float, bound: str = "clt",
+                       diameter: float = 1.0) -> float:
+    r"""ℓ2 sensitivity of ``X ↦ X Θᵀ`` that holds with probability ≥ 1 − δ over the directions Θ.
+
+    For rows that differ by ``‖x_i − x'_i‖ ≤ diameter`` and Θ (k, d) with rows i.i.d. uniform on S^{d-1}:
+
+    .. math::
+        P_Θ\big(‖(X − X')Θᵀ‖_F^2 > \mathrm{diameter}^2 \, w(k, δ)\big) ≤ δ, \qquad
+        Δ = \mathrm{diameter}\,\sqrt{w(k, δ)}
+
+    with
+
+    * ``"bernstein"`` (a proven bound, any k):
+      :math:`w = k/d + \tfrac23 \ln(1/δ) + \tfrac2d \sqrt{k (d−1)/(d+2) \ln(1/δ)}`;
+    * ``"clt"`` (a normal approximation, k ≥ 31 only; its tail is close to δ, not guaranteed ≤ δ):
+      :math:`w = k/d + \tfrac{z_{1−δ}}{d} \sqrt{2k(d−1)/(d+2)}`.
+
+    Both are capped at k (the deterministic bound). ``delta`` here is the *tail probability over Θ*, not the DP δ:
+    a release that uses this sensitivity is (ε, δ_DP + δ)-DP where (ε, δ_DP) is what the Gaussian mechanism gives
+    for sensitivity Δ. How fastdpot spends the DP δ:
+
+    * a single projection release (DP-SWD, :func:`projection_mechanism_epsilon`): δ/2 for the tail, δ/2 for the
+      RDP → DP conversion (Proposition 2 of the paper);
+    * T releases with fresh Θ (flows, DP-SWD training): :func:`split_delta` — δ_acc for the accountant and
+      δ_tail = (δ − δ_acc)/T per release (union bound over the T draws of Θ).
+
+    Neighbouring relations: rows on the unit sphere replaced by another give ``diameter = 2`` (substitution);
+    clipping to radius R gives ``diameter = 2R``; add/remove of a row clipped to R gives ``diameter = R``.
+
+    Shape:
+        scalar; k = ``num_projections``, d = ``dim``.
+
+    Returns:
+        Δ, in the unit of the data (a bound on the Frobenius norm of the change of the (M, k) projected matrix).
+
+    Raises:
+        ValueError: k < 1, d < 1, δ outside (0, 1), unknown ``bound``, ``diameter`` <= 0, or k < 31 with
+        ``bound="clt"``.
+
+    References:
+        Rakotomamonjy & Ralaivola, "Differentially Private Sliced Wasserstein Distance", ICML 2021, Lemma 2 and the
+        CLT variant (PAPERS.md §1).
+    """
+    diameter = check_positive(diameter, "diameter")
+    return diameter * math.sqrt(sliced_sensitivity_sq(num_projections, dim, delta, bound))
+
+
+def split_delta(delta: float, num_releases: int, tail_fraction: float = 0.5) -> Tuple[float, float]:
+    """Split the DP δ of T releases whose sensitivity holds only with probability 1 − δ_tail over Θ.
+
+    Returns ``(delta_accountant, delta_tail_per_release)`` with
+    ``delta_accountant = (1 − tail_fraction)·δ`` and ``delta_tail_per_release = tail_fraction·δ / T``, so that
+    ``delta_accountant + T·delta_tail_per_release = δ``: with probability ≥ 1 − T·δ_tail every one of the T draws of
+    Θ satisfies the sensitivity bound (union bound), and on that event the accountant's (ε, δ_accountant) holds.
+
+    Raises:
+        ValueError: δ outside (0, 1), T < 1, tail_fraction outside (0, 1).
+    """
+    delta = check_delta(delta, "delta")
+    t = check_int(num_releases, "num_releases", 1)
+    f = check_probability(tail_fraction, "tail_fraction", low_open=True, high_open=True)
+    return (1.0 - f) * delta, f * delta / t
+
+
+def projection_mechanism_epsilon(noise_std: float, num_projections: int, dim: int, delta: float,
+                                 diameter: float = 1.0, bound: str = "clt",
+                                 orders: Optional[Sequence[float]] = None) -> Tuple[float, float]:
+    r"""ε of one release ``X Θᵀ + V`` (Proposition 2 of DP-SWD), δ split δ/2 tail + δ/2 conversion.
+
+    .. math::
+        ε = \min_{α > 1} \; \frac{α \,\mathrm{diameter}^2\, w(k, δ/2)}{2σ^2} + \frac{\ln(2/δ)}{α − 1}
+
+    i.e. the Gaussian mechanism's RDP ``α Δ²/(2σ²)`` at sensitivity ``Δ² = diameter²·w(k, δ/2)`` (holding with
+    probability 1 − δ/2 over Θ), converted to (ε, δ/2)-DP, plus δ/2 for the tail. With ``orders=None`` the minimum
+    over real α > 1 is taken in closed form (α* = 1 + sqrt(ln(2/δ)/a), a = Δ²/(2σ²)); otherwise over ``orders``.
+
+    Args:
+        noise_std: σ, the standard deviation of the noise added to each projected value (unit of the data).
+        num_projections, dim: k and d.
+        delta: the total DP δ of the release.
+        diameter: bound on ‖x_i − x'_i‖ for neighbouring data sets (2·radius under substitution).
+        bound: ``"clt"`` or ``"bernstein"`` (see :func:`sliced_sensitivity`).
+        orders: optional RDP orders α > 1 to minimise over.
+
+    Returns:
+        ``(epsilon, best_order)``.
+
+    Raises:
+        ValueError: invalid argument (named in the message).
+
+    References:
+        Rakotomamonjy & Ralaivola, ICML 2021, Proposition 2; Mironov, "Rényi Differential Privacy", CSF 2017
+        (Proposition 3, RDP → DP).
+    """
+    sigma = check_positive(noise_std, "noise_std")
+    delta = check_delta(delta, "delta")
+    w = sliced_sensitivity_sq(num_projections, dim, delta / 2.0, bound)
+    diameter = check_positive(diameter, "diameter")
+    a = diameter ** 2 * w / (2.0 * sigma ** 2)
+    b = math.log(2.0 / delta)
+    if orders is None:
+        alpha = 1.0 + math.sqrt(b / a)
+        return a * alpha + b / (alpha - 1.0), alpha
+    orders = list(orders)
+    if not orders:
+        raise ValueError("orders must be a non-empty sequence of RDP orders > 1, got []")
+    best = (math.inf, float("nan"))
+    for alpha in orders:
+        alpha = check_positive(alpha, "orders[i]")
+        if not alpha > 1.0:
+            raise ValueError(f"orders must all be > 1, got {alpha!r}")
+        eps = a * alpha + b / (alpha - 1.0)
+        if eps < best[0]:
+            best = (eps, alpha)
+    return best
