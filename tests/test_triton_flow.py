@@ -1,0 +1,205 @@
+"""Triton flow-step kernels vs the torch references (CPU under TRITON_INTERPRET=1; tiny shapes, the interpreter is
+slow). Covers the in-kernel Philox noise (distribution, replay, chunk invariance), the fused projection, the exact /
+grid / histogram transports, the drift and the Euler--Maruyama update, and the histogram error bound."""
+import math
+import os
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from fastdpot._dispatch import dispatch  # noqa: E402
+from fastdpot._ext import BackendUnavailableError  # noqa: E402
+from fastdpot.reference.flow import flow_step as ref_flow_step  # noqa: E402
+from fastdpot.reference.flow_histogram import flow_step_histogram, histogram_levels  # noqa: E402
+
+pytestmark = [
+    pytest.mark.triton,
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") != "1" and not torch.cuda.is_available(),
+                       reason="Triton kernels need CUDA or TRITON_INTERPRET=1"),
+]
+
+from fastdpot.kernels._common import direction_chunk, stream_seed  # noqa: E402
+from fastdpot.kernels.flow_step import flow_step_triton  # noqa: E402
+from fastdpot.kernels.projection_noise import project_noise  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1" else "cpu"
+
+
+def _inputs(n, m, d, k, dtype, seed=0, shift=0.3):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, dtype=torch.float64, generator=g)
+    y = torch.randn(m, d, dtype=torch.float64, generator=g) * 0.7 + shift
+    th = torch.randn(k, d, dtype=torch.float64, generator=g)
+    th = th / th.norm(dim=1, keepdim=True)
+    return tuple(t.to(dtype=dtype, device=DEV) for t in (x, y, th))
+
+
+def _run(x, y, th, quantiles="exact", num_quantiles=None, noise_std=0.3, step_size=0.7, reg=0.05, seed=123):
+    return flow_step_triton(x, y, th, noise_std=noise_std, step_size=step_size, reg=reg, seed=seed,
+                            quantiles=quantiles, num_quantiles=num_quantiles, return_noise=True)
+
+
+def _replay(x, y, th, noise, quantiles, num_quantiles, step_size=0.7, reg=0.05):
+    if quantiles == "histogram":
+        return flow_step_histogram(x, y, th, noise["particles"], noise["private"], step_size, reg=reg,
+                                   brownian=noise["brownian"], num_bins=num_quantiles)
+    return ref_flow_step(x, y, th, noise["particles"], noise["private"], step_size, reg=reg,
+                         brownian=noise["brownian"], quantiles=quantiles, num_quantiles=num_quantiles)
+
+
+# ---------------------------------------------------------------------------------------------------- noise
+def test_noise_distribution_and_replay():
+    n, k = 256, 16
+    x = torch.zeros(n, 4, device=DEV)
+    th = torch.randn(k, 4, device=DEV)
+    noise = torch.zeros(n, k, device=DEV)
+    out = project_noise(x, th, 0, k, 2024, 1.0, noise_out=noise)
+    torch.testing.assert_close(out.T, noise, rtol=0, atol=0)  # x = 0: the output is the noise alone
+    z = noise.double().flatten().cpu()
+    assert abs(float(z.mean())) < 4.0 / math.sqrt(z.numel())
+    assert abs(float(z.var()) - 1.0) < 6.0 * math.sqrt(2.0 / z.numel())
+    from scipy import stats
+
+    assert stats.kstest(z.numpy(), "norm").pvalue > 1e-3
+    again = project_noise(x, th, 0, k, 2024, 1.0)
+    assert torch.equal(again, out)  # same seed, same draws
+    other = project_noise(x, th, 0, k, 2025, 1.0)
+    assert not torch.equal(other, out)
+    # the counter is (row, global direction): a chunk j0.. reproduces the same entries
+    part = project_noise(x, th, 5, 7, 2024, 1.0)
+    assert torch.equal(part, out[5:12])
+
+
+def test_stream_seeds_distinct():
+    seeds = {stream_seed(s, t) for s in (0, 1, 2 ** 62 - 1) for t in range(3)}
+    assert len(seeds) == 9 and all(0 <= s < 2 ** 62 for s in seeds)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_projection_matches_matmul(dtype):
+    x, _, th = _inputs(77, 3, 7, 13, dtype)
+    out = project_noise(x, th, 2, 9, 1, 0.0)
+    ref = (x.double() @ th[2:11].double().T).T
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------------------------------- flow step
+@pytest.mark.parametrize("quantiles,nq", [("exact", None), ("grid", 40), ("grid", None), ("histogram", 16)])
+def test_flow_step_float64_matches_reference(quantiles, nq):
+    x, y, th = _inputs(123, 37, 7, 13, torch.float64)
+    new, drift, noise = _run(x, y, th, quantiles, nq)
+    rnew, rdrift = _replay(x, y, th, noise, quantiles, nq)
+    torch.testing.assert_close(drift, rdrift, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(new, rnew, rtol=1e-10, atol=1e-12)
+    assert noise["brownian"].shape == (123, 7) and noise["particles"].shape == (123, 13)
+
+
+@pytest.mark.parametrize("quantiles,nq", [("exact", None), ("grid", 33), ("histogram", 32)])
+def test_flow_step_float32_error_like_torch(quantiles, nq):
+    """float32 kernel vs a float64 replay: within a small multiple of torch's own float32 error."""
+    x, y, th = _inputs(200, 50, 8, 16, torch.float32, seed=3)
+    new, drift, noise = _run(x, y, th, quantiles, nq)
+    n64 = {key: (v.double() if v is not None else None) for key, v in noise.items()}
+    rnew, rdrift = _replay(x.double(), y.double(), th.double(), n64, quantiles, nq)
+    tnew, tdrift = _replay(x, y, th, noise, quantiles, nq)  # torch's own float32 error
+    for got, ref, tor in ((drift, rdrift, tdrift), (new, rnew, tnew)):
+        err = (got.double() - ref).abs().max().item()
+        torch_err = (tor.double() - ref).abs().max().item()
+        assert err <= 4 * torch_err + 1e-6 * ref.abs().max().item(), (err, torch_err)
+
+
+def test_chunking_over_directions_is_invisible(monkeypatch):
+    x, y, th = _inputs(64, 21, 5, 11, torch.float64, seed=5)
+    full = _run(x, y, th)
+    monkeypatch.setenv("FASTDPOT_TRITON_CHUNK_ELEMS", str(64 * 4))  # kc = 4: chunks 4, 4, 3
+    assert direction_chunk(64, 11) == 4
+    chunked = _run(x, y, th)
+    for a, b in zip(full[:2], chunked[:2]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+    assert torch.equal(full[2]["particles"], chunked[2]["particles"])
+
+
+def test_no_noise_no_brownian_and_seed_replay():
+    x, y, th = _inputs(50, 20, 4, 8, torch.float64, seed=7)
+    new, drift, noise = _run(x, y, th, noise_std=0.0, reg=0.0)
+    assert noise["brownian"] is None
+    assert torch.count_nonzero(noise["particles"]) == 0 and torch.count_nonzero(noise["private"]) == 0
+    rnew, rdrift = ref_flow_step(x, y, th, None, None, 0.7)
+    torch.testing.assert_close(new, rnew, rtol=1e-10, atol=1e-12)
+    a = _run(x, y, th, seed=9)
+    b = _run(x, y, th, seed=9)
+    c = _run(x, y, th, seed=10)
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+
+
+def test_dispatch_and_public_flow_step():
+    x, y, th = _inputs(40, 16, 3, 5, torch.float64, seed=11)
+    name, fn = dispatch("flow_step", "triton", DEV)
+    assert name == "triton" and fn is flow_step_triton
+    import fastdpot.flow as flow
+
+    new, drift, noise = flow.flow_step(x, y, th, noise_std=0.2, step_size=0.5, seed=4, return_noise=True,
+                                       backend="triton")
+    rnew, _ = ref_flow_step(x, y, th, noise["particles"], noise["private"], 0.5)
+    torch.testing.assert_close(new, rnew, rtol=1e-10, atol=1e-12)
+
+
+def test_bad_input(monkeypatch):
+    x, y, th = _inputs(20, 8, 3, 4, torch.float64)
+    with pytest.raises(ValueError, match="quantiles"):
+        _run(x, y, th, quantiles="median")
+    with pytest.raises(ValueError, match="dtype"):
+        _run(x.half(), y.half(), th.half())
+    with pytest.raises(ValueError, match="N >= 2"):
+        _run(x[:1], y, th)
+    if DEV == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+        with pytest.raises(BackendUnavailableError, match="TRITON_INTERPRET"):
+            _run(x, y, th)
+
+
+# ------------------------------------------------------------------------------------------ histogram mode
+def test_histogram_levels_bounded_by_bin_count():
+    """|u_hist - r/(N-1)| <= (n_b + 1)/N for every entry (documented bound), and u spans [0, 1]."""
+    g = torch.Generator().manual_seed(1)
+    xp = torch.randn(300, 6, dtype=torch.float64, generator=g)
+    for bins in (1, 7, 64):
+        u = histogram_levels(xp, bins)
+        ranks = torch.argsort(torch.argsort(xp, dim=0), dim=0).double()
+        exact = ranks / (xp.shape[0] - 1)
+        lo, hi = xp.amin(0), xp.amax(0)
+        b = ((xp - lo) / ((hi - lo) / bins)).clamp(0, bins).long().clamp(max=bins - 1)
+        counts = torch.stack([torch.bincount(b[:, j], minlength=bins) for j in range(6)], 1)
+        nb = counts.gather(0, b).double()
+        assert bool(((u - exact).abs() <= (nb + 1) / 300 + 1e-12).all())
+        torch.testing.assert_close(u.amin(0), torch.zeros(6, dtype=torch.float64))
+        torch.testing.assert_close(u.amax(0), torch.ones(6, dtype=torch.float64))
+
+
+def test_histogram_mode_error_against_exact():
+    """Triton histogram drift vs exact drift on the same draws: within the bin-count bound, and shrinking
+    with more bins."""
+    x, y, th = _inputs(256, 64, 6, 8, torch.float64, seed=13)
+    errs = {}
+    for bins in (4, 64):
+        _, drift_h, noise = _run(x, y, th, "histogram", bins, reg=0.0)
+        _, drift_e = ref_flow_step(x, y, th, noise["particles"], noise["private"], 0.7)
+        # bound: per direction the target moves at most over the private quantiles of levels u_exact +- e
+        xp = x @ th.T + noise["particles"]
+        yp = torch.sort(y @ th.T + noise["private"], dim=0).values
+        n, m = xp.shape[0], yp.shape[0]
+        lo, hi = xp.amin(0), xp.amax(0)
+        b = ((xp - lo) / ((hi - lo) / bins)).clamp(0, bins).long().clamp(max=bins - 1)
+        counts = torch.stack([torch.bincount(b[:, j], minlength=bins) for j in range(th.shape[0])], 1)
+        e = (counts.gather(0, b).double() + 1) / n
+        ranks = torch.argsort(torch.argsort(xp, dim=0), dim=0).double() / (n - 1)
+        from fastdpot.reference.flow_histogram import _target_at
+
+        spread = _target_at(yp, (ranks + e).clamp(max=1)) - _target_at(yp, (ranks - e).clamp(min=0))
+        bound = (spread.abs() @ th.abs()) / th.shape[0]
+        assert bool(((drift_h - drift_e).abs() <= bound + 1e-12).all())
+        errs[bins] = (drift_h - drift_e).pow(2).mean().sqrt().item()
+    assert errs[64] < errs[4]
