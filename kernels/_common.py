@@ -75,14 +75,14 @@ def acc_dtype(dtype: torch.dtype):
 @triton.jit
 def proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
               stride_xn, stride_xd, stride_tk, stride_td, seed, noise_std_ptr,
-              HAS_NOISE: tl.constexpr, STORE_NOISE: tl.constexpr, BLOCK_D: tl.constexpr,
-              USE_DOT: tl.constexpr, ACC: tl.constexpr):
+              HAS_NOISE: tl.constexpr, STORE_NOISE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr):
     """(BLOCK_N, BLOCK_K) tile of ``x[offs_n] @ theta[j0 + offs_c].T + noise_std * randn``; masked entries are 0.
 
     ``noise_std_ptr`` points to sigma in the data dtype. With STORE_NOISE the scaled noise is written to
     ``noise_ptr`` in (N, K) row-major layout (global direction).
     """
-    acc = tl.zeros((offs_n.shape[0], offs_c.shape[0]), dtype=ACC)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC)
     rows = offs_n.to(tl.int64)
     dirs = (j0 + offs_c).to(tl.int64)
     for d0 in range(0, D, BLOCK_D):

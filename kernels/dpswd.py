@@ -37,19 +37,21 @@ def _abs_pow(dlt, p, P_MODE: tl.constexpr):
     a = tl.abs(dlt)
     sgn = tl.where(dlt > 0, 1.0, tl.where(dlt < 0, -1.0, 0.0))
     if P_MODE == 1:
-        return a, sgn
+        val = a
+        der = sgn * (a * 0 + 1)
     elif P_MODE == 2:
-        return dlt * dlt, 2.0 * dlt
+        val = dlt * dlt
+        der = 2.0 * dlt
     else:
         safe = tl.where(a > 0, a, 1.0)
         lg = tl.log(safe)
         val = tl.where(a > 0, tl.exp(p * lg), 0.0)
         der = tl.where(a > 0, p * tl.exp((p - 1.0) * lg), 0.0) * sgn
-        return val, der
+    return val, der
 
 
 @triton.jit
-def _w1d_kernel(l_ptr, lidx_ptr, s_ptr, sidx_ptr, gl_ptr, gs_ptr, part_ptr, p_ptr, NL, NS, NPROG,
+def _w1d_kernel(l_ptr, lidx_ptr, s_ptr, sidx_ptr, gl_ptr, gs_ptr, part_ptr, prm_ptr, NL, NS, NPROG,
                 P_MODE: tl.constexpr, NEED_GL: tl.constexpr, NEED_GS: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     c = tl.program_id(1).to(tl.int64)
@@ -65,10 +67,10 @@ def _w1d_kernel(l_ptr, lidx_ptr, s_ptr, sidx_ptr, gl_ptr, gs_ptr, part_ptr, p_pt
     b2 = tl.minimum(b + 1, NS - 1)
     s1 = tl.load(s_ptr + c * NS + b, mask=mask, other=0.0)
     s2 = tl.load(s_ptr + c * NS + b2, mask=mask, other=0.0)
-    p = tl.load(p_ptr).to(v.dtype)
+    p = tl.load(prm_ptr).to(v.dtype)  # scalars in the data dtype: p and 1 / (NL NS)
+    inv = tl.load(prm_ptr + 1).to(v.dtype)
     f1, g1 = _abs_pow(v - s1, p, P_MODE)
     f2, g2 = _abs_pow(v - s2, p, P_MODE)
-    inv = (1.0 / (NL.to(tl.float64) * NS)).to(v.dtype)
     w1f = w1.to(v.dtype) * inv
     w2f = w2.to(v.dtype) * inv
     loss = tl.where(mask, w1f * f1 + w2f * f2, 0.0)
@@ -100,7 +102,8 @@ def _w1d_chunk(px, py, p, need_gx, need_gy):
     nprog = triton.cdiv(nl, block)
     part = torch.empty((c, nprog), dtype=px.dtype, device=px.device)
     p_mode = 1 if p == 1 else (2 if p == 2 else 0)
-    _w1d_kernel[(nprog, c)](L, li, S, si, gl, gs, part, torch.tensor([float(p)], dtype=px.dtype, device=px.device),
+    prm = torch.tensor([float(p), 1.0 / (float(nl) * float(ns))], dtype=px.dtype, device=px.device)
+    _w1d_kernel[(nprog, c)](L, li, S, si, gl, gs, part, prm,
                             nl, ns, nprog, P_MODE=p_mode, NEED_GL=need_gl, NEED_GS=need_gs, BLOCK=block)
     return part.sum(dtype=torch.float64)
 

@@ -39,7 +39,7 @@ def _minmax_kernel(x_ptr, theta_ptr, noise_ptr, min_ptr, max_ptr, N, D, K, j0, K
     mask_c = offs_c < KC
     s = proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                   stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                  HAS_NOISE, STORE_NOISE, BLOCK_D, USE_DOT, ACC)
+                  HAS_NOISE, STORE_NOISE, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
     mn = tl.min(tl.where(mask_n[:, None], s, float("inf")), axis=0)
     mx = tl.max(tl.where(mask_n[:, None], s, float("-inf")), axis=0)
     tl.store(min_ptr + pid_n * KC + offs_c, mn, mask=mask_c)
@@ -67,7 +67,7 @@ def _hist_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, N, D, K, j0, KC,
     mask_c = offs_c < KC
     s = proj_tile(x_ptr, theta_ptr, x_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                   stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                  HAS_NOISE, False, BLOCK_D, USE_DOT, ACC)
+                  HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
     b, _ = _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, NUM_BINS)
     ones = tl.full(b.shape, 1, tl.int32)
     tl.atomic_add(hist_ptr + offs_c[None, :] * NUM_BINS + b, ones, mask=mask_n[:, None] & mask_c[None, :])
@@ -85,7 +85,7 @@ def _hist_transport_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_pt
     mask = mask_n[:, None] & mask_c[None, :]
     s = proj_tile(x_ptr, theta_ptr, x_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                   stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                  HAS_NOISE, False, BLOCK_D, USE_DOT, ACC)
+                  HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
     b, frac = _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, NUM_BINS)
     hb = offs_c[None, :] * NUM_BINS + b
     cnt = tl.load(hist_ptr + hb, mask=mask, other=0).to(ACC)

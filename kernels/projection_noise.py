@@ -37,7 +37,7 @@ def _project_noise_kernel(x_ptr, theta_ptr, out_ptr, noise_ptr, N, D, K, j0, KC,
     mask_c = offs_c < KC
     acc = proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                     stride_xn, stride_xd, stride_tk, stride_td, seed, noise_std_ptr,
-                    HAS_NOISE, STORE_NOISE, BLOCK_D, USE_DOT, ACC)
+                    HAS_NOISE, STORE_NOISE, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
     out = out_ptr + offs_c.to(tl.int64)[None, :] * N + offs_n[:, None]
     tl.store(out, acc, mask=mask_n[:, None] & mask_c[None, :])
 

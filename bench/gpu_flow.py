@@ -1,0 +1,275 @@
+"""GPU benchmark of the Triton kernels: one DP sliced-Wasserstein flow step and the DP-SWD loss (forward + backward)
+against the torch reference on the same GPU.
+
+Sizes (issue 7): N in {1e5, 1e6, 1e7}, d in {8, 48}, k in {128, 300}, and N = 1e6, d = 3072, k = 1000.
+Implementations: ``triton`` (exact sort-based transport), ``triton_hist`` (sort-free histogram mode, 1024 bins),
+``reference`` (``fastdpot.reference``, via the registered ``reference`` backend, noise drawn with torch) and
+``reference_hist`` (the histogram reference, N <= 1e6 only). The DP-SWD loss compares ``triton`` and ``reference``
+with M = N rows on both sides, timed forward + backward (gradient w.r.t. the generated side).
+
+Timing: CUDA events around each call after warm-up runs, median (and IQR) of repeated runs (as many as fit in
+about two seconds, at least 5 and at most 50), random non-zero float32 inputs (Gaussian particles, a shifted
+Gaussian private batch, unit directions), TF32 disabled for the reference's matmuls. Peak memory: the
+``torch.cuda.max_memory_allocated`` increase above the inputs during the timed calls. A measurement that runs out
+of memory is recorded with ``error``.
+
+Achieved GB/s is a *modelled lower bound*: bytes that any implementation must move (each input row read once, the
+new particles and drift -- or the gradient -- written once, and the N k projected values written and read once)
+divided by the median time. The real traffic of a sort is several times larger, so the figure understates the
+bandwidth used; it is comparable across implementations of the same case.
+
+Rows go to ``bench/results.jsonl`` in the harness's format (run_id, machine with GPU name, torch/Triton versions,
+git revision) with extra fields ``ms``, ``gbps``, ``ratio_to_reference`` and ``timing="cuda_events"``;
+``python -m bench.render`` puts them in the README table. ``--isolated`` instead runs every case through
+``bench.harness.run_suite`` (one subprocess per measurement, wall-clock timing with synchronisation).
+
+Usage (on a CUDA machine): ``python -m bench.gpu_flow [--quick] [--results PATH]``. Without CUDA it prints a
+message and exits with status 0. ``--smoke`` runs tiny sizes on CPU under ``TRITON_INTERPRET=1`` (checks that the
+script works; the times mean nothing).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import torch
+
+from . import harness
+from .harness import Case
+
+SUITE = "gpu_flow"
+ANCHORS = ["reference", "reference_hist"]
+NUM_BINS = 1024
+M_PRIVATE = 250  # private batch per flow step (DPSWflow-r uses B = 250)
+
+
+def _sizes(quick: bool, smoke: bool):
+    if smoke:
+        return [dict(N=256, d=8, k=16)]
+    ns = [10 ** 5, 10 ** 6] if quick else [10 ** 5, 10 ** 6, 10 ** 7]
+    out = [dict(N=n, d=d, k=k) for n in ns for d in (8, 48) for k in (128, 300)]
+    out.append(dict(N=10 ** 6, d=3072, k=1000))
+    return out
+
+
+def _inputs(n, m, d, k, device, seed=0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(n, d, device=device, generator=g)
+    y = torch.randn(m, d, device=device, generator=g) * 0.5 + 0.25
+    th = torch.randn(k, d, device=device, generator=g)
+    th /= th.norm(dim=1, keepdim=True)
+    return x, y, th
+
+
+def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):
+    import fastdpot.flow  # noqa: F401  (registers the flow_step backends)
+    from fastdpot._dispatch import dispatch
+
+    backend = "triton" if impl.startswith("triton") else "reference"
+    quantiles = "histogram" if impl.endswith("_hist") else "exact"
+    _, fn = dispatch("flow_step", backend, device)
+
+    def setup():
+        return _inputs(N, M, d, k, device)
+
+    def forward(state):
+        x, y, th = state
+        return fn(x, y, th, noise_std=0.5, step_size=1.0, reg=0.0, seed=1234, quantiles=quantiles,
+                  num_quantiles=NUM_BINS if quantiles == "histogram" else None, return_noise=False)
+
+    return Case(setup=setup, forward=forward, device=device)
+
+
+def _dpswd_case(impl, N, d, k, M=None, device="cuda"):
+    import fastdpot.sliced  # noqa: F401  (registers the sliced_wasserstein backends)
+    from fastdpot._dispatch import dispatch
+
+    _, fn = dispatch("sliced_wasserstein", impl, device)
+    m = N if M is None else M
+
+    def setup():
+        x, y, th = _inputs(N, m, d, k, device)
+        return x, y.requires_grad_(True), th
+
+    def forward(state):
+        x, y, th = state
+        return fn(x, y, th, 2, 0.5, 1234, False)
+
+    def backward(state, loss):
+        loss.backward()
+        state[1].grad = None
+
+    return Case(setup=setup, forward=forward, backward=backward, device=device)
+
+
+CASES = {"flow_step": _flow_case, "dpswd": _dpswd_case}
+
+
+def _impls(case, n):
+    if case == "flow_step":
+        return ["triton", "triton_hist", "reference"] + (["reference_hist"] if n <= 10 ** 6 else [])
+    return ["triton", "reference"]
+
+
+def modelled_bytes(case, N, d, k, M=M_PRIVATE, itemsize=4):
+    """Minimal traffic model of the docstring (bytes)."""
+    if case == "flow_step":
+        return itemsize * (N * d + M * d + 2 * N * d + 2 * N * k + 2 * M * k)
+    return itemsize * (2 * N * d + N * d + 2 * 2 * N * k)
+
+
+def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5, max_rep=50):
+    state = case.setup()
+    cuda = use_events
+
+    def once():
+        out = case.forward(state)
+        if full and case.backward is not None:
+            case.backward(state, out)
+        return out
+
+    for _ in range(2):  # warm-up (includes Triton JIT compilation)
+        once()
+    if cuda:
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    t_start = time.perf_counter()
+    while len(times) < max_rep and (len(times) < min_rep or time.perf_counter() - t_start < budget_s):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            once()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            once()
+            times.append(time.perf_counter() - t0)
+    peak = round((torch.cuda.max_memory_allocated() - base) / 2 ** 20, 1) if cuda else None
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    del state
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "iqr_s": q[2] - q[0],
+            "repeats": len(times), "peak_mem_mb": peak}
+
+
+def run_events(sizes, results_path, device, note=""):
+    """In-process measurement with CUDA events (CPU: perf_counter, smoke only); appends rows, returns them."""
+    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    common = {"run_id": run_id, "suite": SUITE, "git_rev": harness.git_rev(), "machine": harness.machine_info(),
+              "threads": torch.get_num_threads(), "versions": harness.versions(), "note": note,
+              "timing": "cuda_events" if device == "cuda" else "perf_counter (TRITON_INTERPRET smoke run)"}
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    rows = []
+    for params in sizes:
+        for case_name, factory in CASES.items():
+            by_impl = {}
+            for impl in _impls(case_name, params["N"]):
+                row = dict(common, case=case_name, impl=impl, params=params,
+                           mode="full" if case_name == "dpswd" else "forward", device=device,
+                           anchor="reference_hist" if impl == "triton_hist" else "reference",
+                           timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                try:
+                    res = _time_case(factory(impl, device=device, **params), case_name == "dpswd", device == "cuda")
+                    row.update(res)
+                    row["ms"] = round(res["median_s"] * 1e3, 4)
+                    row["gbps"] = round(modelled_bytes(case_name, **params) / res["median_s"] / 1e9, 2)
+                    by_impl[impl] = row
+                except torch.cuda.OutOfMemoryError as err:
+                    row["error"] = f"out of memory: {str(err).splitlines()[0][:300]}"
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+                rows.append(row)
+            for impl, row in by_impl.items():
+                anchor = by_impl.get(row["anchor"])
+                if anchor is not None and impl != row["anchor"] and not impl.startswith("reference"):
+                    row["ratio_to_reference"] = round(anchor["median_s"] / row["median_s"], 2)
+            for row in rows[-len(_impls(case_name, params["N"])):]:
+                with open(results_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                status = row.get("error") or (f"{row['ms']:.3f} ms  {row['gbps']:.1f} GB/s  "
+                                              f"peak {row['peak_mem_mb']} MB  "
+                                              f"x{row.get('ratio_to_reference', float('nan')):.1f} vs ref")
+                print(f"[{SUITE}] {case_name:9s} {params} {row['impl']:15s} {status}", flush=True)
+    return rows
+
+
+def _fmt_n(n):
+    return f"1e{len(str(n)) - 1}" if str(n).strip("0") == "1" else str(n)
+
+
+def markdown_table(rows):
+    """The README table of one run: GPU, versions, ms, modelled GB/s, ratio to the reference."""
+    if not rows:
+        return ""
+    m, v = rows[0]["machine"], rows[0]["versions"]
+    head = (f"GPU: {m.get('gpu', 'none')}; torch {v.get('torch')}, Triton {v.get('triton')}; "
+            f"git {rows[0]['git_rev']}; {rows[0]['timing']}.\n\n"
+            "| case | N | d | k | impl | ms | GB/s (model) | peak MB | × reference |\n|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        p = r["params"]
+        if "error" in r:
+            lines.append(f"| {r['case']} | {_fmt_n(p['N'])} | {p['d']} | {p['k']} | {r['impl']} | {r['error'][:40]} "
+                         "| | | |")
+            continue
+        ratio = r.get("ratio_to_reference")
+        peak = "" if r["peak_mem_mb"] is None else f"{r['peak_mem_mb']:.0f}"
+        lines.append(f"| {r['case']} | {_fmt_n(p['N'])} | {p['d']} | {p['k']} | {r['impl']} | {r['ms']:.2f} | "
+                     f"{r['gbps']:.1f} | {peak} | {'' if ratio is None else f'{ratio:.1f}'} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N in {1e5, 1e6} only (plus the d = 3072 case)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes on CPU under TRITON_INTERPRET=1")
+    ap.add_argument("--isolated", action="store_true", help="one subprocess per measurement via bench.harness")
+    ap.add_argument("--results", default=None,
+                    help="JSONL results file (appended; default bench/results.jsonl, a temporary file for --smoke)")
+    ap.add_argument("--table", default=None, help="also write the markdown table of this run to this file")
+    ap.add_argument("--note", default="")
+    args = ap.parse_args(argv)
+
+    if args.smoke:
+        if os.environ.get("TRITON_INTERPRET", "0") != "1":
+            print("--smoke needs TRITON_INTERPRET=1 (Triton's CPU interpreter)")
+            return 2
+        device = "cpu"
+    elif not torch.cuda.is_available():
+        print("bench.gpu_flow: no CUDA device here; nothing measured (run it on a GPU machine, "
+              "e.g. `bash scripts/gpu_check.sh`; `--smoke` checks the script on CPU).")
+        return 0
+    else:
+        device = "cuda"
+    sizes = _sizes(args.quick, args.smoke)
+    if args.results is None:
+        args.results = os.path.join(tempfile.gettempdir(), "fastdpot_gpu_flow_smoke.jsonl") if args.smoke \
+            else harness.RESULTS
+    if args.isolated:
+        runs = [dict(case=c, impl=i, params=dict(p, device=device), mode="full" if c == "dpswd" else "forward",
+                     anchor="reference", repeats=10, warmup=2)
+                for p in sizes for c in CASES for i in _impls(c, p["N"])]
+        harness.run_suite(__name__, runs, results_path=args.results, note=args.note)
+        return 0
+    rows = run_events(sizes, args.results, device, note=args.note)
+    table = markdown_table(rows)
+    print(table)
+    if args.table:
+        with open(args.table, "w") as f:
+            f.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
