@@ -1,0 +1,115 @@
+"""Ahead-of-time compilation of every Triton kernel for real GPU targets (sm_90 H100, sm_80 A100), without a GPU.
+
+The interpreter (TRITON_INTERPRET=1) runs the kernels' Python bodies with numpy and checks their arithmetic; it does
+not run Triton's compiler. This file compiles each kernel, in the constexpr variants the launchers use, through the
+whole pipeline to a cubin with Triton's bundled ptxas, so that type errors, unsupported operations (float64 dot or
+atomics, 64-bit Philox counters) and constexpr mistakes that only the compiled path would hit are caught here.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+try:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+except ImportError:  # pragma: no cover - older Triton without these entry points
+    pytest.skip("this Triton has no ASTSource/GPUTarget AOT entry points", allow_module_level=True)
+
+from fastdpot.kernels import dpswd, drift, histogram, projection_noise, quantile  # noqa: E402
+
+pytestmark = pytest.mark.triton
+
+_FP = {"fp32": tl.float32, "fp64": tl.float64}
+# pointer arguments that hold integers (everything else named *_ptr holds the data dtype)
+_INT_PTRS = {"index_ptr": "*i64", "lidx_ptr": "*i64", "sidx_ptr": "*i64", "j_ptr": "*i64", "hist_ptr": "*i32",
+             "cum_ptr": "*i64"}
+_I64 = {"seed", "seed_b"}
+
+
+def _compile(kernel, dt, consts, target):
+    sig = {}
+    for name in kernel.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in _INT_PTRS:
+            sig[name] = _INT_PTRS[name]
+        elif name.endswith("_ptr"):
+            sig[name] = "*" + dt
+        else:
+            sig[name] = "i64" if name in _I64 else "i32"
+    src = ASTSource(fn=kernel, signature=sig,
+                    constexprs={(kernel.arg_names.index(k),): v for k, v in consts.items()})
+    return triton.compile(src, target=target)
+
+
+def _proj_consts(dt, store=True):
+    bn, bk, bd, dot = projection_noise.tile_config(__import__("torch").float32 if dt == "fp32"
+                                                   else __import__("torch").float64, 48)
+    return dict(HAS_NOISE=True, BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=dot, ACC=_FP[dt])
+
+
+CASES = [
+    ("project_noise", projection_noise._project_noise_kernel, "fp32", lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
+    ("project_noise", projection_noise._project_noise_kernel, "fp64", lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
+    ("transport_exact", quantile._transport_exact_kernel, "fp32", lambda dt: dict(BLOCK=1024)),
+    ("transport_grid", quantile._transport_grid_kernel, "fp32", lambda dt: dict(BLOCK=1024)),
+    ("drift_update", drift._drift_kernel, "fp32",
+     lambda dt: dict(FIRST=False, LAST=True, UPDATE=True, BROWNIAN=True, STORE_BROWN=True, BLOCK_N=64, BLOCK_D=64,
+                     BLOCK_K=16, USE_DOT=True, ACC=tl.float32)),
+    ("drift_update", drift._drift_kernel, "fp64",
+     lambda dt: dict(FIRST=True, LAST=True, UPDATE=True, BROWNIAN=False, STORE_BROWN=False, BLOCK_N=32,
+                     BLOCK_D=16, BLOCK_K=8, USE_DOT=False, ACC=tl.float64)),
+    ("hist_minmax", histogram._minmax_kernel, "fp32", lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
+    ("hist_count", histogram._hist_kernel, "fp32", lambda dt: dict(_proj_consts(dt), NUM_BINS=1024)),
+    ("hist_transport", histogram._hist_transport_kernel, "fp32", lambda dt: dict(_proj_consts(dt), NUM_BINS=1024)),
+    ("w1d_p2", dpswd._w1d_kernel, "fp32", lambda dt: dict(P_MODE=2, NEED_GL=True, NEED_GS=True, BLOCK=1024)),
+    ("w1d_pany", dpswd._w1d_kernel, "fp64", lambda dt: dict(P_MODE=0, NEED_GL=True, NEED_GS=True, BLOCK=1024)),
+    ("w1d_p1", dpswd._w1d_kernel, "fp32", lambda dt: dict(P_MODE=1, NEED_GL=False, NEED_GS=True, BLOCK=1024)),
+]
+
+
+def compile_all(arch):
+    """Compile every case for ``cuda`` sm_<arch>; returns {case id: error text or None}."""
+    out = {}
+    for name, kernel, dt, consts in CASES:
+        try:
+            compiled = _compile(kernel, dt, consts(dt), GPUTarget("cuda", arch, 32))
+            ok = bool(compiled.asm["cubin"]) and ".entry" in compiled.asm["ptx"]
+            out[f"{name}-{dt}"] = None if ok else "empty cubin / no kernel entry in the PTX"
+        except Exception as err:  # report every failing kernel, not only the first
+            out[f"{name}-{dt}"] = f"{type(err).__name__}: {str(err)[:2000]}"
+    return out
+
+
+def _compile_in_subprocess(arch):
+    """Triton's compiler needs real @triton.jit functions; under TRITON_INTERPRET=1 the decorator returns
+    interpreter objects, so compile in a fresh process with the interpreter switched off."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(arch)], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@COMPILE ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("@@COMPILE "):])
+
+
+def test_every_kernel_compiles_for_h100():
+    failures = {k: v for k, v in _compile_in_subprocess(90).items() if v is not None}
+    assert not failures, failures
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_for_a100():
+    failures = {k: v for k, v in _compile_in_subprocess(80).items() if v is not None}
+    assert not failures, failures
+
+
+if __name__ == "__main__":
+    print("@@COMPILE " + json.dumps(compile_all(int(sys.argv[1]))), flush=True)
