@@ -1,9 +1,10 @@
 """Sensitivity of the random-direction projection (Monte Carlo over Θ), δ split, Proposition 2."""
 import math
 
+import numpy as np
 import pytest
 import torch
-from scipy.stats import norm
+from scipy.stats import beta, norm
 
 from fastdpot.privacy import (projection_mechanism_epsilon, sliced_sensitivity, sliced_sensitivity_sq,
                               split_delta)
@@ -32,8 +33,9 @@ def test_monte_carlo_tail_bernstein_below_delta_clt_close_to_delta(k, d):
     s = _tail_samples(N_MC, k, d, seed=k * 100 + d)
     p_bern = float((s > sliced_sensitivity_sq(k, d, delta, "bernstein")).double().mean())
     p_clt = float((s > sliced_sensitivity_sq(k, d, delta, "clt")).double().mean())
-    # Bernstein is a proven bound: the empirical tail is below δ (by far more than the MC error, sd ≈ 1e-3)
-    assert p_bern <= delta
+    p_chern = float((s > sliced_sensitivity_sq(k, d, delta, "chernoff")).double().mean())
+    # Bernstein and Chernoff are proven bounds: the empirical tail is below δ (the MC sd is ≈ 1e-3)
+    assert p_bern <= delta and p_chern <= delta
     # CLT is an approximation: the tail is near δ (empirically 1.0-1.4 δ here: skewed sum), not guaranteed below
     assert 0.5 * delta <= p_clt <= 2.0 * delta
     # the test can fail: the mean alone (no deviation term) is exceeded about half of the time
@@ -47,6 +49,33 @@ def test_monte_carlo_tail_scales_with_diameter():
     assert float((s > delta_bound ** 2).double().mean()) <= delta
     clt = sliced_sensitivity(k, d, delta, "clt", diameter=diam)
     assert 0.5 * delta <= float((s > clt ** 2).double().mean()) <= 2.0 * delta
+
+
+def _exact_tail_bracket(k, d, w, h=1e-3):
+    """Lower and upper bounds on P(‖uΘᵀ‖² > w) for unit u: S = Σ_j B_j, B_j ~ Beta(1/2, (d−1)/2) i.i.d.
+
+    The Beta law is discretised on a grid of step h with each bin's mass put at its left end (S_left <= S) or its
+    right end (S_right >= S); the k-fold convolutions are exact up to FFT rounding. Independent of fastdpot.
+    """
+    n = int(round(1 / h))
+    pm = np.diff(beta.cdf(np.linspace(0, 1, n + 1), 0.5, (d - 1) / 2))
+    size = 1 << int(np.ceil(np.log2(k * (n + 1) + 2)))
+    conv = lambda m: np.clip(np.fft.irfft(np.fft.rfft(m, size) ** k, size)[: k * n + 1], 0, None)
+    s_left, s_right = conv(pm), conv(np.concatenate([[0.0], pm]))
+    grid = np.arange(k * n + 1) * h
+    return float(s_left[grid > w].sum()), float(s_right[grid > w].sum())
+
+
+def test_exact_tail_at_small_delta_chernoff_and_bernstein_hold_clt_does_not():
+    k, d, delta = 70, 8, 1e-6
+    for bound in ("chernoff", "bernstein"):
+        _, upper = _exact_tail_bracket(k, d, sliced_sensitivity_sq(k, d, delta, bound))
+        assert upper <= delta, bound
+    lower, _ = _exact_tail_bracket(k, d, sliced_sensitivity_sq(k, d, delta, "clt"))
+    assert lower > 3 * delta  # the CLT "bound" is exceeded several times more often than δ at this level
+    # and Chernoff costs little over CLT, much less than Bernstein
+    w_clt, w_ch, w_be = (sliced_sensitivity_sq(k, d, delta, b) for b in ("clt", "chernoff", "bernstein"))
+    assert w_clt < w_ch < 0.75 * w_be
 
 
 def test_closed_forms():

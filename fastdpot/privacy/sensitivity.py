@@ -10,16 +10,34 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence, Tuple
 
+from scipy.optimize import minimize_scalar
+from scipy.special import hyp1f1
 from scipy.stats import norm
 
 from .._validate import check_choice, check_delta, check_int, check_positive, check_probability
 
 __all__ = ["sliced_sensitivity", "sliced_sensitivity_sq", "split_delta", "projection_mechanism_epsilon",
-           "CLT_MIN_PROJECTIONS"]
+           "CLT_MIN_PROJECTIONS", "BOUNDS"]
+
+BOUNDS = ("clt", "bernstein", "chernoff")
 
 # The CLT form is an approximation; the DP-SWD paper only uses it for k > 30 (the authors' code switches to the
 # Bernstein bound below that).
 CLT_MIN_PROJECTIONS = 31
+
+
+def _chernoff_w(k: int, d: int, log_inv_delta: float) -> float:
+    """Chernoff bound with the exact moment generating function of (θᵀu)² ~ Beta(1/2, (d−1)/2).
+
+    For every t > 0, P(S ≥ w) ≤ exp(−t w) M(t)^k with M(t) = ₁F₁(1/2; d/2; t) (Kummer's function, the MGF of that
+    Beta law), so w(t) = (k ln M(t) + ln(1/δ))/t is a valid bound for *any* t; the numerical minimisation over t only
+    decides how tight it is, never whether it holds.
+    """
+    def w_of(t):
+        return (k * math.log(hyp1f1(0.5, d / 2.0, t)) + log_inv_delta) / t
+
+    res = minimize_scalar(w_of, bounds=(1e-6, 600.0), method="bounded", options={"xatol": 1e-10})
+    return float(min(w_of(float(res.x)), w_of(1.0)))
 
 
 def sliced_sensitivity_sq(num_projections: int, dim: int, delta: float, bound: str = "clt") -> float:
@@ -27,13 +45,15 @@ def sliced_sensitivity_sq(num_projections: int, dim: int, delta: float, bound: s
     k = check_int(num_projections, "num_projections", 1)
     d = check_int(dim, "dim", 1)
     delta = check_delta(delta, "delta")
-    check_choice(bound, "bound", ("clt", "bernstein"))
+    check_choice(bound, "bound", BOUNDS)
     mean = k / d
     if d == 1:
         # Θ = ±1: ‖(x - x')Θᵀ‖² = k ‖x - x'‖² exactly, no tail at all.
         return float(k)
     log_term = math.log(1.0 / delta)
-    if bound == "bernstein":
+    if bound == "chernoff":
+        w = _chernoff_w(k, d, log_term)
+    elif bound == "bernstein":
         w = mean + (2.0 / 3.0) * log_term + (2.0 / d) * math.sqrt(k * (d - 1) / (d + 2) * log_term)
     else:
         if k < CLT_MIN_PROJECTIONS:
@@ -57,10 +77,16 @@ def sliced_sensitivity(num_projections: int, dim: int, delta: float, bound: str 
 
     with
 
-    * ``"bernstein"`` (a proven bound, any k):
+    * ``"chernoff"`` (a proven bound, any k; the tightest proven one here): the Chernoff bound with the exact moment
+      generating function of :math:`(θ^\top u)^2 \sim \mathrm{Beta}(1/2, (d−1)/2)`,
+      :math:`w = \min_{t>0} \big(k \ln {}_1F_1(1/2; d/2; t) + \ln(1/δ)\big)/t`;
+    * ``"bernstein"`` (a proven bound, any k; paper Lemma 2):
       :math:`w = k/d + \tfrac23 \ln(1/δ) + \tfrac2d \sqrt{k (d−1)/(d+2) \ln(1/δ)}`;
-    * ``"clt"`` (a normal approximation, k ≥ 31 only; its tail is close to δ, not guaranteed ≤ δ):
-      :math:`w = k/d + \tfrac{z_{1−δ}}{d} \sqrt{2k(d−1)/(d+2)}`.
+    * ``"clt"`` (a normal approximation, k ≥ 31 only, **not a guarantee**):
+      :math:`w = k/d + \tfrac{z_{1−δ}}{d} \sqrt{2k(d−1)/(d+2)}`. The sum is right-skewed, so the true tail exceeds
+      δ, increasingly so for small δ: for k = 70, d = 8 the exact tail is 1.4 δ at δ = 1e-2, 7.6 δ at 5e-6 and about
+      95 δ at 1.2e-9 (= 1e-5/(2·4199), the per-step tail of a DPSWflow-r run). Prefer ``"chernoff"`` whenever the
+      (ε, δ) is reported as a guarantee; it costs about 6 % more noise than CLT there and 25 % less than Bernstein.
 
     Both are capped at k (the deterministic bound). ``delta`` here is the *tail probability over Θ*, not the DP δ:
     a release that uses this sensitivity is (ε, δ_DP + δ)-DP where (ε, δ_DP) is what the Gaussian mechanism gives
@@ -84,9 +110,14 @@ def sliced_sensitivity(num_projections: int, dim: int, delta: float, bound: str 
         ValueError: k < 1, d < 1, δ outside (0, 1), unknown ``bound``, ``diameter`` <= 0, or k < 31 with
         ``bound="clt"``.
 
+    Note:
+        The default ``"clt"`` follows the paper and the shared contract of fastdpot; it is an approximation (see
+        above). ``"chernoff"`` and ``"bernstein"`` are proven tail bounds.
+
     References:
         Rakotomamonjy & Ralaivola, "Differentially Private Sliced Wasserstein Distance", ICML 2021, Lemma 2 and the
-        CLT variant (PAPERS.md §1).
+        CLT variant (PAPERS.md §1); Chernoff bound: Boucheron, Lugosi & Massart, "Concentration Inequalities", §2.2;
+        the MGF of the Beta law: Abramowitz & Stegun 13.2.1.
     """
     diameter = check_positive(diameter, "diameter")
     return diameter * math.sqrt(sliced_sensitivity_sq(num_projections, dim, delta, bound))
@@ -126,7 +157,7 @@ def projection_mechanism_epsilon(noise_std: float, num_projections: int, dim: in
         num_projections, dim: k and d.
         delta: the total DP δ of the release.
         diameter: bound on ‖x_i − x'_i‖ for neighbouring data sets (2·radius under substitution).
-        bound: ``"clt"`` or ``"bernstein"`` (see :func:`sliced_sensitivity`).
+        bound: ``"clt"``, ``"bernstein"`` or ``"chernoff"`` (see :func:`sliced_sensitivity`).
         orders: optional RDP orders α > 1 to minimise over.
 
     Returns:
