@@ -1,0 +1,278 @@
+// Fused CPU step of the (DP) sliced-Wasserstein particle flow -- PAPERS.md §2, fastdpot/reference/flow.py.
+//
+// For each chunk of C directions (C bounded so the chunk's projections take <= ~256 MB):
+//   a. projections s_ij = <x_i, θ_j> + σ·N(seed, stream 2j, i), blocked over particles (x_i and the chunk of Θ stay
+//      in L1; the accumulation loop runs over directions so it vectorises without fast-math);
+//   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections; the noisy private
+//      projections <y_m, θ_j> + σ·N(seed, stream 2j+1, m), sorted; target of rank r:
+//        exact (Q == 0): private quantile at level r/(N-1), i.e. linear interpolation at position r(M-1)/(N-1);
+//        grid  (Q >= 2): the authors' Q-level grid (particle quantiles xq, private quantiles tq, cdf by linear
+//                        interpolation through xq -- a forward walk over the sorted values, no search -- then
+//                        T = interp(cdf; levels -> tq));
+//      residual s_ij - T_ij stored in place;
+//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles).
+// Finally drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N(seed, stream 2k, i·d + c).
+// Noise element indices depend only on (seed, stream, index): results do not depend on threads or chunking.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace py = pybind11;
+using namespace fastdpot;
+
+namespace {
+
+constexpr int64_t kBlock = 64;                          // particles per block (multiple of 4: aligned Philox)
+constexpr double kChunkBytes = 256.0 * 1024 * 1024;     // projections buffer per chunk of directions
+
+// linear-interpolation quantile of sorted v[0..n) at level u in [0, 1] (numpy "linear": position u(n-1))
+template <typename T>
+static inline double quantile_sorted(const T* v, int64_t n, double u) {
+    double pos = u * (double)(n - 1);
+    int64_t lo = (int64_t)std::floor(pos);
+    if (lo < 0) lo = 0;
+    if (lo >= n - 1) return (double)v[n - 1];
+    double f = pos - (double)lo;
+    return (double)v[lo] + f * ((double)v[lo + 1] - (double)v[lo]);
+}
+
+template <typename T>
+struct DirScratch {
+    std::vector<uint32_t> perm;
+    std::vector<T> sx, ys;
+    std::vector<double> xq, tq;
+    SortWorkspace<T> ws;
+};
+
+template <typename T>
+void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, const T* TH, int64_t K, double sigma,
+                    double h, double lam, uint64_t seed, int64_t Q, T* out_new, T* out_drift, T* nx_out, T* ny_out,
+                    T* br_out) {
+    int64_t C = (int64_t)(kChunkBytes / ((double)N * sizeof(T)));
+    C = std::max<int64_t>(1, std::min<int64_t>(C, K));
+    std::vector<T> P((size_t)C * (size_t)N);
+    std::vector<T> thT((size_t)d * (size_t)C);  // chunk of Θ transposed: thT[c*C + jj]
+    // small problems run on one thread: OpenMP barriers cost more than the work (and much more on a busy machine)
+    const int nthreads = ((double)N * (double)K * (double)(d + 8) < 4.0e6) ? 1 : omp_get_max_threads();
+    std::vector<DirScratch<T>> scratch(nthreads);
+    std::vector<double> levels;
+    if (Q >= 2) {
+        levels.resize(Q);
+        for (int64_t q = 0; q < Q; ++q) levels[q] = (double)q / (double)(Q - 1);
+        levels[Q - 1] = 1.0;
+    }
+    const int64_t nblocks = (N + kBlock - 1) / kBlock;
+
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t i = 0; i < N * d; ++i) out_drift[i] = (T)0;
+
+    for (int64_t j0 = 0; j0 < K; j0 += C) {
+        const int64_t cj = std::min(C, K - j0);
+        for (int64_t jj = 0; jj < cj; ++jj)
+            for (int64_t c = 0; c < d; ++c) thT[c * cj + jj] = TH[(j0 + jj) * d + c];
+
+        // a. noisy projections of the particles, P[jj][i]
+#pragma omp parallel num_threads(nthreads)
+        {
+            std::vector<T> acc(cj);
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
+                for (int64_t jj = 0; jj < cj; ++jj) {
+                    T* pj = P.data() + (size_t)jj * N;
+                    if (sigma > 0) {
+                        fill_normal(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0, sigma);
+                        if (nx_out)
+                            for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = pj[i];
+                    } else {
+                        for (int64_t i = i0; i < i1; ++i) pj[i] = (T)0;
+                        if (nx_out)
+                            for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = (T)0;
+                    }
+                }
+                for (int64_t i = i0; i < i1; ++i) {
+                    const T* xi = X + i * d;
+                    std::fill(acc.begin(), acc.end(), (T)0);
+                    for (int64_t c = 0; c < d; ++c) {
+                        const T xc = xi[c];
+                        const T* tc = thT.data() + c * cj;
+                        T* a = acc.data();
+#pragma omp simd
+                        for (int64_t jj = 0; jj < cj; ++jj) a[jj] += xc * tc[jj];
+                    }
+                    for (int64_t jj = 0; jj < cj; ++jj) P[(size_t)jj * N + i] += acc[jj];
+                }
+            }
+        }
+
+        // b. per direction: sort, target quantiles, residual in place
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+        for (int64_t jj = 0; jj < cj; ++jj) {
+            DirScratch<T>& s = scratch[omp_get_thread_num()];
+            if ((int64_t)s.perm.size() < N) { s.perm.resize(N); s.sx.resize(N); }
+            if ((int64_t)s.ys.size() < M) s.ys.resize(M);
+            const int64_t j = j0 + jj;
+            const T* th = TH + j * d;
+            T* pj = P.data() + (size_t)jj * N;
+            uint32_t* perm = s.perm.data();
+            T* sx = s.sx.data();
+            T* ys = s.ys.data();
+            // noisy private projections (sorted values only)
+            if (sigma > 0) fill_normal(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
+            else std::fill(ys, ys + M, (T)0);
+            for (int64_t m = 0; m < M; ++m) {
+                if (ny_out) ny_out[m * K + j] = ys[m];
+                const T* ym = Y + m * d;
+                T acc = 0;
+                for (int64_t c = 0; c < d; ++c) acc += ym[c] * th[c];
+                ys[m] += acc;
+            }
+            std::sort(ys, ys + M);
+            argsort(pj, (uint32_t)N, perm, sx, s.ws);
+            if (Q == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
+                const double scale = (double)(M - 1) / (double)(N - 1);
+                for (int64_t r = 0; r < N; ++r) {
+                    double pos = (double)r * scale;
+                    int64_t lo = (int64_t)pos;
+                    double t;
+                    if (lo >= M - 1) t = (double)ys[M - 1];
+                    else t = (double)ys[lo] + (pos - (double)lo) * ((double)ys[lo + 1] - (double)ys[lo]);
+                    pj[perm[r]] = (T)((double)sx[r] - t);
+                }
+            } else {  // grid (authors): xq, tq on Q levels; cdf through xq; T through tq
+                if ((int64_t)s.xq.size() < Q) { s.xq.resize(Q); s.tq.resize(Q); }
+                double* xq = s.xq.data();
+                double* tq = s.tq.data();
+                for (int64_t q = 0; q < Q; ++q) {
+                    xq[q] = quantile_sorted(sx, N, levels[q]);
+                    tq[q] = quantile_sorted(ys, M, levels[q]);
+                }
+                int64_t jq = 0;
+                for (int64_t r = 0; r < N; ++r) {
+                    const double v = (double)sx[r];
+                    while (jq + 1 < Q && xq[jq + 1] <= v) ++jq;  // xq[jq] <= v < xq[jq+1] (numpy.interp)
+                    double cdf;
+                    if (jq >= Q - 1) cdf = levels[Q - 1];
+                    else if (v < xq[0]) cdf = levels[0];
+                    else cdf = levels[jq] + (v - xq[jq]) * (levels[jq + 1] - levels[jq]) / (xq[jq + 1] - xq[jq]);
+                    // T = interp(cdf; levels -> tq) on the uniform grid
+                    double pos = cdf * (double)(Q - 1);
+                    int64_t lo = (int64_t)std::floor(pos);
+                    double t;
+                    if (lo >= Q - 1) t = tq[Q - 1];
+                    else {
+                        if (lo < 0) lo = 0;
+                        t = tq[lo] + (pos - (double)lo) * (tq[lo + 1] - tq[lo]);
+                    }
+                    pj[perm[r]] = (T)(v - t);
+                }
+            }
+        }
+
+        // c. drift accumulation
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (int64_t b = 0; b < nblocks; ++b) {
+            const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
+            for (int64_t i = i0; i < i1; ++i) {
+                T* di = out_drift + i * d;
+                for (int64_t jj = 0; jj < cj; ++jj) {
+                    const T rij = P[(size_t)jj * N + i];
+                    const T* th = TH + (j0 + jj) * d;
+#pragma omp simd
+                    for (int64_t c = 0; c < d; ++c) di[c] += rij * th[c];
+                }
+            }
+        }
+    }
+
+    // drift /= k; Euler--Maruyama update
+    const T inv_k = (T)(1.0 / (double)K);
+    const double bscale = std::sqrt(2.0 * lam * h);
+#pragma omp parallel num_threads(nthreads)
+    {
+        std::vector<T> xi((size_t)kBlock * d);
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < nblocks; ++b) {
+            const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
+            const int64_t cnt = (i1 - i0) * d;
+            if (lam > 0) {
+                fill_normal(xi.data(), cnt, seed, (uint64_t)(2 * K), (uint64_t)(i0 * d), 1.0);
+                if (br_out) std::copy(xi.data(), xi.data() + cnt, br_out + i0 * d);
+            }
+            for (int64_t t = 0; t < cnt; ++t) {
+                const int64_t e = i0 * d + t;
+                const T dr = out_drift[e] * inv_k;
+                out_drift[e] = dr;
+                double v = (double)X[e] - h * (double)dr;
+                if (lam > 0) v += bscale * (double)xi[t];
+                out_new[e] = (T)v;
+            }
+        }
+    }
+}
+
+template <typename T>
+using Arr = py::array_t<T, py::array::c_style>;
+
+template <typename T>
+static T* opt_ptr(const py::object& o, int64_t rows, int64_t cols, const char* name) {
+    if (o.is_none()) return nullptr;
+    if (!py::isinstance<Arr<T>>(o))  // never write into a silent converted copy
+        throw std::invalid_argument(std::string(name) + " must be a C-contiguous array of the particles' dtype");
+    auto a = o.cast<Arr<T>>();
+    if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != cols)
+        throw std::invalid_argument(std::string(name) + " must have shape (" + std::to_string(rows) + ", " +
+                                    std::to_string(cols) + ")");
+    return a.mutable_data();
+}
+
+template <typename T>
+void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double lam, int64_t seed, int64_t Q,
+                  Arr<T> out_new, Arr<T> out_drift, py::object nx, py::object ny, py::object br) {
+    if (x.ndim() != 2 || y.ndim() != 2 || th.ndim() != 2) throw std::invalid_argument("inputs must be 2-D");
+    const int64_t N = x.shape(0), d = x.shape(1), M = y.shape(0), K = th.shape(0);
+    if (y.shape(1) != d || th.shape(1) != d) throw std::invalid_argument("particles, private, projections: d differs");
+    if (N < 2 || M < 1 || K < 1) throw std::invalid_argument("need N >= 2, M >= 1, k >= 1");
+    if (N >= (int64_t)UINT32_MAX) throw std::invalid_argument("N must be < 2^32");
+    if (Q == 1 || Q < 0) throw std::invalid_argument("num_quantiles must be >= 2 (or 0 for exact)");
+    if (out_new.size() != N * d || out_drift.size() != N * d) throw std::invalid_argument("output shape mismatch");
+    T* pn = opt_ptr<T>(nx, N, K, "noise_particles");
+    T* pm = opt_ptr<T>(ny, M, K, "noise_private");
+    T* pb = opt_ptr<T>(br, N, d, "brownian");
+    const T* px = x.data();
+    const T* py_ = y.data();
+    const T* pt = th.data();
+    T* po = out_new.mutable_data();
+    T* pd = out_drift.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        flow_step_impl<T>(px, N, d, py_, M, pt, K, sigma, h, lam, (uint64_t)seed, Q, po, pd, pn, pm, pb);
+    }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C_flow, m) {
+    m.doc() = "fastdpot fused CPU step of the DP sliced-Wasserstein particle flow (see csrc/flow.cpp)";
+    const char* doc =
+        "flow_step(x (N,d), y (M,d), theta (k,d), sigma, step_size, reg, seed, Q, out_new (N,d), out_drift (N,d), "
+        "noise_particles (N,k)|None, noise_private (M,k)|None, brownian (N,d)|None). Q = 0: exact sort-based "
+        "transport; Q >= 2: the authors' Q-level grid. Writes the outputs in place; releases the GIL.";
+    m.def("flow_step", &flow_step_py<float>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
+          py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
+          py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
+          py::arg("brownian"));
+    m.def("flow_step", &flow_step_py<double>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
+          py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
+          py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
+          py::arg("brownian"));
+}

@@ -1,0 +1,824 @@
+"""DP sliced-Wasserstein particle flows: DPSWflow-r (``variant="resample"``) and DPSWflow (``"presampled"``).
+
+PAPERS.md §2 (Sebag et al., TMLR). Particles follow the Euler--Maruyama discretisation of the smoothed
+sliced-Wasserstein gradient flow towards a private data set; the private data enter only through their noisy
+projections ``Y Θᵀ + V`` (a Gaussian mechanism), released once per step.
+
+Privacy guarantee (what the code enforces, and what it assumes)
+----------------------------------------------------------------
+* Every private row is clipped to the ball of radius ``radius`` (or, with ``normalize=True``, scaled onto the sphere
+  of that radius) inside :meth:`DPSlicedWassersteinFlow.step`, so two neighbouring rows differ by at most the
+  diameter ``2·radius``. Rows are never used raw.
+* Neighbouring data sets differ by the substitution of one row (replace-one). Per step the release is the noisy
+  projection of the batch's rows, a Gaussian mechanism with sensitivity ``Δ = 2·radius·sqrt(w(k, δ_tail))``
+  (:func:`fastdpot.privacy.sliced_sensitivity`), which holds with probability ``≥ 1 − δ_tail`` over the draw of
+  the k directions; the noise std on every projected value is ``σ = z·Δ``.
+* :meth:`run` draws each step's batch with :class:`fastdpot.privacy.FixedSizeSampler` (``B`` rows uniformly
+  without replacement, fresh each step -- never a replayed epoch) and accounts it as a sampled-without-replacement
+  Gaussian (RDP, substitution neighbours) with sample rate ``q = B/n``. :meth:`step` on a batch you chose yourself is
+  accounted as an unsampled Gaussian release (sample rate 1, no amplification).
+* Over the planned ``T = steps`` steps the guarantee is ``(ε, δ)`` with ``δ = δ_acc + T·δ_tail`` (union bound over
+  the T draws of Θ; :func:`fastdpot.privacy.split_delta`, default ``δ_acc = δ/2``, ``δ_tail = δ/(2T)``); ε is the
+  accountant's ε at ``δ_acc`` after the steps taken. The flow refuses to take more than T private steps (the δ
+  split would no longer hold), and with ``target_epsilon`` a :class:`fastdpot.privacy.PrivacyBudget` refuses a
+  step that would exceed it before anything is released.
+* ``variant="presampled"`` (DPSWflow): a pool of ``pool_size`` directions is drawn once and every step uses k of
+  them drawn uniformly without replacement, so each step's directions are marginally k i.i.d. uniform directions
+  and the same per-step tail bound and union bound apply; every step's noisy release is composed like DPSWflow-r
+  (the authors' code reports ε = 0 for this variant, PAPERS.md §2 (c); fastdpot does not).
+* The noisy particle projections use the same σ (the authors' smoothing); particles are public post-processing.
+* ``noise_multiplier=None`` with ``target_epsilon=None`` (or ``inf``) is the NON-PRIVATE flow: σ = 0 and
+  :meth:`epsilon` returns ``inf``.
+* Not covered: the diffusion term's amplification (paper Thm. 3) is not claimed; floating-point noise sampling
+  (Mironov 2012) is not hardened.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import torch
+
+from ._dispatch import dispatch, register, set_auto
+from ._ext import cpp_status, load_cpp
+from ._random import draw_seed, make_generator
+from ._validate import (check_choice, check_delta, check_epsilon, check_finite_tensor, check_int, check_nonnegative,
+                        check_positive, check_probability, check_tensor)
+from .reference import flow as _ref
+
+__all__ = ["DPSlicedWassersteinFlow", "ClassConditionalFlow", "NonFiniteParticlesError", "flow_step"]
+
+_QUANTILE_MODES = ("exact", "grid", "histogram")
+
+
+class NonFiniteParticlesError(FloatingPointError):
+    """A flow step produced NaN/Inf particles; the flow keeps its last good particles and checkpoint."""
+
+
+# ------------------------------------------------------------------------------------------------------------
+# op "flow_step": backends
+# ------------------------------------------------------------------------------------------------------------
+def _draw_reference_noise(particles, private, projections, noise_std, reg, seed):
+    n, d = particles.shape
+    m, k = private.shape[0], projections.shape[0]
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    dt = particles.dtype
+    nx = torch.randn(n, k, generator=g, dtype=dt).to(particles.device)
+    ny = torch.randn(m, k, generator=g, dtype=dt).to(particles.device)
+    br = torch.randn(n, d, generator=g, dtype=dt).to(particles.device) if reg > 0 else None
+    return nx * noise_std, ny * noise_std, br
+
+
+@register("flow_step", "reference")
+def _flow_step_reference(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles,
+                         num_quantiles, return_noise):
+    """Reference backend: noise from a ``torch.Generator`` seeded with ``seed`` (order: particles, private,
+    Brownian), then :func:`fastdpot.reference.flow.flow_step` (or the histogram reference)."""
+    private = private.to(particles.dtype)
+    projections = projections.to(particles.dtype)
+    nx, ny, br = _draw_reference_noise(particles, private, projections, float(noise_std), float(reg), seed)
+    if quantiles == "histogram":
+        from .reference.flow_histogram import flow_step_histogram  # Triton engineer's reference (lazy)
+
+        new, drift = flow_step_histogram(particles, private, projections, nx, ny, step_size, reg=reg, brownian=br,
+                                         num_bins=num_quantiles)
+    else:
+        new, drift = _ref.flow_step(particles, private, projections, nx, ny, step_size, reg=reg, brownian=br,
+                                    quantiles=quantiles, num_quantiles=num_quantiles)
+    noise = dict(particles=nx, private=ny, brownian=br) if return_noise else None
+    return new, drift, noise
+
+
+def _cpu_available():
+    return cpp_status("flow")
+
+
+@register("flow_step", "cpu", available=_cpu_available)
+def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles, num_quantiles,
+                   return_noise):
+    """Fused C++/OpenMP step (``csrc/flow.cpp``): Philox noise (particle noise of direction j on stream 2j,
+    private noise on stream 2j+1, Brownian on stream 2k), radix sort per direction, rank -> target quantile by index
+    interpolation, drift and Euler--Maruyama update, in chunks of directions. ``"histogram"`` mode is delegated to
+    the reference backend."""
+    if quantiles == "histogram":
+        return _flow_step_reference(particles, private, projections, noise_std=noise_std, step_size=step_size,
+                                    reg=reg, seed=seed, quantiles=quantiles, num_quantiles=num_quantiles,
+                                    return_noise=return_noise)
+    if particles.device.type != "cpu":
+        raise ValueError(f"backend 'cpu' needs CPU tensors, got particles on {particles.device}")
+    if particles.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"backend 'cpu' supports float32/float64 particles, got {particles.dtype}")
+    mod = load_cpp("flow")
+    dt = particles.dtype
+    x = particles.detach().contiguous()
+    y = private.detach().to(dt).contiguous()
+    th = projections.detach().to(dt).contiguous()
+    n, d = x.shape
+    m, k = y.shape[0], th.shape[0]
+    new = torch.empty_like(x)
+    drift = torch.empty_like(x)
+    nx = ny = br = None
+    if return_noise:
+        nx = torch.empty(n, k, dtype=dt)
+        ny = torch.empty(m, k, dtype=dt)
+        br = torch.empty(n, d, dtype=dt) if reg > 0 else None
+    q = 0 if quantiles == "exact" else (n if num_quantiles is None else int(num_quantiles))
+    mod.flow_step(x.numpy(), y.numpy(), th.numpy(), float(noise_std), float(step_size), float(reg),
+                  int(seed), int(q), new.numpy(), drift.numpy(),
+                  None if nx is None else nx.numpy(), None if ny is None else ny.numpy(),
+                  None if br is None else br.numpy())
+    noise = dict(particles=nx, private=ny, brownian=br) if return_noise else None
+    return new, drift, noise
+
+
+set_auto("flow_step", "cpu", [("cpu", 0)])
+
+
+def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch.Tensor, *, noise_std: float,
+              step_size: float, reg: float = 0.0, seed: int = 0, quantiles: str = "exact",
+              num_quantiles: Optional[int] = None, return_noise: bool = False, backend: str = "auto"):
+    """One flow step through the dispatch table (low level; :class:`DPSlicedWassersteinFlow` is the private API).
+
+    This function releases nothing by itself and clips nothing: ``private`` must already be clipped, and the
+    caller accounts the release. Noise is drawn from the integer ``seed`` (each backend its own generator;
+    ``return_noise=True`` returns the exact draws so :func:`fastdpot.reference.flow.flow_step` can replay them).
+
+    Shape:
+        particles (N, d); private (M, d); projections (k, d). Returns ``(new_particles (N, d), drift (N, d), noise)``
+        with ``noise`` None or ``dict(particles=(N, k), private=(M, k), brownian=(N, d) or None)``.
+        ``noise_std`` σ is a standard deviation on projected values.
+
+    Raises:
+        ValueError: bad shapes / values (see :func:`fastdpot.reference.flow.flow_step`).
+        BackendUnavailableError: an explicitly requested backend is missing.
+    """
+    check_tensor(particles, "particles", 2)
+    check_tensor(private, "private", 2)
+    check_tensor(projections, "projections", 2)
+    if private.shape[1] != particles.shape[1] or projections.shape[1] != particles.shape[1]:
+        raise ValueError(f"particles, private and projections must share d, got {particles.shape[1]}, "
+                         f"{private.shape[1]}, {projections.shape[1]}")
+    if particles.shape[0] < 2:
+        raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={particles.shape[0]}")
+    check_nonnegative(noise_std, "noise_std")
+    check_positive(step_size, "step_size")
+    check_nonnegative(reg, "reg")
+    check_choice(quantiles, "quantiles", _QUANTILE_MODES)
+    if quantiles != "exact" and num_quantiles is not None:
+        check_int(num_quantiles, "num_quantiles", 2)
+    if quantiles == "histogram" and num_quantiles is None:
+        raise ValueError("num_quantiles (the number of histogram bins) is required for quantiles='histogram'")
+    _, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0])
+    return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
+              reg=float(reg), seed=int(seed), quantiles=quantiles, num_quantiles=num_quantiles,
+              return_noise=return_noise)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# DPSlicedWassersteinFlow
+# ------------------------------------------------------------------------------------------------------------
+def _privacy():
+    from . import privacy  # the privacy core (imported lazily: only private flows need it)
+
+    return privacy
+
+
+def _atomic_save(obj, path):
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_ckpt_")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)  # the previous checkpoint stays intact until the new one is complete
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+class DPSlicedWassersteinFlow:
+    """Differentially private sliced-Wasserstein particle flow (DPSWflow-r / DPSWflow), PAPERS.md §2.
+
+    Each step: draw k unit directions Θ (fresh, or k of a fixed pool), project the particles and the private batch,
+    add N(0, σ²) noise to every projected value, map each noisy particle projection to the private quantile at its
+    level (sort-based ``"exact"`` transport, the authors' ``"grid"``, or the sort-free ``"histogram"``), and move
+
+    .. math::  x_i \\leftarrow x_i - h\\,\\frac1k\\sum_j (s_{ij} - T_{ij})\\,\\theta_j + \\sqrt{2\\lambda h}\\,\\xi_i .
+
+    Args:
+        num_particles: N >= 2.
+        dim: d, the dimension of particles and private rows.
+        num_projections: k >= 1 directions per step.
+        step_size: h > 0.
+        reg: entropic regularisation λ >= 0 (Brownian term).
+        noise_multiplier: z = σ/Δ. None with ``target_epsilon`` given: calibrated so that ``steps`` steps spend
+            ``target_epsilon`` (at the first :meth:`run`, when the data set size n is known).
+        target_epsilon: ε budget; the run stops before a step would exceed it. None/inf with no noise multiplier:
+            non-private flow.
+        delta: total δ of the guarantee, ``δ = δ_acc + T·δ_tail``.
+        radius: private rows are clipped to this ℓ2 radius inside the step (diameter ``2·radius``).
+        normalize: scale every private row onto the sphere of radius ``radius`` (the authors' pipeline) instead of
+            clipping.
+        batch_size: B private rows per step (uniform without replacement). Give this or ``sample_rate``.
+        sample_rate: q; then ``B = round(q·n)`` for a data set of n rows.
+        steps: T, the planned number of steps (required for a private flow: the δ split and calibration use it).
+        variant: ``"resample"`` (DPSWflow-r) or ``"presampled"`` (DPSWflow).
+        pool_size: number of pooled directions for ``"presampled"`` (default 10·k).
+        quantiles: ``"exact"``, ``"grid"`` or ``"histogram"``.
+        num_quantiles: Q for ``"grid"`` (default N), number of bins for ``"histogram"`` (required there).
+        bound: ``"clt"`` or ``"bernstein"`` tail bound of the sliced sensitivity.
+        init: initial particles (N, d); default N(0, I_d) from ``generator`` (float32).
+        generator: the ``torch.Generator`` (CPU) every draw comes from (directions, batches, noise seeds);
+            default: a freshly seeded one.
+        device: device of the particles.
+        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` for op ``flow_step``.
+        accountant: accountant kind of :class:`fastdpot.privacy.PrivacyAccountant` (``"rdp"``).
+
+    Shape:
+        particles (N, d); private data (n, d); private batch (B, d).
+
+    Raises:
+        ValueError: step_size <= 0, reg < 0, k < 1, N < 2, inconsistent privacy arguments, a private flow without
+            ``steps`` or without ``batch_size``/``sample_rate``, non-finite ``init``.
+
+    References:
+        Sebag et al., TMLR, DPSWflow-r / DPSWflow; Rakotomamonjy & Ralaivola, ICML 2021, Lemma 2 (sensitivity);
+        dp-accounting (RDP of the sampled-without-replacement Gaussian).
+    """
+
+    def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, reg: float = 0.0,
+                 noise_multiplier: Optional[float] = None, target_epsilon: Optional[float] = None,
+                 delta: float = 1e-5, radius: float = 1.0, batch_size: Optional[int] = None,
+                 sample_rate: Optional[float] = None, steps: Optional[int] = None, variant: str = "resample",
+                 pool_size: Optional[int] = None, quantiles: str = "exact", num_quantiles: Optional[int] = None,
+                 bound: str = "clt", init: Optional[torch.Tensor] = None,
+                 generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
+                 backend: str = "auto", normalize: bool = False, accountant: str = "rdp"):
+        n = check_int(num_particles, "num_particles", 2)
+        d = check_int(dim, "dim", 1)
+        k = check_int(num_projections, "num_projections", 1)
+        step_size = check_positive(step_size, "step_size")
+        reg = check_nonnegative(reg, "reg")
+        delta = check_delta(delta)
+        radius = check_positive(radius, "radius")
+        check_choice(variant, "variant", ("resample", "presampled"))
+        check_choice(quantiles, "quantiles", _QUANTILE_MODES)
+        check_choice(bound, "bound", ("clt", "bernstein"))
+        if num_quantiles is not None:
+            num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
+        if quantiles == "histogram" and num_quantiles is None:
+            raise ValueError("num_quantiles (the number of histogram bins) is required for quantiles='histogram'")
+        if variant == "presampled":
+            pool_size = 10 * k if pool_size is None else check_int(pool_size, "pool_size", k)
+        elif pool_size is not None:
+            raise ValueError(f"pool_size is only used with variant='presampled', got pool_size={pool_size!r}")
+        if noise_multiplier is not None:
+            noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
+        if target_epsilon is not None:
+            target_epsilon = check_epsilon(target_epsilon, "target_epsilon", allow_inf=True)
+            if math.isinf(target_epsilon):
+                if noise_multiplier is not None:
+                    raise ValueError(f"target_epsilon=inf means a non-private flow; noise_multiplier must then be "
+                                     f"None, got {noise_multiplier!r}")
+                target_epsilon = None
+        self.private = noise_multiplier is not None or target_epsilon is not None
+        if batch_size is not None and sample_rate is not None:
+            raise ValueError(f"give batch_size or sample_rate, not both (got {batch_size!r} and {sample_rate!r})")
+        if batch_size is not None:
+            batch_size = check_int(batch_size, "batch_size", 1)
+        if sample_rate is not None:
+            sample_rate = check_probability(sample_rate, "sample_rate")
+        if steps is not None:
+            steps = check_int(steps, "steps", 1)
+        if self.private:
+            if steps is None:
+                raise ValueError("steps (the planned number of steps T) is required for a private flow: the δ "
+                                 "split δ = δ_acc + T·δ_tail and the noise calibration depend on it")
+            if batch_size is None and sample_rate is None:
+                raise ValueError("a private flow needs batch_size or sample_rate (how run() samples each step)")
+        if generator is None:
+            generator = make_generator()
+        if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
+            raise ValueError(f"generator must be a CPU torch.Generator, got {generator!r}")
+        self.device = torch.device(device)
+        self._generator = generator
+        self._config: Dict[str, Any] = dict(
+            num_particles=n, dim=d, num_projections=k, step_size=step_size, reg=reg,
+            noise_multiplier=noise_multiplier, target_epsilon=target_epsilon, delta=delta, radius=radius,
+            batch_size=batch_size, sample_rate=sample_rate, steps=steps, variant=variant, pool_size=pool_size,
+            quantiles=quantiles, num_quantiles=num_quantiles, bound=bound, normalize=bool(normalize),
+            accountant=accountant)
+        self.backend = backend
+        if init is None:
+            x = torch.randn(n, d, generator=generator, dtype=torch.float32)
+        else:
+            check_tensor(init, "init", 2)
+            if tuple(init.shape) != (n, d):
+                raise ValueError(f"init must have shape ({n}, {d}), got {tuple(init.shape)}")
+            x = init.detach().clone()
+        self._particles = x.to(self.device)
+        self._pool = None
+        if variant == "presampled":
+            self._pool = self._draw_directions(pool_size)
+        self._step = 0
+        self._last_drift_norm = float("nan")
+        # privacy state
+        self._noise_multiplier = noise_multiplier
+        self._bound_n: Optional[int] = None
+        self._bound_batch: Optional[int] = None
+        self._mode: Optional[str] = None  # "sampled" (run) or "full" (step)
+        self._accountant = None
+        self._budget = None
+        self._pending = 0  # steps counted (and released) but not yet recorded in the accountant
+        self._max_total = steps
+        self._budget_limited = False
+        if self.private:
+            p = _privacy()
+            self._delta_acc, self._delta_tail = p.split_delta(delta, steps)
+            self._sensitivity = p.sliced_sensitivity(k, d, self._delta_tail, bound=bound, diameter=2.0 * radius)
+        else:
+            self._delta_acc, self._delta_tail, self._sensitivity = None, None, None
+
+    # -- properties ---------------------------------------------------------------------------------------
+    @property
+    def particles(self) -> torch.Tensor:
+        """Current particles (N, d)."""
+        return self._particles
+
+    @property
+    def steps_taken(self) -> int:
+        return self._step
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        return dict(self._config)
+
+    @property
+    def noise_multiplier(self) -> Optional[float]:
+        """z = σ/Δ (0.0 for the non-private flow; None while a target ε is not calibrated yet)."""
+        return 0.0 if not self.private else self._noise_multiplier
+
+    @property
+    def sensitivity(self) -> Optional[float]:
+        """Δ = 2·radius·sqrt(w(k, δ_tail)) of one step's release (None for the non-private flow)."""
+        return self._sensitivity
+
+    @property
+    def noise_std(self) -> Optional[float]:
+        """σ = z·Δ, a standard deviation on projected values (0.0 non-private; None before calibration)."""
+        if not self.private:
+            return 0.0
+        if self._noise_multiplier is None:
+            return None
+        return self._noise_multiplier * self._sensitivity
+
+    @property
+    def delta_split(self):
+        """(δ_acc, δ_tail): total δ = δ_acc + T·δ_tail."""
+        return self._delta_acc, self._delta_tail
+
+    @property
+    def last_drift_norm(self) -> float:
+        """Mean ℓ2 norm of the drift of the last step."""
+        return self._last_drift_norm
+
+    # -- privacy ------------------------------------------------------------------------------------------
+    def _resolve_batch(self, n: int) -> int:
+        c = self._config
+        b = c["batch_size"] if c["batch_size"] is not None else int(round(c["sample_rate"] * n))
+        if not 1 <= b <= n:
+            raise ValueError(f"batch size must be in [1, n={n}], got {b} (batch_size={c['batch_size']!r}, "
+                             f"sample_rate={c['sample_rate']!r})")
+        return b
+
+    def _event(self):
+        """Keyword arguments of one step's accounting event."""
+        if self._mode == "sampled":
+            return dict(sample_rate=self._bound_batch / self._bound_n, sampling="without_replacement",
+                        dataset_size=self._bound_n, batch_size=self._bound_batch)
+        return dict(sample_rate=1.0, sampling="poisson")
+
+    def _bind(self, mode: str, n: Optional[int], plan: bool = True):
+        """Fix the sampling (and calibrate z for a target ε) at the first private step."""
+        if self._mode is None:
+            self._mode = mode
+            if mode == "sampled":
+                self._bound_n, self._bound_batch = n, self._resolve_batch(n)
+            if not self.private:
+                return
+            p = _privacy()
+            c = self._config
+            if self._noise_multiplier is None:
+                self._noise_multiplier = float(p.calibrate_noise_multiplier(
+                    c["target_epsilon"], self._delta_acc, steps=c["steps"], accountant=c["accountant"],
+                    **self._event()))
+            self._accountant = p.PrivacyAccountant(accountant=c["accountant"])
+            if c["target_epsilon"] is not None:
+                self._budget = p.PrivacyBudget(c["target_epsilon"], self._delta_acc, accountant=self._accountant)
+            if plan:
+                self._plan()
+        elif mode != self._mode:
+            raise ValueError(f"this flow's privacy accounting was bound to {self._mode!r} steps "
+                             f"({'run()' if self._mode == 'sampled' else 'step()'}); mixing run() and step() is "
+                             f"not supported")
+        elif mode == "sampled" and n != self._bound_n:
+            raise ValueError(f"private_data has n={n} rows but this flow's accounting was bound to "
+                             f"n={self._bound_n}")
+
+    def _plan(self):
+        """Number of private steps (in total) this flow may take: min(T, what the ε budget allows).
+
+        The per-step event is identical, so the budget is asked once here (dp-accounting's RDP of the
+        sampled-without-replacement Gaussian costs about 0.5 s per evaluation) instead of at every step.
+        """
+        T = self._config["steps"]
+        left = T - self._step
+        if self._budget is None or left <= 0:
+            self._max_total = T
+            return
+        ev = self._event()
+        if self._budget.can_spend(self._noise_multiplier, num_steps=left, **ev):
+            self._max_total = T
+        else:
+            self._max_total = self._step + self._budget.max_steps(self._noise_multiplier, limit=left, **ev)
+        self._budget_limited = self._max_total < T
+
+    def can_step(self) -> bool:
+        """Whether one more private step fits in the planned T steps and the ε budget."""
+        if not self.private or self._mode is None:
+            return True
+        return self._step < self._max_total
+
+    def _spend(self):
+        """Count one release before it is computed (refuse it, releasing nothing, if it does not fit)."""
+        if self._step >= self._max_total:
+            if self._step < self._config["steps"]:
+                raise _privacy().BudgetExceededError(
+                    f"step {self._step + 1} would exceed target_epsilon={self._config['target_epsilon']!r} "
+                    f"(noise_multiplier={self._noise_multiplier!r}); nothing was released")
+            raise RuntimeError(f"the flow has taken its planned {self._config['steps']} private steps; more would "
+                               f"break the δ split δ = δ_acc + T·δ_tail")
+        self._pending += 1
+
+    def _flush(self):
+        """Record the counted steps in the accountant / budget (identical events compose in one call)."""
+        if self._pending:
+            if self._budget is not None:
+                self._budget.spend(self._noise_multiplier, num_steps=self._pending, **self._event())
+            else:
+                self._accountant.step(self._noise_multiplier, num_steps=self._pending, **self._event())
+            self._pending = 0
+
+    def epsilon(self, delta: Optional[float] = None) -> float:
+        """ε spent so far at total δ (default: the configured ``delta``).
+
+        The accountant is asked at ``delta − T·δ_tail`` (the sensitivity tail events of the planned T steps are
+        charged in full). Returns ``inf`` for the non-private flow and 0.0 before the first step.
+
+        Raises:
+            ValueError: ``delta <= T·δ_tail``.
+        """
+        if not self.private:
+            return math.inf
+        if delta is None:
+            delta = self._config["delta"]
+        delta = check_delta(delta)
+        rest = delta - self._config["steps"] * self._delta_tail
+        if not rest > 0:
+            raise ValueError(f"delta must exceed T·δ_tail = {self._config['steps'] * self._delta_tail!r}, "
+                             f"got {delta!r}")
+        if self._accountant is None or self._step == 0:
+            return 0.0
+        self._flush()
+        return float(self._accountant.get_epsilon(rest))
+
+    # -- stepping -----------------------------------------------------------------------------------------
+    def _draw_directions(self, k: int) -> torch.Tensor:
+        th = torch.randn(k, self._config["dim"], generator=self._generator, dtype=torch.float64)
+        th = th / th.norm(dim=1, keepdim=True)
+        return th.to(self._particles.dtype)
+
+    def _directions(self) -> torch.Tensor:
+        k = self._config["num_projections"]
+        if self._pool is None:
+            return self._draw_directions(k)
+        idx = torch.randperm(self._pool.shape[0], generator=self._generator)[:k]
+        return self._pool[idx]
+
+    def _clip(self, batch: torch.Tensor) -> torch.Tensor:
+        p = _privacy()
+        r = self._config["radius"]
+        if self._config["normalize"]:
+            return p.normalize_rows(batch) * r
+        return p.clip_rows(batch, r)
+
+    def step(self, private_batch: torch.Tensor) -> torch.Tensor:
+        """One flow step on ``private_batch`` (clipped inside), accounted as an unsampled Gaussian release.
+
+        Use :meth:`run` to get the amplification by subsampling; a flow uses either ``step`` or ``run``.
+
+        Shape:
+            private_batch (M, d). Returns the new particles (N, d).
+
+        Raises:
+            ValueError: bad batch; RuntimeError: the planned T private steps are used up;
+            fastdpot.privacy.BudgetExceededError: the step would exceed ``target_epsilon`` (nothing is released);
+            NonFiniteParticlesError: the step produced NaN/Inf (particles keep their last good value; the step is
+            still counted as spent).
+        """
+        self._check_batch(private_batch, "private_batch")
+        self._bind("full", None)
+        return self._take_step(private_batch)
+
+    def _check_batch(self, x, name):
+        check_tensor(x, name, 2)
+        if x.shape[1] != self._config["dim"]:
+            raise ValueError(f"{name} must have d={self._config['dim']} columns, got shape {tuple(x.shape)}")
+
+    def _take_step(self, batch: torch.Tensor, spent: bool = False) -> torch.Tensor:
+        batch = self._clip(batch.to(self.device, self._particles.dtype))
+        if self.private and not spent:
+            self._spend()  # counted before anything is computed: every release is accounted
+        c = self._config
+        theta = self._directions().to(self.device)
+        seed = draw_seed(self._generator)
+        _, fn = dispatch("flow_step", self.backend, self.device.type, self._particles.shape[0] * theta.shape[0])
+        new, drift, _ = fn(self._particles, batch, theta, noise_std=float(self.noise_std), step_size=c["step_size"],
+                           reg=c["reg"], seed=seed, quantiles=c["quantiles"], num_quantiles=c["num_quantiles"],
+                           return_noise=False)
+        self._step += 1
+        if not bool(torch.isfinite(new).all()):
+            raise NonFiniteParticlesError(
+                f"flow step {self._step} produced non-finite particles (step_size={c['step_size']!r}, "
+                f"reg={c['reg']!r}); the particles keep their last finite value and no checkpoint was written")
+        self._particles = new
+        self._last_drift_norm = float(drift.norm(dim=1).mean())
+        return new
+
+    def run(self, private_data: torch.Tensor, steps: Optional[int] = None, progress: bool = True,
+            checkpoint_path: Optional[str] = None, checkpoint_every: Optional[int] = None,
+            callback: Optional[Callable[["DPSlicedWassersteinFlow"], None]] = None) -> torch.Tensor:
+        """Run the flow on ``private_data``: each step samples a fresh batch of B rows uniformly without
+        replacement (:class:`fastdpot.privacy.FixedSizeSampler`), clips it and takes one step.
+
+        Args:
+            private_data: the private data set (n, d).
+            steps: number of steps to run in this call (default: until the planned T steps are done).
+            progress: show a tqdm bar (step, ε spent, mean drift norm).
+            checkpoint_path: where :meth:`save` writes (atomically) every ``checkpoint_every`` steps and at the end.
+            checkpoint_every: checkpoint period in steps (default: only at the end).
+            callback: called with the flow after every step.
+
+        Returns the particles (N, d). Stops early, without error, when the next step would exceed the ε budget or
+        the planned T private steps.
+
+        Raises:
+            ValueError: bad data, ``steps`` missing for a non-private flow without planned steps, n changed.
+            NonFiniteParticlesError: see :meth:`step` (the last checkpoint written stays intact).
+        """
+        from tqdm.auto import tqdm
+
+        self._check_batch(private_data, "private_data")
+        n = private_data.shape[0]
+        c = self._config
+        sampled = c["batch_size"] is not None or c["sample_rate"] is not None
+        if steps is None:
+            if c["steps"] is None:
+                raise ValueError("steps is required: this flow has no planned number of steps")
+            steps = c["steps"] - self._step
+        else:
+            steps = check_int(steps, "steps", 0)
+        if checkpoint_every is not None:
+            checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
+        if sampled:
+            self._bind("sampled", n)
+            sampler = _privacy().FixedSizeSampler(n, self._bound_batch, generator=self._generator)
+        else:  # non-private flow without a batch size: the whole data set every step
+            self._bind("full", None)
+            sampler = None
+        bar = tqdm(total=steps, disable=not progress, desc="DP-SW flow" if self.private else "SW flow")
+        every = max(1, steps // 5)  # ε for the bar is recomputed ~5 times per call (an RDP evaluation each)
+        eps = self.epsilon()
+        try:
+            for it in range(steps):
+                if self.private:
+                    if not self.can_step():  # planned T reached, or the next step would exceed the ε budget
+                        break
+                    self._spend()  # counted before the batch is drawn
+                batch = private_data if sampler is None else private_data[sampler.sample().to(private_data.device)]
+                self._take_step(batch, spent=True)
+                if callback is not None:
+                    callback(self)
+                if checkpoint_path is not None and checkpoint_every is not None and self._step % checkpoint_every == 0:
+                    self.save(checkpoint_path)
+                if progress:
+                    if it % every == 0 or it == steps - 1:
+                        eps = self.epsilon()
+                    bar.update(1)
+                    bar.set_postfix(step=self._step, eps=f"{eps:.3g}", drift=f"{self._last_drift_norm:.3g}")
+        finally:
+            bar.close()
+            if self.private and self._mode is not None:
+                self._flush()
+        if checkpoint_path is not None:
+            self.save(checkpoint_path)
+        return self._particles
+
+    # -- checkpointing ------------------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """Everything needed to resume exactly: config, particles, generator state, step counter, accounting."""
+        if self.private and self._mode is not None:
+            self._flush()
+        return dict(
+            config=dict(self._config), particles=self._particles.detach().cpu().clone(),
+            generator=self._generator.get_state(), step=self._step, pool=None if self._pool is None else
+            self._pool.cpu().clone(), noise_multiplier=self._noise_multiplier, mode=self._mode,
+            bound_n=self._bound_n, bound_batch=self._bound_batch, last_drift_norm=self._last_drift_norm,
+            accountant=None if self._accountant is None else self._accountant.state_dict(),
+            budget=None if self._budget is None else self._budget.state_dict())
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if dict(state["config"]) != self._config:
+            raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
+        parts = state["particles"]
+        check_finite_tensor(parts, "state['particles']")
+        self._particles = parts.clone().to(self.device)
+        self._generator.set_state(state["generator"])
+        self._step = int(state["step"])
+        self._pool = None if state["pool"] is None else state["pool"].clone().to(self._particles.dtype)
+        self._last_drift_norm = float(state["last_drift_norm"])
+        self._mode = None
+        self._accountant = self._budget = None
+        self._pending = 0
+        self._noise_multiplier = state["noise_multiplier"]
+        if state["mode"] is not None:
+            # re-create the accounting objects without re-calibrating (z is restored as it was)
+            self._bind(state["mode"], None if state["bound_n"] is None else int(state["bound_n"]), plan=False)
+            if self._budget is not None and state["budget"] is not None:
+                self._budget.load_state_dict(state["budget"])
+            elif self._accountant is not None and state["accountant"] is not None:
+                self._accountant.load_state_dict(state["accountant"])
+            if self.private:
+                self._plan()
+
+    def save(self, path: str) -> None:
+        """``torch.save`` of :meth:`state_dict`, written atomically (a crash never corrupts the last checkpoint)."""
+        _atomic_save(self.state_dict(), path)
+
+    @classmethod
+    def from_state_dict(cls, state: Dict[str, Any], *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
+        gen = torch.Generator(device="cpu")
+        flow = cls(**state["config"], init=state["particles"], generator=gen, device=device, backend=backend)
+        flow.load_state_dict(state)
+        return flow
+
+    @classmethod
+    def load(cls, path: str, *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
+        """Rebuild a flow from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles)."""
+        return cls.from_state_dict(torch.load(path, weights_only=False), device=device, backend=backend)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# ClassConditionalFlow
+# ------------------------------------------------------------------------------------------------------------
+class ClassConditionalFlow:
+    """One :class:`DPSlicedWassersteinFlow` per label, each on its own label partition of the private data.
+
+    Guarantee: the partitions are disjoint, so by parallel composition the whole release is (ε, δ)-DP with the ε, δ
+    of one class flow, for neighbouring data sets that differ in one row's features with its label unchanged. The
+    labels are treated as public: the partition sizes n_c (which set each class's sample rate q_c = B/n_c and, with
+    ``particles_per_class="proportional"``, the particle counts) are not protected, and a row that changes class
+    is not covered.
+
+    Args:
+        num_particles: total N, split over classes by ``particles_per_class``.
+        dim, num_projections, step_size: as :class:`DPSlicedWassersteinFlow`.
+        num_classes: number of labels C (default: ``labels.max() + 1`` at the first run).
+        particles_per_class: ``"proportional"`` (to the class counts of the private labels, largest-remainder
+            rounding, at least 2 each), ``"equal"``, or a sequence of C integers (then ``num_particles`` is ignored).
+        generator: master generator; each class flow gets its own generator seeded from it.
+        **flow_kwargs: every other :class:`DPSlicedWassersteinFlow` argument (``target_epsilon``, ``steps``,
+            ``batch_size``, ...), shared by all classes.
+
+    Shape:
+        private_data (n, d); labels (n,) integers in [0, C). :meth:`run` returns ``(samples (N, d), labels (N,))``.
+    """
+
+    def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, *,
+                 num_classes: Optional[int] = None,
+                 particles_per_class: Union[str, Sequence[int]] = "proportional",
+                 generator: Optional[torch.Generator] = None, **flow_kwargs):
+        self.num_particles = check_int(num_particles, "num_particles", 2)
+        self.dim = check_int(dim, "dim", 1)
+        self.num_projections = check_int(num_projections, "num_projections", 1)
+        self.step_size = check_positive(step_size, "step_size")
+        self.num_classes = None if num_classes is None else check_int(num_classes, "num_classes", 1)
+        if isinstance(particles_per_class, str):
+            check_choice(particles_per_class, "particles_per_class", ("proportional", "equal"))
+        else:
+            particles_per_class = [check_int(v, "particles_per_class[i]", 2) for v in particles_per_class]
+        self.particles_per_class = particles_per_class
+        for bad in ("init", "num_particles", "dim", "num_projections", "step_size"):
+            if bad in flow_kwargs:
+                raise ValueError(f"{bad} cannot be passed through flow_kwargs of ClassConditionalFlow")
+        self.flow_kwargs = flow_kwargs
+        self._generator = make_generator() if generator is None else generator
+        self.flows: List[DPSlicedWassersteinFlow] = []
+
+    def _counts_to_particles(self, counts: torch.Tensor) -> List[int]:
+        C = counts.numel()
+        if not isinstance(self.particles_per_class, str):
+            if len(self.particles_per_class) != C:
+                raise ValueError(f"particles_per_class must have {C} entries, got {len(self.particles_per_class)}")
+            return list(self.particles_per_class)
+        if self.num_particles < 2 * C:
+            raise ValueError(f"num_particles must be >= 2·num_classes = {2 * C}, got {self.num_particles}")
+        w = torch.ones(C, dtype=torch.float64) if self.particles_per_class == "equal" else counts.double()
+        spare = self.num_particles - 2 * C  # every class gets at least 2 particles
+        share = w / w.sum() * spare
+        base = share.floor().long()
+        rem = spare - int(base.sum())
+        order = torch.argsort(share - base.double(), descending=True, stable=True)
+        base[order[:rem]] += 1
+        return [int(v) + 2 for v in base]
+
+    def _build(self, labels: torch.Tensor):
+        C = self.num_classes if self.num_classes is not None else int(labels.max()) + 1
+        self.num_classes = C
+        counts = torch.bincount(labels.cpu(), minlength=C)
+        if counts.numel() > C:
+            raise ValueError(f"labels must lie in [0, {C}), got max {int(labels.max())}")
+        if bool((counts == 0).any()):
+            raise ValueError(f"every class needs private rows; empty classes: {torch.nonzero(counts == 0).flatten().tolist()}")
+        sizes = self._counts_to_particles(counts)
+        self.flows = [DPSlicedWassersteinFlow(sizes[c], self.dim, self.num_projections, self.step_size,
+                                              generator=make_generator(draw_seed(self._generator)),
+                                              **self.flow_kwargs) for c in range(C)]
+
+    def run(self, private_data: torch.Tensor, labels: torch.Tensor, steps: Optional[int] = None,
+            progress: bool = True, checkpoint_path: Optional[str] = None, checkpoint_every: Optional[int] = None):
+        """Run every class flow on its partition; returns ``(samples (N, d), labels (N,))``.
+
+        Checkpoints (if ``checkpoint_path``) hold every class flow; :meth:`load` + :meth:`run` resumes where it
+        stopped (classes already done are skipped when ``steps`` is None).
+        """
+        check_tensor(private_data, "private_data", 2)
+        if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.shape[0] != private_data.shape[0]:
+            raise ValueError(f"labels must be a 1-D tensor of length {private_data.shape[0]}, got "
+                             f"{getattr(labels, 'shape', labels)!r}")
+        if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+            raise ValueError(f"labels must be an integer tensor, got dtype {labels.dtype}")
+        labels = labels.long()
+        if bool((labels < 0).any()):
+            raise ValueError("labels must be >= 0")
+        if not self.flows:
+            self._build(labels)
+        elif int(labels.max()) >= self.num_classes:
+            raise ValueError(f"labels must lie in [0, {self.num_classes}), got max {int(labels.max())}")
+
+        def ckpt(_flow):
+            if checkpoint_path is not None and checkpoint_every is not None and _flow.steps_taken % checkpoint_every == 0:
+                self.save(checkpoint_path)
+
+        for c, flow in enumerate(self.flows):
+            part = private_data[labels.to(private_data.device) == c]
+            if progress:
+                print(f"class {c}: {part.shape[0]} private rows, {flow.particles.shape[0]} particles", flush=True)
+            flow.run(part, steps=steps, progress=progress, callback=ckpt)
+        if checkpoint_path is not None:
+            self.save(checkpoint_path)
+        return self.samples()
+
+    def samples(self):
+        """``(samples (N, d), labels (N,))`` of the current particles."""
+        xs = [f.particles for f in self.flows]
+        ys = [torch.full((f.particles.shape[0],), c, dtype=torch.long) for c, f in enumerate(self.flows)]
+        return torch.cat(xs), torch.cat(ys)
+
+    def epsilon(self, delta: Optional[float] = None) -> float:
+        """ε of the whole release (parallel composition: the largest ε over the class flows)."""
+        return max(f.epsilon(delta) for f in self.flows) if self.flows else 0.0
+
+    def state_dict(self):
+        return dict(num_particles=self.num_particles, dim=self.dim, num_projections=self.num_projections,
+                    step_size=self.step_size, num_classes=self.num_classes,
+                    particles_per_class=self.particles_per_class, flow_kwargs=dict(self.flow_kwargs),
+                    generator=self._generator.get_state(), flows=[f.state_dict() for f in self.flows])
+
+    def save(self, path: str) -> None:
+        _atomic_save(self.state_dict(), path)
+
+    @classmethod
+    def load(cls, path: str, *, device="cpu", backend="auto") -> "ClassConditionalFlow":
+        """Rebuild from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles)."""
+        st = torch.load(path, weights_only=False)
+        kw = dict(st["flow_kwargs"])
+        kw.update(device=device, backend=backend)
+        obj = cls(st["num_particles"], st["dim"], st["num_projections"], st["step_size"],
+                  num_classes=st["num_classes"], particles_per_class=st["particles_per_class"],
+                  generator=torch.Generator(device="cpu"), **kw)
+        obj._generator.set_state(st["generator"])
+        obj.flows = [DPSlicedWassersteinFlow.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
+        return obj
