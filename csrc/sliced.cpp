@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "sliced_sort.h"
 
 namespace py = pybind11;
 using namespace fastdpot;
@@ -37,9 +38,18 @@ inline double cost_and_slope(double diff, int p, double* slope) {
     return diff * diff;
 }
 
-struct Scratch {
-    std::vector<uint32_t> perm_x, perm_y;
-    std::vector<double> gsx, gsy;
+// per-thread sorting scratch: the packed / key-only float32 sorts of sliced_sort.h, common.h's argsort for double
+template <typename T> struct Sorter;
+template <> struct Sorter<float> {
+    SortWorkspaceF32 ws;
+    void sort(const float* keys, uint32_t n, uint32_t* perm, float* sorted) {
+        if (perm) argsort_packed_f32(keys, n, perm, sorted, ws);
+        else sort_keys_f32(keys, n, sorted, ws);
+    }
+};
+template <> struct Sorter<double> {
+    SortWorkspace<double> ws;
+    void sort(const double* keys, uint32_t n, uint32_t* perm, double* sorted) { argsort<double>(keys, n, perm, sorted, ws); }
 };
 
 template <typename T>
@@ -52,7 +62,8 @@ py::array_t<double> sw_chunk(py::array_t<T, py::array::c_style> px_arr, py::arra
     const int64_t kc = px_arr.shape(0), N = px_arr.shape(1), M = py_arr.shape(1);
     if (N <= 0 || M <= 0 || N > 0xFFFFFFFFll || M > 0xFFFFFFFFll)
         throw std::invalid_argument("sw_chunk: N and M must be in [1, 2^32)");
-    const bool need_grad = !gx_obj.is_none();
+    const bool need_gx = !gx_obj.is_none(), need_gy = !gy_obj.is_none();
+    const bool need_grad = need_gx || need_gy;
     const bool keep_noise = !nx_obj.is_none();
     T* px = px_arr.mutable_data();
     T* pyv = py_arr.mutable_data();
@@ -68,7 +79,8 @@ py::array_t<double> sw_chunk(py::array_t<T, py::array::c_style> px_arr, py::arra
         hold.push_back(a);
         return static_cast<T*>(a.mutable_data());
     };
-    if (need_grad) { gx = grab(gx_obj, N); gy = grab(gy_obj, M); }
+    if (need_gx) gx = grab(gx_obj, N);
+    if (need_gy) gy = grab(gy_obj, M);
     if (keep_noise) { nx = grab(nx_obj, N); ny = grab(ny_obj, M); }
     py::array_t<double> losses(kc);
     double* loss = losses.mutable_data();
@@ -78,9 +90,9 @@ py::array_t<double> sw_chunk(py::array_t<T, py::array::c_style> px_arr, py::arra
         py::gil_scoped_release release;
 #pragma omp parallel
         {
-            SortWorkspace<T> ws;
+            Sorter<T> sorter;
             std::vector<T> sx(N), sy(M);
-            std::vector<uint32_t> perm_x(N), perm_y(M);
+            std::vector<uint32_t> perm_x(need_gx ? N : 0), perm_y(need_gy ? M : 0);
             std::vector<double> gsx, gsy;
             if (need_grad && N != M) { gsx.resize(N); gsy.resize(M); }
 #pragma omp for schedule(dynamic, 1)
@@ -102,19 +114,20 @@ py::array_t<double> sw_chunk(py::array_t<T, py::array::c_style> px_arr, py::arra
                     std::fill(nx + j * N, nx + (j + 1) * N, T(0));
                     std::fill(ny + j * M, ny + (j + 1) * M, T(0));
                 }
-                argsort<T>(rx, (uint32_t)N, perm_x.data(), sx.data(), ws);
-                argsort<T>(ry, (uint32_t)M, perm_y.data(), sy.data(), ws);
+                // a side that needs no gradient needs no permutation: key-only sort
+                sorter.sort(rx, (uint32_t)N, need_gx ? perm_x.data() : nullptr, sx.data());
+                sorter.sort(ry, (uint32_t)M, need_gy ? perm_y.data() : nullptr, sy.data());
                 double acc = 0.0, slope;
                 if (N == M) {
                     const double w = 1.0 / (double)N;
                     if (need_grad) {
-                        T* gxr = gx + j * N;
-                        T* gyr = gy + j * M;
+                        T* gxr = need_gx ? gx + j * N : nullptr;
+                        T* gyr = need_gy ? gy + j * M : nullptr;
                         const double gs = grad_scale * w;
                         for (int64_t r = 0; r < N; ++r) {
                             acc += cost_and_slope<T>((double)sx[r] - (double)sy[r], p, &slope);
-                            gxr[perm_x[r]] = (T)(gs * slope);
-                            gyr[perm_y[r]] = (T)(-gs * slope);
+                            if (gxr) gxr[perm_x[r]] = (T)(gs * slope);
+                            if (gyr) gyr[perm_y[r]] = (T)(-gs * slope);
                         }
                     } else {
                         for (int64_t r = 0; r < N; ++r)
@@ -139,10 +152,12 @@ py::array_t<double> sw_chunk(py::array_t<T, py::array::c_style> px_arr, py::arra
                         if (ea == next) ++a;
                         if (eb == next) ++b;
                     }
-                    if (need_grad) {
+                    if (need_gx) {
                         T* gxr = gx + j * N;
-                        T* gyr = gy + j * M;
                         for (int64_t r = 0; r < N; ++r) gxr[perm_x[r]] = (T)(grad_scale * gsx[r]);
+                    }
+                    if (need_gy) {
+                        T* gyr = gy + j * M;
                         for (int64_t r = 0; r < M; ++r) gyr[perm_y[r]] = (T)(grad_scale * gsy[r]);
                     }
                 }

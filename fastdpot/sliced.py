@@ -78,7 +78,7 @@ class SlicedWassersteinCPU(torch.autograd.Function):
         need_grad = gx_needed or gy_needed
         xd, yd, th = x.detach(), y.detach(), projections.detach()
         itemsize = x.element_size()
-        kc = _chunk_size(n, m, k, itemsize, 2 + int(need_grad) + int(bool(return_noise)))
+        kc = _chunk_size(n, m, k, itemsize, 2 + int(need_grad) + 2 * int(bool(return_noise)))
         grad_x = torch.zeros(n, d, dtype=x.dtype) if gx_needed else None
         grad_y = torch.zeros(m, d, dtype=x.dtype) if gy_needed else None
         noise_x = torch.empty(n, k, dtype=x.dtype) if return_noise else None
@@ -90,14 +90,15 @@ class SlicedWassersteinCPU(torch.autograd.Function):
             c = th_c.shape[0]
             px = torch.mm(th_c, xd.T)  # (c, N) contiguous, torch BLAS
             pyv = torch.mm(th_c, yd.T)
-            if need_grad and (gxb is None or gxb.shape[0] != c):
+            if gx_needed and (gxb is None or gxb.shape[0] != c):
                 gxb = torch.empty(c, n, dtype=x.dtype)
+            if gy_needed and (gyb is None or gyb.shape[0] != c):
                 gyb = torch.empty(c, m, dtype=x.dtype)
             if return_noise and (nxb is None or nxb.shape[0] != c):
                 nxb = torch.empty(c, n, dtype=x.dtype)
                 nyb = torch.empty(c, m, dtype=x.dtype)
             losses = kern(px.numpy(), pyv.numpy(), int(p), float(noise_std), int(seed), int(j0), 1.0 / k,
-                          gxb.numpy() if need_grad else None, gyb.numpy() if need_grad else None,
+                          gxb.numpy() if gx_needed else None, gyb.numpy() if gy_needed else None,
                           nxb.numpy() if return_noise else None, nyb.numpy() if return_noise else None)
             total += float(losses.sum())
             if gx_needed:

@@ -365,3 +365,25 @@ def test_noise_std_helper_and_private_module():
         S.dp_sliced_wasserstein_noise_std(eps, delta, n + 1, n, T, k, d, r)
     with pytest.raises(ValueError, match="bound"):
         S.dp_sliced_wasserstein_noise_std(eps, delta, B, n, T, k, d, r, bound="hoeffding")
+
+
+@needs_cpp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n,m", [(700, 700), (640, 1031)])
+def test_cpu_one_sided_gradient_and_ties(dtype, n, m):
+    """Only y requires grad (the private side is sorted without indices); heavy ties and signed zeros."""
+    x, y, th = _data(n, m, 5, 12, seed=n)
+    x = torch.round(x * 2) / 2  # many exactly tied rows
+    x[:20] = 0.0
+    x[20:40] = -0.0
+    th32, x32, y32 = th.to(dtype), x.to(dtype), y.to(dtype)
+    y32.requires_grad_(True)
+    lc = S.sliced_wasserstein(x32, y32, projections=th32, backend="cpu")
+    gc = torch.autograd.grad(lc, y32)[0]
+    yr = y32.detach().double().requires_grad_(True)
+    lr = ref_sw(x32.double(), yr, th32.double())
+    gr = torch.autograd.grad(lr, yr)[0]
+    eps = torch.finfo(dtype).eps
+    assert abs(lc.item() - lr.item()) <= 64 * eps * max(1.0, lr.item())
+    # ties only on the x side: the gradient w.r.t. y does not depend on how they are broken
+    torch.testing.assert_close(gc.double(), gr, rtol=64 * eps, atol=64 * eps * float(gr.abs().max()))
