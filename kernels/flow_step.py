@@ -5,9 +5,12 @@ Per chunk of ``kc`` directions (``kernels._common.direction_chunk``):
 1. ``project_noise`` -- fused projection + Philox noise of the private batch (kc, M), sorted with ``torch.sort``;
 2. exact / grid mode: ``project_noise`` of the particles into a (kc, N) buffer, ``torch.sort`` along each direction,
    ``transport_exact`` / ``transport_grid`` writes ``coef = s - T`` back into the same buffer at each particle's row;
-   histogram mode: ``histogram_coef`` (three passes, no sort, no stored projections);
+   histogram mode with d > 128: ``histogram_coef`` (three passes, no sort, no stored projections);
 3. ``accumulate_drift`` adds ``coef^T theta / k`` to the drift; the last chunk fuses the Euler--Maruyama update and
    its Brownian noise.
+
+Histogram mode with d <= 128 is not chunked: two passes build ``k x B`` counters, and one fused pass
+(``histogram_step_fused``) computes transport, drift and update with the drift tile in registers.
 
 Sort and indices: ``torch.sort`` of a (kc, N) block returns int64 indices; chunking over directions bounds that
 array to ``8 * kc * N`` bytes instead of ``8 * k * N`` (N k = 1.28e9 at N = 1e7, k = 128 would be 10 GB of indices
@@ -18,8 +21,8 @@ the projection/coefficient buffer ``4 kc N``, the sorted copy ``4 kc N``, the in
 ``torch.sort``'s temporary storage (CUB double buffers for keys and values, about ``12 kc N``), i.e. about
 ``28 kc N`` bytes. For N = 1e7, d = 48, k = 128 with the default chunk budget of 2**29 elements (kc = 48, three
 chunks: 48 + 48 + 32): 1.92 GB input + 3.84 GB drift/new + 28 * 48 * 1e7 B = 13.4 GB, about 19 GB in all (without
-chunking, kc = 128: about 42 GB). Histogram mode needs only the (kc, N) coefficient buffer (1.9 GB) and
-``kc * B`` counters: about 7.7 GB in all. Lower ``FASTDPOT_TRITON_CHUNK_ELEMS`` to trade speed for memory.
+chunking, kc = 128: about 42 GB). Histogram mode (d <= 128) stores nothing of size N k: the inputs, drift and
+new particles (5.8 GB) plus ``k * B`` int32 counters and the per-block min/max partials (80 MB), about 5.9 GB. Lower ``FASTDPOT_TRITON_CHUNK_ELEMS`` to trade speed for memory.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import torch
 
 from ._common import STREAM_BROWNIAN, STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, direction_chunk, stream_seed
 from .drift import accumulate_drift
-from .histogram import histogram_coef
+from . import histogram
 from .projection_noise import project_noise
 from .quantile import transport_exact, transport_grid
 
@@ -78,6 +81,14 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
     noise_q = torch.zeros((m, k), dtype=dt, device=dev) if return_noise else None
     brown = torch.empty((n, d), dtype=dt, device=dev) if return_noise and reg > 0 else None
     brown_std = math.sqrt(2.0 * float(reg) * float(step_size))
+    if quantiles == "histogram" and d <= histogram.FUSED_MAX_D:
+        # sort-free and buffer-free: counters for all k directions, then one fused transport + drift + update pass
+        qs = torch.sort(project_noise(y, theta, 0, k, seed_q, sigma, noise_q), dim=1).values
+        histogram.histogram_step_fused(x, theta, seed_p, sigma, qs, 1024 if num_quantiles is None else
+                                       int(num_quantiles), drift, new, float(step_size), brown_std, seed_b,
+                                       noise_out=noise_p, brownian_out=brown)
+        noise = dict(particles=noise_p, private=noise_q, brownian=brown) if return_noise else None
+        return new, drift, noise
     kc = direction_chunk(n, k)
     buf = torch.empty((kc, n), dtype=dt, device=dev)
     for j0 in range(0, k, kc):
@@ -86,7 +97,7 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
         qs = torch.sort(project_noise(y, theta, j0, c, seed_q, sigma, noise_q), dim=1).values
         if quantiles == "histogram":
             bins = 1024 if num_quantiles is None else int(num_quantiles)
-            histogram_coef(x, theta, j0, c, seed_p, sigma, qs, bins, coef, noise_p)
+            histogram.histogram_coef(x, theta, j0, c, seed_p, sigma, qs, bins, coef, noise_p)
         else:
             project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef)
             ps, idx = torch.sort(coef, dim=1)

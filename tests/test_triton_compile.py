@@ -33,6 +33,8 @@ _I64 = {"seed", "seed_b"}
 
 
 def _compile(kernel, dt, consts, target):
+    consts = dict(consts)
+    options = {"num_warps": consts.pop("_num_warps")} if "_num_warps" in consts else None
     sig = {}
     for name in kernel.arg_names:
         if name in consts:
@@ -45,7 +47,7 @@ def _compile(kernel, dt, consts, target):
             sig[name] = "i64" if name in _I64 else "i32"
     src = ASTSource(fn=kernel, signature=sig,
                     constexprs={(kernel.arg_names.index(k),): v for k, v in consts.items()})
-    return triton.compile(src, target=target)
+    return triton.compile(src, target=target, options=options)
 
 
 def _proj_consts(dt, store=True):
@@ -68,6 +70,12 @@ CASES = [
     ("hist_minmax", histogram._minmax_kernel, "fp32", lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
     ("hist_count", histogram._hist_kernel, "fp32", lambda dt: dict(_proj_consts(dt), NUM_BINS=1024)),
     ("hist_transport", histogram._hist_transport_kernel, "fp32", lambda dt: dict(_proj_consts(dt), NUM_BINS=1024)),
+    ("hist_drift_fused", histogram._hist_drift_kernel, "fp32",
+     lambda dt: dict(HAS_NOISE=True, NUM_BINS=1024, BROWNIAN=True, STORE_BROWN=True, BLOCK_N=64, BLOCK_K=32,
+                     BLOCK_D=64, USE_DOT=True, ACC=tl.float32, _num_warps=8)),
+    ("hist_drift_fused", histogram._hist_drift_kernel, "fp64",
+     lambda dt: dict(HAS_NOISE=True, NUM_BINS=64, BROWNIAN=False, STORE_BROWN=False, BLOCK_N=16, BLOCK_K=8,
+                     BLOCK_D=16, USE_DOT=False, ACC=tl.float64)),
     ("w1d_p2", dpswd._w1d_kernel, "fp32", lambda dt: dict(P_MODE=2, NEED_GL=True, NEED_GS=True, BLOCK=1024)),
     ("w1d_pany", dpswd._w1d_kernel, "fp64", lambda dt: dict(P_MODE=0, NEED_GL=True, NEED_GS=True, BLOCK=1024)),
     ("w1d_p1", dpswd._w1d_kernel, "fp32", lambda dt: dict(P_MODE=1, NEED_GL=False, NEED_GS=True, BLOCK=1024)),

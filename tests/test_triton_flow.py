@@ -111,6 +111,21 @@ def test_flow_step_float32_error_like_torch(quantiles, nq):
         assert err <= 4 * torch_err + 1e-6 * ref.abs().max().item(), (err, torch_err)
 
 
+def test_histogram_unfused_path_matches(monkeypatch):
+    """d > FUSED_MAX_D takes the chunked histogram path (coefficient buffer + drift kernel): same results."""
+    from fastdpot.kernels import histogram
+
+    x, y, th = _inputs(90, 30, 6, 13, torch.float64, seed=21)
+    fused = _run(x, y, th, "histogram", 24)
+    monkeypatch.setattr(histogram, "FUSED_MAX_D", 0)
+    monkeypatch.setenv("FASTDPOT_TRITON_CHUNK_ELEMS", str(90 * 5))  # chunks of 5 directions
+    chunked = _run(x, y, th, "histogram", 24)
+    for a, b in zip(fused[:2], chunked[:2]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+    for key in ("particles", "private", "brownian"):
+        assert torch.equal(fused[2][key], chunked[2][key])
+
+
 def test_chunking_over_directions_is_invisible(monkeypatch):
     x, y, th = _inputs(64, 21, 5, 11, torch.float64, seed=5)
     full = _run(x, y, th)
