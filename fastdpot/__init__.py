@@ -9,3 +9,4 @@ from ._random import draw_seed, make_generator  # noqa: F401
 from .sliced import (DPSlicedWassersteinLoss, SlicedWassersteinLoss, dp_sliced_wasserstein,  # noqa: F401,E402
                      dp_sliced_wasserstein_noise_std, sliced_wasserstein)
 from . import kernels as _kernels  # noqa: F401,E402  registers the triton backends (flow_step, sliced_wasserstein)
+from .flow import ClassConditionalFlow, DPSlicedWassersteinFlow, NonFiniteParticlesError  # noqa: F401,E402
