@@ -56,8 +56,9 @@ struct DirScratch {
 template <typename T>
 void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, const T* TH, int64_t K, double sigma,
                     double h, double lam, uint64_t seed, int64_t Q, T* out_new, T* out_drift, T* nx_out, T* ny_out,
-                    T* br_out) {
+                    T* br_out, int64_t max_chunk) {
     int64_t C = (int64_t)(kChunkBytes / ((double)N * sizeof(T)));
+    if (max_chunk > 0) C = std::min(C, max_chunk);  // tests force several chunks at small sizes
     C = std::max<int64_t>(1, std::min<int64_t>(C, K));
     std::vector<T> P((size_t)C * (size_t)N);
     std::vector<T> thT((size_t)d * (size_t)C);  // chunk of Θ transposed: thT[c*C + jj]
@@ -237,7 +238,7 @@ static T* opt_ptr(const py::object& o, int64_t rows, int64_t cols, const char* n
 
 template <typename T>
 void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double lam, int64_t seed, int64_t Q,
-                  Arr<T> out_new, Arr<T> out_drift, py::object nx, py::object ny, py::object br) {
+                  Arr<T> out_new, Arr<T> out_drift, py::object nx, py::object ny, py::object br, int64_t max_chunk) {
     if (x.ndim() != 2 || y.ndim() != 2 || th.ndim() != 2) throw std::invalid_argument("inputs must be 2-D");
     const int64_t N = x.shape(0), d = x.shape(1), M = y.shape(0), K = th.shape(0);
     if (y.shape(1) != d || th.shape(1) != d) throw std::invalid_argument("particles, private, projections: d differs");
@@ -255,7 +256,7 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double 
     T* pd = out_drift.mutable_data();
     {
         py::gil_scoped_release nogil;
-        flow_step_impl<T>(px, N, d, py_, M, pt, K, sigma, h, lam, (uint64_t)seed, Q, po, pd, pn, pm, pb);
+        flow_step_impl<T>(px, N, d, py_, M, pt, K, sigma, h, lam, (uint64_t)seed, Q, po, pd, pn, pm, pb, max_chunk);
     }
 }
 
@@ -265,14 +266,14 @@ PYBIND11_MODULE(_C_flow, m) {
     m.doc() = "fastdpot fused CPU step of the DP sliced-Wasserstein particle flow (see csrc/flow.cpp)";
     const char* doc =
         "flow_step(x (N,d), y (M,d), theta (k,d), sigma, step_size, reg, seed, Q, out_new (N,d), out_drift (N,d), "
-        "noise_particles (N,k)|None, noise_private (M,k)|None, brownian (N,d)|None). Q = 0: exact sort-based "
+        "noise_particles (N,k)|None, noise_private (M,k)|None, brownian (N,d)|None, max_chunk=0). Q = 0: exact sort-based "
         "transport; Q >= 2: the authors' Q-level grid. Writes the outputs in place; releases the GIL.";
     m.def("flow_step", &flow_step_py<float>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
           py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
           py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
-          py::arg("brownian"));
+          py::arg("brownian"), py::arg("max_chunk") = 0);
     m.def("flow_step", &flow_step_py<double>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
           py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
           py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
-          py::arg("brownian"));
+          py::arg("brownian"), py::arg("max_chunk") = 0);
 }

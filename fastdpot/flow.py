@@ -91,6 +91,9 @@ def _flow_step_reference(particles, private, projections, *, noise_std, step_siz
     return new, drift, noise
 
 
+_CPU_MAX_CHUNK = 0  # > 0 caps the directions per chunk of the C++ step (tests exercise chunking at small sizes)
+
+
 def _cpu_available():
     return cpp_status("flow")
 
@@ -128,7 +131,7 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
     mod.flow_step(x.numpy(), y.numpy(), th.numpy(), float(noise_std), float(step_size), float(reg),
                   int(seed), int(q), new.numpy(), drift.numpy(),
                   None if nx is None else nx.numpy(), None if ny is None else ny.numpy(),
-                  None if br is None else br.numpy())
+                  None if br is None else br.numpy(), _CPU_MAX_CHUNK)
     noise = dict(particles=nx, private=ny, brownian=br) if return_noise else None
     return new, drift, noise
 
@@ -188,10 +191,12 @@ def _privacy():
 def _atomic_save(obj, path):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_ckpt_")
-    os.close(fd)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_ckpt_", suffix=".pt")
     try:
-        torch.save(obj, tmp)
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)  # the previous checkpoint stays intact until the new one is complete
     finally:
         if os.path.exists(tmp):

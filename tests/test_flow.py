@@ -1,0 +1,291 @@
+"""DPSlicedWassersteinFlow / ClassConditionalFlow: privacy accounting vs an independent dp-accounting computation,
+noise calibration, budget stop, checkpoint/resume, a 2-D toy target, clipping inside the mechanism, bad input."""
+import math
+
+import dp_accounting
+import pytest
+import torch
+from dp_accounting.rdp import RdpAccountant
+from scipy.stats import norm
+
+import fastdpot
+from fastdpot.flow import ClassConditionalFlow, DPSlicedWassersteinFlow, NonFiniteParticlesError
+from fastdpot.privacy import DEFAULT_ORDERS, BudgetExceededError
+from fastdpot.reference.sliced import sliced_wasserstein
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _mixture(n, seed=0):
+    g = _gen(seed)
+    centers = torch.tensor([[2.0, 2.0], [-2.0, -2.0], [2.0, -2.0]])
+    lab = torch.randint(0, 3, (n,), generator=g)
+    return centers[lab] + 0.3 * torch.randn(n, 2, generator=g), lab
+
+
+def _sw2(a, b):
+    th = torch.randn(200, a.shape[1], generator=_gen(99), dtype=torch.float64)
+    th = th / th.norm(dim=1, keepdim=True)
+    return float(sliced_wasserstein(a.double(), b.double(), th, p=2))
+
+
+def _independent_epsilon(z, n, batch, steps, delta):
+    acc = RdpAccountant(orders=list(DEFAULT_ORDERS), neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    event = dp_accounting.SampledWithoutReplacementDpEvent(n, batch, dp_accounting.GaussianDpEvent(z))
+    acc.compose(dp_accounting.SelfComposedDpEvent(event, steps))
+    return acc.get_epsilon(delta)
+
+
+def _bernstein_w(k, d, delta_t):
+    # PAPERS.md §1, transcribed independently of fastdpot.privacy
+    L = math.log(1 / delta_t)
+    return k / d + (2 / 3) * L + (2 / d) * math.sqrt(k * (d - 1) / (d + 2) * L)
+
+
+# ------------------------------------------------------------------------------------------------ privacy
+def test_epsilon_and_noise_match_independent_computation():
+    n, B, T, z, k, d, delta, r = 600, 50, 30, 1.3, 40, 8, 1e-5, 1.5
+    data = torch.randn(n, d, generator=_gen(1))
+    f = DPSlicedWassersteinFlow(64, d, k, 1.0, noise_multiplier=z, delta=delta, radius=r, batch_size=B, steps=T,
+                                bound="bernstein", generator=_gen(2))
+    delta_tail = delta / (2 * T)
+    assert f.delta_split == pytest.approx((delta / 2, delta_tail))
+    assert f.sensitivity == pytest.approx(2 * r * math.sqrt(_bernstein_w(k, d, delta_tail)), rel=1e-12)
+    assert f.noise_std == pytest.approx(z * f.sensitivity, rel=1e-12)
+    assert f.epsilon() == 0.0
+    f.run(data, progress=False)
+    assert f.steps_taken == T
+    assert f.epsilon() == pytest.approx(_independent_epsilon(z, n, B, T, delta / 2), rel=1e-9)
+    # at a larger total δ only the accountant part grows: δ' − T·δ_tail
+    assert f.epsilon(1e-4) == pytest.approx(_independent_epsilon(z, n, B, T, 1e-4 - delta / 2), rel=1e-9)
+    with pytest.raises(ValueError, match="delta"):
+        f.epsilon(delta / 4)
+
+
+def test_clt_sensitivity_and_sample_rate():
+    k, d, T, delta = 70, 8, 20, 1e-5
+    f = DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=2.0, delta=delta, sample_rate=0.1, steps=T,
+                                generator=_gen(3))
+    dt = delta / (2 * T)
+    w = k / d + (norm.isf(dt) / d) * math.sqrt(2 * k * (d - 1) / (d + 2))
+    assert f.sensitivity == pytest.approx(2 * math.sqrt(w), rel=1e-9)
+    data = torch.randn(333, d, generator=_gen(4))
+    f.run(data, progress=False)
+    # batch size = round(q·n) = 33; accounted without replacement at q = 33/333
+    assert f.epsilon() == pytest.approx(_independent_epsilon(2.0, 333, 33, T, delta / 2), rel=1e-9)
+
+
+def test_presampled_variant_composes_every_step():
+    n, B, T, z = 500, 50, 25, 1.0
+    data = torch.randn(n, 8, generator=_gen(5))
+    f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, noise_multiplier=z, batch_size=B, steps=T, variant="presampled",
+                                pool_size=100, generator=_gen(6))
+    assert f._pool.shape == (100, 8)
+    f.run(data, progress=False)
+    eps = f.epsilon()
+    assert eps > 0 and eps == pytest.approx(_independent_epsilon(z, n, B, T, 0.5e-5), rel=1e-9)
+
+
+def test_target_epsilon_calibrates_and_spends_the_budget():
+    n, B, T = 400, 40, 15
+    data = torch.randn(n, 8, generator=_gen(7))
+    f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, target_epsilon=4.0, batch_size=B, steps=T, generator=_gen(8))
+    assert f.noise_multiplier is None  # calibrated at the first run(), when n is known
+    f.run(data, progress=False)
+    assert f.steps_taken == T
+    z = f.noise_multiplier
+    assert f.noise_std == pytest.approx(z * f.sensitivity)
+    eps = _independent_epsilon(z, n, B, T, 0.5e-5)
+    assert f.epsilon() == pytest.approx(eps, rel=1e-9)
+    assert 3.8 < eps <= 4.0
+    f.run(data, progress=False)  # the planned T steps are done: nothing more happens
+    assert f.steps_taken == T
+
+
+def test_budget_stops_the_run_before_exceeding():
+    n, B, T, z = 300, 60, 40, 2.0
+    data = torch.randn(n, 8, generator=_gen(9))
+    f = DPSlicedWassersteinFlow(32, 8, 40, 1.0, noise_multiplier=z, target_epsilon=3.0, batch_size=B, steps=T,
+                                generator=_gen(10))
+    f.run(data, progress=False)
+    t = f.steps_taken
+    assert 0 < t < T
+    assert f.epsilon() <= 3.0
+    assert _independent_epsilon(z, n, B, t + 1, 0.5e-5) > 3.0  # one more step would have exceeded it
+    assert not f.can_step()
+    before = f.particles.clone()
+    f.run(data, progress=False)
+    assert f.steps_taken == t and torch.equal(f.particles, before)
+
+
+def test_direct_step_is_accounted_without_amplification_and_budget_raises():
+    f = DPSlicedWassersteinFlow(32, 8, 40, 1.0, noise_multiplier=5.0, target_epsilon=2.0, steps=50, batch_size=10,
+                                generator=_gen(11))
+    batch = torch.randn(10, 8, generator=_gen(12))
+    taken = 0
+    with pytest.raises(BudgetExceededError):
+        for _ in range(50):
+            f.step(batch)
+            taken += 1
+    acc = RdpAccountant(orders=list(DEFAULT_ORDERS))
+    acc.compose(dp_accounting.GaussianDpEvent(5.0), taken)
+    assert f.epsilon() == pytest.approx(acc.get_epsilon(0.5e-5), rel=1e-9) and f.epsilon() <= 2.0
+    acc.compose(dp_accounting.GaussianDpEvent(5.0), 1)
+    assert acc.get_epsilon(0.5e-5) > 2.0
+    with pytest.raises(ValueError, match="mixing"):
+        f.run(torch.randn(100, 8), progress=False)
+
+
+def test_non_private_flow_says_so():
+    f = DPSlicedWassersteinFlow(16, 2, 3, 0.5, generator=_gen(13))
+    assert not f.private and f.noise_std == 0.0 and f.noise_multiplier == 0.0
+    assert f.epsilon() == math.inf
+    g = DPSlicedWassersteinFlow(16, 2, 3, 0.5, target_epsilon=math.inf, generator=_gen(13))
+    assert not g.private and g.epsilon() == math.inf
+    with pytest.raises(ValueError, match="steps is required"):
+        f.run(torch.randn(20, 2), progress=False)
+
+
+# ------------------------------------------------------------------------------------------------ clipping
+@pytest.mark.parametrize("normalize", [False, True])
+def test_private_rows_are_clipped_inside(normalize):
+    data = torch.randn(200, 8, generator=_gen(14)) * 5
+    norms = data.norm(dim=1, keepdim=True)
+    pre = data / norms * 1.5 if normalize else data * torch.clamp(1.5 / norms, max=1.0)
+    out = []
+    for x in (data, pre):
+        f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, noise_multiplier=1.0, radius=1.5, normalize=normalize,
+                                    batch_size=20, steps=3, generator=_gen(15))
+        out.append(f.run(x, progress=False).clone())
+    torch.testing.assert_close(out[0], out[1], rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ checkpoint
+class _Kill(Exception):
+    pass
+
+
+@pytest.mark.parametrize("variant,reg", [("resample", 0.0), ("presampled", 0.05)])
+def test_checkpoint_resume_equals_uninterrupted(tmp_path, variant, reg):
+    n, T = 300, 12
+    data = torch.randn(n, 8, generator=_gen(16))
+    kw = dict(noise_multiplier=1.0, target_epsilon=50.0, batch_size=30, steps=T, variant=variant, reg=reg)
+    full = DPSlicedWassersteinFlow(64, 8, 40, 0.5, generator=_gen(17), **kw)
+    full.run(data, progress=False)
+
+    path = str(tmp_path / "flow.pt")
+    part = DPSlicedWassersteinFlow(64, 8, 40, 0.5, generator=_gen(17), **kw)
+
+    def kill(flow):
+        if flow.steps_taken == 7:
+            raise _Kill()
+
+    with pytest.raises(_Kill):
+        part.run(data, progress=False, checkpoint_path=path, checkpoint_every=4, callback=kill)
+    resumed = DPSlicedWassersteinFlow.load(path)
+    assert resumed.steps_taken == 4
+    resumed.run(data, progress=False, checkpoint_path=path)
+    assert resumed.steps_taken == T
+    torch.testing.assert_close(resumed.particles, full.particles, rtol=0, atol=0)
+    assert resumed.epsilon() == full.epsilon()
+    again = DPSlicedWassersteinFlow.load(path)
+    assert again.steps_taken == T and again.epsilon() == full.epsilon()
+
+
+def test_nan_particles_stop_with_last_good_checkpoint_intact(tmp_path):
+    path = str(tmp_path / "flow.pt")
+    f = DPSlicedWassersteinFlow(50, 3, 5, step_size=1e15, radius=100.0, generator=_gen(0))
+    data = torch.randn(200, 3, generator=_gen(1)) * 50
+    with pytest.raises(NonFiniteParticlesError, match="non-finite"):
+        f.run(data, steps=10, progress=False, checkpoint_path=path, checkpoint_every=1)
+    assert bool(torch.isfinite(f.particles).all())
+    good = DPSlicedWassersteinFlow.load(path)
+    assert good.steps_taken == f.steps_taken - 1
+    torch.testing.assert_close(good.particles, f.particles, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------ toy target
+def test_toy_mixture_non_private_and_dp():
+    data, _ = _mixture(2000)
+    init = torch.randn(500, 2, generator=_gen(3))
+    assert _sw2(init, data) > 1.0
+    f = DPSlicedWassersteinFlow(500, 2, 20, 1.0, radius=4.0, batch_size=500, steps=100, init=init,
+                                generator=_gen(1))
+    f.run(data, progress=False)
+    assert _sw2(f.particles, data) < 0.08
+    dp = DPSlicedWassersteinFlow(500, 2, 20, 1.0, noise_multiplier=0.03, radius=4.0, batch_size=500, steps=100,
+                                 bound="bernstein", init=init, generator=_gen(1))
+    assert dp.noise_std > 0.9
+    dp.run(data, progress=False)
+    assert _sw2(dp.particles, data) < 0.3
+
+
+def test_class_conditional_flow(tmp_path):
+    data, lab = _mixture(1500, seed=4)
+    path = str(tmp_path / "cc.pt")
+    cc = ClassConditionalFlow(300, 2, 20, 1.0, radius=4.0, batch_size=100, steps=40, noise_multiplier=0.02,
+                              bound="bernstein", generator=_gen(5))
+    x, y = cc.run(data, lab, progress=False, checkpoint_path=path)
+    counts = torch.bincount(lab, minlength=3).double()
+    got = torch.bincount(y, minlength=3)
+    assert int(got.sum()) == 300 and x.shape == (300, 2)
+    assert (got.double() - 300 * counts / counts.sum()).abs().max() <= 2
+    for c in range(3):
+        assert (x[y == c].mean(0) - data[lab == c].mean(0)).norm() < 0.3
+    # parallel composition: the release's ε is the common per-class ε
+    eps = [f.epsilon() for f in cc.flows]
+    assert cc.epsilon() == max(eps) and eps[0] > 0
+    loaded = ClassConditionalFlow.load(path)
+    torch.testing.assert_close(loaded.samples()[0], x, rtol=0, atol=0)
+    assert loaded.epsilon() == cc.epsilon()
+
+
+def test_class_conditional_particles_as_given():
+    data, lab = _mixture(600, seed=6)
+    cc = ClassConditionalFlow(0 + 2, 2, 4, 1.0, particles_per_class=[5, 7, 9], radius=4.0, generator=_gen(7))
+    x, y = cc.run(data, lab, steps=2, progress=False)
+    assert torch.bincount(y).tolist() == [5, 7, 9]
+    with pytest.raises(ValueError, match="labels"):
+        cc.run(data, lab.float(), steps=1, progress=False)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(step_size=0.0), "step_size"), (dict(step_size=-2.0), "step_size"), (dict(reg=-1.0), "reg"),
+    (dict(num_projections=0), "num_projections"), (dict(num_particles=1), "num_particles"),
+    (dict(noise_multiplier=1.0), "steps"), (dict(noise_multiplier=1.0, steps=5), "batch_size"),
+    (dict(target_epsilon=math.inf, noise_multiplier=1.0), "non-private"), (dict(quantiles="grid", num_quantiles=1),
+                                                                          "num_quantiles"),
+    (dict(quantiles="histogram"), "num_quantiles"), (dict(variant="fresh"), "variant"),
+    (dict(pool_size=10), "pool_size"), (dict(variant="presampled", pool_size=2), "pool_size"),
+    (dict(delta=0.0), "delta"), (dict(radius=0.0), "radius"), (dict(batch_size=4, sample_rate=0.1), "not both"),
+])
+def test_bad_constructor_arguments(kwargs, match):
+    args = dict(num_particles=16, dim=3, num_projections=4, step_size=0.5)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        DPSlicedWassersteinFlow(**args)
+
+
+def test_bad_data():
+    f = DPSlicedWassersteinFlow(16, 3, 4, 0.5, batch_size=5, generator=_gen(0))
+    bad = torch.randn(20, 3)
+    bad[2, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        f.run(bad, steps=1, progress=False)
+    with pytest.raises(ValueError, match="d=3"):
+        f.run(torch.randn(20, 4), steps=1, progress=False)
+    init = torch.randn(16, 3)
+    init[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="init"):
+        DPSlicedWassersteinFlow(16, 3, 4, 0.5, init=init)
+    g = DPSlicedWassersteinFlow(16, 3, 4, 0.5, batch_size=50, generator=_gen(0))
+    with pytest.raises(ValueError, match="batch size"):
+        g.run(torch.randn(20, 3), steps=1, progress=False)
+
+
+def test_exported():
+    assert fastdpot.DPSlicedWassersteinFlow is DPSlicedWassersteinFlow
+    assert fastdpot.ClassConditionalFlow is ClassConditionalFlow
