@@ -215,7 +215,8 @@ def markdown_table(rows):
     m, v = rows[0]["machine"], rows[0]["versions"]
     head = (f"GPU: {m.get('gpu', 'none')}; torch {v.get('torch')}, Triton {v.get('triton')}; "
             f"git {rows[0]['git_rev']}; {rows[0]['timing']}.\n\n"
-            "| case | N | d | k | impl | ms | GB/s (model) | peak MB | × reference |\n|---|---|---|---|---|---|---|---|---|")
+            "| case | N | d | k | impl | ms | GB/s (model) | peak MB | × reference |\n"
+            "|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         p = r["params"]

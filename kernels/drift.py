@@ -83,6 +83,7 @@ def accumulate_drift(coef: torch.Tensor, projections: torch.Tensor, j0: int, dri
         coef, projections, drift, xs, new if update else drift,
         brownian_out if brownian_out is not None else drift, n, d, j0, kc,
         projections.stride(0), projections.stride(1), xs.stride(0), xs.stride(1),
-        torch.tensor([scale, step_size, brown_std], dtype=coef.dtype, device=coef.device), seed_b, FIRST=first, LAST=last, UPDATE=update, BROWNIAN=update and brown_std > 0,
+        torch.tensor([scale, step_size, brown_std], dtype=coef.dtype, device=coef.device), seed_b,
+        FIRST=first, LAST=last, UPDATE=update, BROWNIAN=update and brown_std > 0,
         STORE_BROWN=brownian_out is not None, BLOCK_N=bn, BLOCK_D=bd, BLOCK_K=bk, USE_DOT=use_dot,
         ACC=acc_dtype(coef.dtype))

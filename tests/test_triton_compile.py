@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
@@ -51,14 +52,15 @@ def _compile(kernel, dt, consts, target):
 
 
 def _proj_consts(dt, store=True):
-    bn, bk, bd, dot = projection_noise.tile_config(__import__("torch").float32 if dt == "fp32"
-                                                   else __import__("torch").float64, 48)
+    bn, bk, bd, dot = projection_noise.tile_config(torch.float32 if dt == "fp32" else torch.float64, 48)
     return dict(HAS_NOISE=True, BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=dot, ACC=_FP[dt])
 
 
 CASES = [
-    ("project_noise", projection_noise._project_noise_kernel, "fp32", lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
-    ("project_noise", projection_noise._project_noise_kernel, "fp64", lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
+    ("project_noise", projection_noise._project_noise_kernel, "fp32",
+     lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
+    ("project_noise", projection_noise._project_noise_kernel, "fp64",
+     lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
     ("transport_exact", quantile._transport_exact_kernel, "fp32", lambda dt: dict(BLOCK=1024)),
     ("transport_grid", quantile._transport_grid_kernel, "fp32", lambda dt: dict(BLOCK=1024)),
     ("drift_update", drift._drift_kernel, "fp32",
