@@ -1,0 +1,82 @@
+"""Benchmark of one DP sliced-Wasserstein flow step (issue 4): fused C++ step vs the torch reference.
+
+impls: ``fastdpot`` (op ``flow_step``, backend ``cpu``: csrc/flow.cpp) and ``reference`` (backend ``reference``:
+:func:`fastdpot.reference.flow.flow_step` with noise from a seeded ``torch.Generator``). Both do the same work: k
+fresh noisy projections (σ = 0.5) of N particles and M private rows, per-direction sort, sort-based quantile
+transport (``quantiles="exact"``), drift and Euler--Maruyama update; float32, a fresh seed every call.
+
+    python -m bench.flow            # full sizes (the lead runs this on a quiet machine)
+    python -m bench.flow --quick    # tiny sizes, checks that every case runs
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from bench.harness import RESULTS, Case, run_suite
+
+SUITE = "flow"
+ANCHORS = ["reference"]
+
+# CelebA latent shape (d = 48, k = 300) at N = 10^6 and MNIST latent shape (d = 8, k = 70) at N = 10^5
+FULL_SIZES = [dict(n=1_000_000, m=250, d=48, k=300), dict(n=100_000, m=250, d=8, k=70)]
+QUICK_SIZES = [dict(n=3_000, m=250, d=8, k=20)]
+
+
+def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0):
+    """One flow step (forward only) on N particles, M private rows, k directions, float32."""
+    if impl not in ("fastdpot", "reference"):
+        raise ValueError(f"impl must be fastdpot or reference, got {impl!r}")
+    backend = "cpu" if impl == "fastdpot" else "reference"
+
+    def setup():
+        import torch
+
+        import fastdpot.flow  # noqa: F401  (imports and extension loading are not part of the measurement)
+
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(n, d, generator=g)
+        y = torch.nn.functional.normalize(torch.randn(m, d, generator=g), dim=1)
+        th = torch.nn.functional.normalize(torch.randn(k, d, generator=g), dim=1)
+        return dict(x=x, y=y, th=th, seed=[0])
+
+    def forward(s):
+        from fastdpot.flow import flow_step
+
+        s["seed"][0] += 1
+        new, drift, _ = flow_step(s["x"], s["y"], s["th"], noise_std=noise_std, step_size=step_size,
+                                  seed=s["seed"][0], quantiles=quantiles, backend=backend)
+        return new
+
+    return Case(setup=setup, forward=forward)
+
+
+CASES = {"step": step_case}
+
+
+def runs(sizes, impls=("fastdpot", "reference"), repeats=3):
+    return [dict(case="step", impl=impl, params=params, mode="forward", repeats=repeats, anchor=impl in ANCHORS)
+            for params in sizes for impl in impls]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="fastdpot DP sliced-Wasserstein flow step benchmark")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that every case runs")
+    ap.add_argument("--impls", default="fastdpot,reference", help="comma-separated subset")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--note", default="")
+    ap.add_argument("--results", default=None,
+                    help="results file (default: bench/results.jsonl; --quick writes to a temporary file)")
+    args = ap.parse_args(argv)
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    impls = tuple(s.strip() for s in args.impls.split(",") if s.strip())
+    results = args.results or (os.path.join(tempfile.gettempdir(), "fastdpot_bench_quick.jsonl") if args.quick
+                               else RESULTS)
+    return run_suite("bench.flow", runs(sizes, impls, args.repeats), threads=args.threads, repeats=args.repeats,
+                     note=args.note or ("quick" if args.quick else ""), results_path=results)
+
+
+if __name__ == "__main__":
+    main()
