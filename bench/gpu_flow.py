@@ -259,9 +259,9 @@ def main(argv=None):
             else harness.RESULTS
     if args.isolated:
         runs = [dict(case=c, impl=i, params=dict(p, device=device), mode="full" if c == "dpswd" else "forward",
-                     anchor="reference", repeats=10, warmup=2)
+                     anchor="reference_hist" if i == "triton_hist" else "reference", repeats=10, warmup=2)
                 for p in sizes for c in CASES for i in _impls(c, p["N"])]
-        harness.run_suite(__name__, runs, results_path=args.results, note=args.note)
+        harness.run_suite("bench.gpu_flow", runs, results_path=args.results, note=args.note)
         return 0
     rows = run_events(sizes, args.results, device, note=args.note)
     table = markdown_table(rows)

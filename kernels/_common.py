@@ -9,6 +9,7 @@ the 64-bit counter ``i*k + j`` and the key ``seed_s``, where ``seed_s = stream_s
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -18,7 +19,7 @@ import triton.language as tl
 from fastdpot._ext import BackendUnavailableError, triton_interpret
 
 __all__ = ["STREAM_PARTICLES", "STREAM_PRIVATE", "STREAM_BROWNIAN", "stream_seed", "direction_chunk",
-           "check_launchable", "proj_tile", "DEFAULT_CHUNK_ELEMS"]
+           "check_launchable", "device_guard", "proj_tile", "DEFAULT_CHUNK_ELEMS"]
 
 STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN = 0, 1, 2
 _MASK62 = (1 << 62) - 1
@@ -66,6 +67,11 @@ def check_launchable(*tensors: torch.Tensor) -> None:
     if dev.type not in ("cpu", "cuda"):
         raise BackendUnavailableError(f"the triton backend runs on CUDA (or CPU under TRITON_INTERPRET=1), "
                                       f"got device {dev}")
+
+
+def device_guard(t: torch.Tensor):
+    """Launch on ``t``'s GPU (Triton launches on the current CUDA device); a no-op for CPU tensors."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
 def acc_dtype(dtype: torch.dtype):

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, direction_chunk, stream_seed
+from ._common import STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, device_guard, direction_chunk, stream_seed
 from .drift import accumulate_drift
 from .projection_noise import project_noise
 
@@ -176,5 +176,6 @@ def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_nois
     y = y.to(x.dtype)
     projections = projections.to(x.dtype)
     check_launchable(x, y, projections)
-    out = SlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed), bool(return_noise))
+    with device_guard(x):
+        out = SlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed), bool(return_noise))
     return tuple(out) if return_noise else out

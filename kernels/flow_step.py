@@ -31,7 +31,8 @@ import math
 
 import torch
 
-from ._common import STREAM_BROWNIAN, STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, direction_chunk, stream_seed
+from ._common import (STREAM_BROWNIAN, STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, device_guard,
+                      direction_chunk, stream_seed)
 from .drift import accumulate_drift
 from . import histogram
 from .projection_noise import project_noise
@@ -73,6 +74,12 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
     m, k = y.shape[0], theta.shape[0]
     if n < 2:
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
+    with device_guard(x):
+        return _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles,
+                          return_noise)
+
+
+def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles, return_noise):
     sigma = float(noise_std)
     seed_p, seed_q, seed_b = (stream_seed(seed, s) for s in (STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN))
     dev, dt = x.device, x.dtype

@@ -66,6 +66,13 @@ def test_float32_error_like_torch(n, m):
         assert err <= 4 * torch_err + 8 * eps * r64.abs().max().item(), (err, torch_err)
 
 
+def test_non_contiguous_inputs():
+    x, y, th = _inputs(20, 14, 4, 6, torch.float64, seed=12)
+    a = sliced_wasserstein_triton(x, y, th, 2, 0.2, 1, False)
+    b = sliced_wasserstein_triton(*(t.t().contiguous().t() for t in (x, y, th)), 2, 0.2, 1, False)
+    torch.testing.assert_close(a, b, rtol=1e-13, atol=0)
+
+
 def test_gradcheck_float64():
     x, y, th = _inputs(5, 4, 2, 3, torch.float64, seed=8)
     x.requires_grad_(True)

@@ -137,6 +137,16 @@ def test_chunking_over_directions_is_invisible(monkeypatch):
     assert torch.equal(full[2]["particles"], chunked[2]["particles"])
 
 
+def test_non_contiguous_inputs():
+    x, y, th = _inputs(45, 17, 6, 9, torch.float64, seed=15)
+    xt, yt, tht = (t.t().contiguous().t() for t in (x, y, th))  # column-major views
+    assert not xt.is_contiguous()
+    a = _run(x, y, th, "exact")
+    b = _run(xt, yt, tht[::1], "exact")
+    for u, v in zip(a[:2], b[:2]):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-13)
+
+
 def test_no_noise_no_brownian_and_seed_replay():
     x, y, th = _inputs(50, 20, 4, 8, torch.float64, seed=7)
     new, drift, noise = _run(x, y, th, noise_std=0.0, reg=0.0)
