@@ -170,13 +170,22 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         net = ConvGenerator(latent_dim, private_data.shape[1:])
     net = net.to(private_data.dtype)
 
-    if private:
+    if private and noise_std is None:
         sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, B, n, T, num_projections, d, radius,
                                                          bound=bound, accountant=accountant)
-        if noise_std is not None:
-            # the multiplier actually used: same sensitivity, the caller's σ
-            sigma = check_positive(noise_std, "noise_std")
-            details = dict(details, noise_multiplier=sigma / details["sensitivity"], calibrated=False)
+    elif private:
+        # the caller's σ: same δ split and sensitivity, multiplier σ/Δ; the budget decides how many steps run
+        from .privacy import sliced_sensitivity, split_delta
+
+        sigma = check_positive(noise_std, "noise_std")
+        delta_acc, delta_tail = split_delta(delta, T)
+        sens = sliced_sensitivity(check_int(num_projections, "num_projections"), d, delta_tail, bound=bound,
+                                  diameter=2.0 * radius)
+        details = dict(noise_multiplier=sigma / sens, sensitivity=sens, delta_accountant=delta_acc,
+                       delta_tail=delta_tail, sample_rate=B / n, steps=T, batch_size=B, dataset_size=n,
+                       num_projections=num_projections, dim=d, radius=radius, bound=bound, epsilon=epsilon,
+                       delta=delta, accountant=accountant, calibrated=False)
+    if private:
         z = details["noise_multiplier"]
         budget = PrivacyBudget(epsilon, delta, PrivacyAccountant(accountant))
         spend_kw = dict(sampling="without_replacement", dataset_size=n, batch_size=B,

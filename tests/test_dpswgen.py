@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fastdpot.dpswgen import ConvGenerator, MLPGenerator, evaluate_sw, train_dpswgen
+from fastdpot.sliced import dp_sliced_wasserstein_noise_std
 
 
 def _fashion_latents(n_public=5000, n_private=30000, dim=8):
@@ -47,13 +48,11 @@ def test_dpswgen_fashion_mnist_lowers_loss_within_budget():
 def test_dpswgen_stops_when_budget_is_spent():
     g = torch.Generator().manual_seed(0)
     data = torch.nn.functional.normalize(torch.randn(2000, 4, generator=g), dim=1)
-    # calibrated for 40 steps, but run with a smaller σ: the budget must refuse before step 40
-    res = train_dpswgen(data, 2.0, 1e-5, steps=40, batch_size=100, num_projections=35, latent_dim=4,
-                        generator=g, noise_std=None, budget_checks=4)
-    sigma = res.noise_std
+    # σ calibrated for 40 steps; a run with a smaller σ must be refused by the budget before step 40
+    sigma, det = dp_sliced_wasserstein_noise_std(2.0, 1e-5, 100, 2000, 40, 35, 4, 1.0)
     res2 = train_dpswgen(data, 2.0, 1e-5, steps=40, batch_size=100, num_projections=35, latent_dim=4,
                          generator=g, noise_std=0.75 * sigma, budget_checks=4)
-    assert res.steps == 40 and res.epsilon <= 2.0
+    assert res2.details["noise_multiplier"] == pytest.approx(0.75 * det["noise_multiplier"])
     assert res2.stopped_by_budget and 0 < res2.steps < 40
     assert res2.epsilon <= 2.0 and res2.details["steps_recorded"] == res2.steps
 
