@@ -27,7 +27,6 @@ using namespace fastdpot;
 
 namespace {
 
-template <typename T>
 inline double cost_and_slope(double diff, int p, double* slope) {
     // |diff|^p and its derivative w.r.t. diff (sign(0) = 0, as torch's abs)
     if (p == 1) {
@@ -125,13 +124,13 @@ py::array_t<double> sw_chunk(py::array_t<T, py::array::c_style> px_arr, py::arra
                         T* gyr = need_gy ? gy + j * M : nullptr;
                         const double gs = grad_scale * w;
                         for (int64_t r = 0; r < N; ++r) {
-                            acc += cost_and_slope<T>((double)sx[r] - (double)sy[r], p, &slope);
+                            acc += cost_and_slope((double)sx[r] - (double)sy[r], p, &slope);
                             if (gxr) gxr[perm_x[r]] = (T)(gs * slope);
                             if (gyr) gyr[perm_y[r]] = (T)(-gs * slope);
                         }
                     } else {
                         for (int64_t r = 0; r < N; ++r)
-                            acc += cost_and_slope<T>((double)sx[r] - (double)sy[r], p, &slope);
+                            acc += cost_and_slope((double)sx[r] - (double)sy[r], p, &slope);
                     }
                     acc *= w;
                 } else {
@@ -146,7 +145,7 @@ py::array_t<double> sw_chunk(py::array_t<T, py::array::c_style> px_arr, py::arra
                         const uint64_t ea = (a + 1) * mm, eb = (b + 1) * nn;
                         const uint64_t next = ea < eb ? ea : eb;
                         const double w = (double)(next - pos) * inv;
-                        acc += w * cost_and_slope<T>((double)sx[a] - (double)sy[b], p, &slope);
+                        acc += w * cost_and_slope((double)sx[a] - (double)sy[b], p, &slope);
                         if (need_grad) { gsx[a] += w * slope; gsy[b] -= w * slope; }
                         pos = next;
                         if (ea == next) ++a;

@@ -387,3 +387,25 @@ def test_cpu_one_sided_gradient_and_ties(dtype, n, m):
     assert abs(lc.item() - lr.item()) <= 64 * eps * max(1.0, lr.item())
     # ties only on the x side: the gradient w.r.t. y does not depend on how they are broken
     torch.testing.assert_close(gc.double(), gr, rtol=64 * eps, atol=64 * eps * float(gr.abs().max()))
+
+
+@needs_cpp
+def test_kernel_refuses_bad_buffers():
+    """The raw kernel writes in place: it must refuse (never silently convert) mismatched buffers."""
+    from fastdpot._ext import load_cpp
+
+    mod = load_cpp("sliced")
+    px, py = torch.randn(3, 10), torch.randn(3, 7)
+    ok = mod.sw_chunk_f32(px.numpy(), py.numpy(), 2, 0.0, 1, 0, 1.0, None, None, None, None)
+    assert ok.shape == (3,)
+    with pytest.raises(TypeError):  # float64 input to the float32 kernel: no conversion
+        mod.sw_chunk_f32(px.double().numpy(), py.numpy(), 2, 0.0, 1, 0, 1.0, None, None, None, None)
+    with pytest.raises(ValueError, match="dtype"):
+        mod.sw_chunk_f32(px.numpy(), py.numpy(), 2, 0.0, 1, 0, 1.0, torch.empty(3, 10).double().numpy(),
+                         None, None, None)
+    with pytest.raises(ValueError, match="shape"):
+        mod.sw_chunk_f32(px.numpy(), py.numpy(), 2, 0.0, 1, 0, 1.0, torch.empty(3, 11).numpy(), None, None, None)
+    with pytest.raises(ValueError, match="p must be 1 or 2"):
+        mod.sw_chunk_f32(px.numpy(), py.numpy(), 3, 0.0, 1, 0, 1.0, None, None, None, None)
+    with pytest.raises(ValueError, match="same kc"):
+        mod.sw_chunk_f32(px.numpy(), torch.randn(2, 7).numpy(), 2, 0.0, 1, 0, 1.0, None, None, None, None)
