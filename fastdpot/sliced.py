@@ -15,7 +15,6 @@ Backends of op ``"sliced_wasserstein"`` (signature ``fn(x, y, projections, p, no
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -411,7 +410,10 @@ class DPSlicedWassersteinLoss(nn.Module):
     def from_privacy(cls, epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
                      num_projections: int, dim: int, radius: float, bound: str = "clt", p: int = 2,
                      generator: Optional[torch.Generator] = None, backend: str = "auto"):
-        """Module whose ``noise_std`` makes ``steps`` releases (ε, δ)-DP (see :func:`dp_sliced_wasserstein_noise_std`)."""
+        """Module whose ``noise_std`` makes ``steps`` releases (ε, δ)-DP.
+
+        See :func:`dp_sliced_wasserstein_noise_std` for the arguments and the calibration.
+        """
         sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, batch_size, dataset_size, steps,
                                                          num_projections, dim, radius, bound=bound)
         mod = cls(sigma, num_projections, p=p, radius=radius, generator=generator, backend=backend)
