@@ -273,3 +273,26 @@ def test_calibrate_without_replacement_rdp():
 def test_calibrate_validation(args, match):
     with pytest.raises(ValueError, match=match):
         calibrate_noise_multiplier(*args)
+
+
+def test_incremental_rdp_equals_dp_accounting_composed_directly():
+    """The cached per-event RDP vectors, summed step by step, equal dp-accounting composing the same events."""
+    import dp_accounting
+    from dp_accounting import rdp
+
+    orders = list(range(2, 33))
+    acc = PrivacyAccountant("rdp", orders=orders)
+    ref = rdp.RdpAccountant(orders=orders,
+                            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    for i in range(12):
+        z, bsz = (1.0, 250) if i % 3 else (1.5, 400)
+        acc.step(z, num_steps=1 + i % 4, sampling="without_replacement", dataset_size=29999, batch_size=bsz)
+        ref.compose(dp_accounting.SampledWithoutReplacementDpEvent(29999, bsz, dp_accounting.GaussianDpEvent(z)),
+                    1 + i % 4)
+    assert acc.get_epsilon(1e-5) == pytest.approx(ref.get_epsilon(1e-5), rel=1e-10)
+    eps, order = acc.get_epsilon_and_order(1e-5)
+    assert (eps, order) == pytest.approx(ref.get_epsilon_and_optimal_order(1e-5), rel=1e-10)
+    assert order in orders
+    reloaded = PrivacyAccountant()
+    reloaded.load_state_dict(acc.state_dict())
+    assert reloaded.get_epsilon(1e-5) == pytest.approx(eps, rel=1e-10)
