@@ -204,7 +204,7 @@ def test_auto_backend_choice():
 # noise: replay and statistics
 # ------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("n,m", [(120, 120), (90, 151)])
+@pytest.mark.parametrize("n,m", [(120, 120), (90, 151), (400, 333)])
 def test_noise_replay_into_reference(backend, n, m):
     x, y, th = _data(n, m, 5, 17, seed=4)
     y.requires_grad_(True)
@@ -409,3 +409,18 @@ def test_kernel_refuses_bad_buffers():
         mod.sw_chunk_f32(px.numpy(), py.numpy(), 3, 0.0, 1, 0, 1.0, None, None, None, None)
     with pytest.raises(ValueError, match="same kc"):
         mod.sw_chunk_f32(px.numpy(), torch.randn(2, 7).numpy(), 2, 0.0, 1, 0, 1.0, None, None, None, None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_noise_replay_float32_private_side_without_grad(backend):
+    x, y, th = _data(500, 420, 6, 9, dtype=torch.float32, seed=12)
+    y.requires_grad_(True)
+    loss, nx, ny = S.dp_sliced_wasserstein(x, y, 0.6, projections=th, generator=torch.Generator().manual_seed(4),
+                                           backend=backend, return_noise=True)
+    yr = y.detach().double().requires_grad_(True)
+    replay = ref_sw(x.double(), yr, th.double(), noise_x=nx.double(), noise_y=ny.double())
+    eps = torch.finfo(torch.float32).eps
+    assert abs(loss.item() - replay.item()) <= 64 * eps * replay.item()
+    g = torch.autograd.grad(loss, y)[0]
+    gr = torch.autograd.grad(replay, yr)[0]
+    torch.testing.assert_close(g.double(), gr, rtol=64 * eps, atol=64 * eps * float(gr.abs().max()))
