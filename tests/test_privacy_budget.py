@@ -99,6 +99,11 @@ def test_state_dict_round_trip(via):
     (lambda: PrivacyBudget(1.0, 1e-5).spend(1.0, 0.1, num_steps=0), "num_steps"),
     (lambda: PrivacyBudget(1.0, 1e-5).spend(0.0, 0.1), "noise_multiplier"),
     (lambda: PrivacyBudget(1.0, 1e-5).load_state_dict([1, 2]), "state"),
+    (lambda: PrivacyBudget(1.0, 1e-5).load_state_dict({"epsilon": 1.0}), "missing"),
+    (lambda: PrivacyAccountant().load_state_dict({"accountant": "pld"}), "missing"),
+    (lambda: PrivacyAccountant().load_state_dict(dict(PrivacyAccountant().state_dict(), history=[
+        dict(noise_multiplier=-1.0, sample_rate=0.1, sampling="poisson", dataset_size=None, batch_size=None,
+             num_steps=1)])), "noise_multiplier"),
 ])
 def test_budget_validation(call, match):
     with pytest.raises(ValueError, match=match):

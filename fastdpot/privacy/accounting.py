@@ -307,12 +307,17 @@ class PrivacyAccountant:
         """Restore a :meth:`state_dict` (replaces this accountant's settings and history)."""
         if not isinstance(state, dict):
             raise ValueError(f"state must be a dict from PrivacyAccountant.state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("accountant", "orders", "value_discretization_interval", "neighboring_relation",
+                               "history") if k not in state]
+        if missing:
+            raise ValueError(f"state is missing key(s) {missing} of PrivacyAccountant.state_dict()")
         fresh = PrivacyAccountant(state["accountant"], state["orders"], state["value_discretization_interval"],
                                   state["neighboring_relation"])
         for h in state["history"]:
             h = dict(h)
-            n = h.pop("num_steps")
-            fresh._record(_make_event(**h), check_int(n, "num_steps", 1))
+            n = h.pop("num_steps", None)
+            fresh._record(_make_event(h.get("noise_multiplier"), h.get("sample_rate"), h.get("sampling"),
+                                      h.get("dataset_size"), h.get("batch_size")), check_int(n, "num_steps", 1))
         self.__dict__.update(fresh.__dict__)
 
     def __repr__(self):

@@ -162,6 +162,9 @@ class PrivacyBudget:
     def load_state_dict(self, state: dict) -> None:
         if not isinstance(state, dict):
             raise ValueError(f"state must be a dict from PrivacyBudget.state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("epsilon", "delta", "delta_tail_spent", "accountant") if k not in state]
+        if missing:
+            raise ValueError(f"state is missing key(s) {missing} of PrivacyBudget.state_dict()")
         self.epsilon = check_epsilon(state["epsilon"])
         self.delta = check_delta(state["delta"])
         self.delta_tail_spent = check_nonnegative(state["delta_tail_spent"], "delta_tail_spent")
