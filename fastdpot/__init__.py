@@ -10,3 +10,6 @@ from .sliced import (DPSlicedWassersteinLoss, SlicedWassersteinLoss, dp_sliced_w
                      dp_sliced_wasserstein_noise_std, sliced_wasserstein)
 from . import kernels as _kernels  # noqa: F401,E402  registers the triton backends (flow_step, sliced_wasserstein)
 from .flow import ClassConditionalFlow, DPSlicedWassersteinFlow, NonFiniteParticlesError  # noqa: F401,E402
+from . import privacy  # noqa: F401,E402  the privacy core (accounting, budgets, samplers, mechanisms)
+from .privacy import (BudgetExceededError, FixedSizeSampler, PoissonSampler, PrivacyAccountant,  # noqa: F401,E402
+                      PrivacyBudget, calibrate_noise_multiplier, sliced_sensitivity)
