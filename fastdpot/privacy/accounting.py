@@ -133,11 +133,12 @@ class PrivacyAccountant:
         steps: total number of releases composed so far.
         history: list of ``(event dict, num_steps)`` in order (consecutive identical events are merged).
 
-    Example:
-        >>> acc = PrivacyAccountant()
-        >>> acc.step(noise_multiplier=1.0, sample_rate=250 / 29999, num_steps=4199)
-        >>> acc.get_epsilon(1e-5)   # PLD, about 3.11
-        >>> acc.get_epsilon(1e-5, accountant="rdp")   # about 3.41
+    Example::
+
+        acc = PrivacyAccountant()
+        acc.step(noise_multiplier=1.0, sample_rate=250 / 29999, num_steps=4199)
+        acc.get_epsilon(1e-5)                      # PLD: 3.11
+        acc.get_epsilon(1e-5, accountant="rdp")    # RDP: 3.41
 
     References:
         dp-accounting (github.com/google/differential-privacy/python/dp_accounting); Mironov, Talwar & Zhang,
