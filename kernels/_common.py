@@ -1,10 +1,17 @@
 """Shared pieces of the Triton kernels: the fused projection + Philox-noise tile, seed streams, direction chunking.
 
 Noise convention (every Triton kernel of fastdpot): the standard normal added to the projection of row ``i`` on
-direction ``j`` (global index, independent of chunking) is ``tl.randn(seed_s, i * k + j)`` -- Philox4x32-10 with
-the 64-bit counter ``i*k + j`` and the key ``seed_s``, where ``seed_s = stream_seed(seed, s)`` separates the streams
-(particles / private rows / Brownian increments). The Brownian increment of particle ``i``, coordinate ``l`` is
-``tl.randn(seed_b, i * d + l)``. The same ``seed`` therefore gives the same noise whatever the chunk size, and a
+direction ``j`` (global index, independent of chunking) is ``randn_wide(seed_s, i * k + j)`` --
+Philox4x32-10 (``tl.randint4x``) with the 64-bit counter ``i*k + j`` and the key ``seed_s``, where ``seed_s = stream_seed(seed, s)``
+separates the streams (particles / private rows / Brownian increments). The Brownian increment of particle ``i``,
+coordinate ``l`` is ``randn_wide(seed_b, i * d + l)``.
+
+Why not ``tl.randn``: it clamps its Box--Muller uniform at 1e-7, i.e. it samples a Gaussian truncated at
+|z| <= 5.68. Bounded noise breaks the Gaussian mechanism's analysis: an output beyond the support of one neighbour
+is impossible under it, an unaccounted failure probability of order phi(5.68) ~ 1e-7 per noisy coordinate (per
+step, per private row), comparable to the delta = 1e-5 budgets of the papers over thousands of steps.
+``randn_wide`` builds the radius uniform from 64 random bits, so its support reaches |z| = 9.49 (Gaussian tail
+beyond: < 5e-21 per draw), and the angle from 32 more bits. The same ``seed`` therefore gives the same noise whatever the chunk size, and a
 ``return_noise`` path stores exactly these draws so the torch reference can replay them.
 """
 from __future__ import annotations
@@ -19,7 +26,8 @@ import triton.language as tl
 from fastdpot._ext import BackendUnavailableError, triton_interpret
 
 __all__ = ["STREAM_PARTICLES", "STREAM_PRIVATE", "STREAM_BROWNIAN", "stream_seed", "direction_chunk",
-           "check_launchable", "device_guard", "proj_tile", "DEFAULT_CHUNK_ELEMS"]
+           "check_launchable", "device_guard", "proj_tile", "randn_wide", "normal_from_uints",
+           "DEFAULT_CHUNK_ELEMS"]
 
 STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN = 0, 1, 2
 _MASK62 = (1 << 62) - 1
@@ -74,6 +82,27 @@ def device_guard(t: torch.Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+@triton.jit
+def normal_from_uints(i1, i2, i3):
+    """Box--Muller: standard normal (float32) from three uint32 blocks; i1:i2 form a 64-bit radius uniform
+    ``u1 = (i1 + (i2 + 1/2) 2^-32) 2^-32`` in (0, 1] (so ``sqrt(-2 ln u1) <= 9.49``), i3 the angle."""
+    two_m32: tl.constexpr = 2.3283064365386963e-10
+    hi = i1.to(tl.uint32, bitcast=True).to(tl.float32)
+    lo = i2.to(tl.uint32, bitcast=True).to(tl.float32)
+    u1 = (hi + (lo + 0.5) * two_m32) * two_m32
+    u1 = tl.minimum(u1, 1.0)
+    u2 = i3.to(tl.uint32, bitcast=True).to(tl.float32) * two_m32
+    r = tl.sqrt(-2.0 * tl.log(u1))
+    return r * tl.cos(6.283185307179586 * u2)
+
+
+@triton.jit
+def randn_wide(seed, offset):
+    """Standard normals (float32) for the int64 counters ``offset`` under key ``seed`` (Philox4x32-10)."""
+    i1, i2, i3, _ = tl.randint4x(seed, offset)
+    return normal_from_uints(i1, i2, i3)
+
+
 def acc_dtype(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
 
@@ -104,7 +133,7 @@ def proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K,
             acc += tl.sum(xt[:, :, None] * tt[None, :, :], axis=1)
     if HAS_NOISE:
         offs = rows[:, None] * K + dirs[None, :]
-        z = tl.randn(seed, offs).to(ACC) * tl.load(noise_std_ptr).to(ACC)
+        z = randn_wide(seed, offs).to(ACC) * tl.load(noise_std_ptr).to(ACC)
         acc += z
         if STORE_NOISE:
             tl.store(noise_ptr + offs, z, mask=mask_n[:, None] & mask_c[None, :])

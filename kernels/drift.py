@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import acc_dtype
+from ._common import acc_dtype, randn_wide
 
 __all__ = ["accumulate_drift"]
 
@@ -57,7 +57,7 @@ def _drift_kernel(coef_ptr, theta_ptr, drift_ptr, x_ptr, new_ptr, brown_ptr, N, 
                         other=0.0).to(ACC)
             new = x - step_size * acc
             if BROWNIAN:
-                z = tl.randn(seed_b, out).to(ACC)
+                z = randn_wide(seed_b, out).to(ACC)
                 new += brown_std * z
                 if STORE_BROWN:
                     tl.store(brown_ptr + out, z, mask=mask)

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import acc_dtype, proj_tile
+from ._common import acc_dtype, proj_tile, randn_wide
 from .projection_noise import tile_config
 
 __all__ = ["histogram_coef", "histogram_step_fused", "bin_geometry", "FUSED_MAX_D"]
@@ -148,7 +148,7 @@ def _hist_drift_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q
     x = tl.load(x_ptr + rows[:, None] * stride_xn + offs_d[None, :] * stride_xd, mask=mask2, other=0.0).to(ACC)
     new = x - tl.load(scalars_ptr + 1).to(ACC) * acc
     if BROWNIAN:
-        z = tl.randn(seed_b, out).to(ACC)
+        z = randn_wide(seed_b, out).to(ACC)
         new += tl.load(scalars_ptr + 2).to(ACC) * z
         if STORE_BROWN:
             tl.store(brown_ptr + out, z, mask=mask2)

@@ -20,9 +20,19 @@ pytestmark = [
                        reason="Triton kernels need CUDA or TRITON_INTERPRET=1"),
 ]
 
-from fastdpot.kernels._common import direction_chunk, stream_seed  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from fastdpot.kernels._common import direction_chunk, normal_from_uints, stream_seed  # noqa: E402
 from fastdpot.kernels.flow_step import flow_step_triton  # noqa: E402
 from fastdpot.kernels.projection_noise import project_noise  # noqa: E402
+
+
+@triton.jit
+def _normals_kernel(a_ptr, b_ptr, c_ptr, o_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    z = normal_from_uints(tl.load(a_ptr + offs), tl.load(b_ptr + offs), tl.load(c_ptr + offs))
+    tl.store(o_ptr + offs, z)
+
 
 DEV = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1" else "cpu"
 
@@ -70,6 +80,22 @@ def test_noise_distribution_and_replay():
     # the counter is (row, global direction): a chunk j0.. reproduces the same entries
     part = project_noise(x, th, 5, 7, 2024, 1.0)
     assert torch.equal(part, out[5:12])
+
+
+def test_normal_sampler_tail_support():
+    """randn_wide's Box--Muller radius uses a 64-bit uniform: the extreme draw is sqrt(130 ln 2) = 9.49 sigma (not
+    tl.randn's 5.68 clamp, which truncates the Gaussian mechanism's noise), and no extreme input gives NaN/inf."""
+    a = torch.tensor([0, 0, -1, 1 << 20], dtype=torch.int32, device=DEV)  # uint32 bit patterns
+    b = torch.tensor([0, -1, -1, 0], dtype=torch.int32, device=DEV)
+    c = torch.tensor([0, -(1 << 31), 0, 0], dtype=torch.int32, device=DEV)  # angle 0 / pi
+    out = torch.empty(4, dtype=torch.float32, device=DEV)
+    _normals_kernel[(1,)](a, b, c, out, BLOCK=4)
+    r_max = math.sqrt(130 * math.log(2))
+    assert torch.isfinite(out).all()
+    assert abs(out[0].item() - r_max) < 1e-4 * r_max
+    assert abs(out[1].item() + math.sqrt(-2 * math.log((0.5 + (2 ** 32 - 1)) * 2.0 ** -64))) < 1e-3
+    assert out[2].item() == 0.0
+    assert abs(out[3].item() - math.sqrt(-2 * math.log(2.0 ** -12))) < 1e-4
 
 
 def test_stream_seeds_distinct():
