@@ -4,6 +4,8 @@ import math
 import pytest
 import torch
 from dp_accounting import get_epsilon_gaussian
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from fastdpot.privacy import (clip_rows, gaussian_local_mechanism, gaussian_mechanism_sigma,
@@ -230,3 +232,20 @@ def test_secure_mode_generators():
         make_generator(3, secure_mode=True)
     g1, g2 = make_generator(5), make_generator(5)
     assert torch.equal(torch.randn(4, generator=g1), torch.randn(4, generator=g2))
+
+
+# ---------------------------------------------------------------- properties over shapes and scales
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 9), d=st.integers(1, 17), scale=st.floats(1e-3, 1e3), radius=st.floats(1e-2, 1e2),
+       seed=st.integers(0, 2 ** 31))
+def test_geometry_properties(n, d, scale, radius, seed):
+    x = scale * torch.randn(n, d, generator=_gen(seed), dtype=torch.float64)
+    c, p = clip_rows(x, radius), project_l1_ball(x, radius)
+    assert torch.all(c.norm(dim=1) <= radius * (1 + 1e-12))
+    assert torch.all(p.abs().sum(1) <= radius * (1 + 1e-12))
+    # idempotent, and the identity inside the ball
+    assert torch.allclose(clip_rows(c, radius), c, rtol=1e-12, atol=0)
+    assert torch.allclose(project_l1_ball(p, radius), p, rtol=1e-12, atol=1e-300)
+    # ℓ1 projection keeps signs and shrinks magnitudes
+    assert torch.all(p * x >= 0) and torch.all(p.abs() <= x.abs() * (1 + 1e-12))
+    assert torch.allclose(normalize_rows(x).norm(dim=1), torch.ones(n, dtype=x.dtype), atol=1e-14)
