@@ -32,11 +32,12 @@ def _data(n, m, d, k, dtype=torch.float64, seed=0, shift=0.5):
 # ------------------------------------------------------------------------------------------------------------
 # the reference against outside anchors
 # ------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("p", [1, 2])
-@pytest.mark.parametrize("n,m", [(40, 40), (33, 57), (100, 7)])
-def test_reference_matches_pot_sliced(p, n, m):
+@pytest.mark.parametrize("n,m", [(40, 40), (33, 57), (100, 7), (600, 450)])
+def test_matches_pot_sliced(backend, p, n, m):
     x, y, th = _data(n, m, 5, 13)
-    ours = ref_sw(x, y, th, p=p)
+    ours = S.sliced_wasserstein(x, y, projections=th, p=p, backend=backend)
     # POT returns the p-th root and takes projections as (d, k)
     pot = ot.sliced_wasserstein_distance(x.numpy(), y.numpy(), projections=th.T.numpy(), p=p)
     assert abs(float(ours) - pot ** p) <= 1e-12 * max(1.0, pot ** p)
