@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for a CUDA machine: build fastdpot, run the CUDA and compiled-Triton tests, then the GPU benchmark.
-#   bash scripts/gpu_check.sh [--quick]        (--quick: benchmark N in {1e5, 1e6} only)
+#   bash scripts/gpu_check.sh [--quick] [--budget-s S]   (benchmark options: --quick = N in {1e5, 1e6} only;
+#                                                         --budget-s = stop starting new sizes after S seconds)
 # Uses the torch (CUDA build) and Triton already installed; never installs torch. Results: bench/results.jsonl
 # (rows of suite gpu_flow), the markdown table bench/gpu_flow_table.md, and copies of both in $OUT when set.
 set -euo pipefail
