@@ -320,7 +320,8 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
         num_projections: k.
         dim: d.
         radius: the ℓ2 norm bound the private rows are clipped to.
-        bound: "clt" (k > 30, approximate, as the authors' code) or "bernstein" (non-asymptotic).
+        bound: "clt" (k > 30, approximate, as the authors' code), "bernstein" (non-asymptotic) or any other bound
+            :func:`fastdpot.privacy.sliced_sensitivity` offers.
         accountant: passed to ``calibrate_noise_multiplier``.
 
     Returns:
@@ -328,7 +329,8 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
         sample_rate, steps, ...). σ is a standard deviation on projected values.
 
     Raises:
-        ValueError: invalid ε, δ, sizes (batch_size > dataset_size), radius <= 0, unknown bound.
+        ValueError: invalid ε, δ, sizes (batch_size > dataset_size), radius <= 0, unknown bound, bound="clt" with
+            k <= 30.
 
     References:
         Rakotomamonjy & Ralaivola 2021, Lemma 2 and Proposition 2; PAPERS.md §1.
@@ -343,7 +345,7 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
     k = check_int(num_projections, "num_projections")
     d = check_int(dim, "dim")
     radius = check_positive(radius, "radius")
-    check_choice(bound, "bound", ("clt", "bernstein"))
+    # `bound` is validated by the privacy core (it owns the list of bounds: clt, bernstein, ...)
     delta_acc, delta_tail = privacy.split_delta(delta, T)
     sens = privacy.sliced_sensitivity(k, d, delta_tail, bound=bound, diameter=2.0 * radius)
     q = B / n
