@@ -254,3 +254,28 @@ def test_histogram_mode_error_against_exact():
         assert bool(((drift_h - drift_e).abs() <= bound + 1e-12).all())
         errs[bins] = (drift_h - drift_e).pow(2).mean().sqrt().item()
     assert errs[64] < errs[4]
+
+
+def test_import_without_triton_registers_actionable_stubs():
+    """`import fastdpot` works when triton cannot be imported; asking for the backend names the fix."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['triton'] = None\n"  # makes `import triton` raise ImportError
+        "import fastdpot\n"
+        "from fastdpot._dispatch import available_backends, dispatch\n"
+        "from fastdpot._ext import BackendUnavailableError\n"
+        "for op in ('flow_step', 'sliced_wasserstein'):\n"
+        "    ok, reason = available_backends(op)['triton']\n"
+        "    assert not ok and 'pip install triton' in reason, reason\n"
+        "    try:\n"
+        "        dispatch(op, 'triton')\n"
+        "    except BackendUnavailableError as err:\n"
+        "        assert 'pip install triton' in str(err)\n"
+        "    else:\n"
+        "        raise AssertionError('no error')\n"
+        "    assert dispatch(op, 'auto', 'cuda')[0] != 'triton'\n"
+        "print('OK')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]
