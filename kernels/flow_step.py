@@ -61,8 +61,13 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
         ``(new_particles (N, d), drift (N, d), noise or None)``; no autograd (inputs are detached).
 
     Raises:
-        ValueError: unsupported dtype / device mix, bad ``quantiles``. BackendUnavailableError: CPU tensors without
-        TRITON_INTERPRET=1.
+        ValueError: unsupported dtype / device mix, bad ``quantiles``, N < 2. BackendUnavailableError: CPU tensors
+        without TRITON_INTERPRET=1.
+
+    References:
+        Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
+        (PAPERS.md §2, Euler--Maruyama scheme and drift); the histogram mode is fastdpot's
+        (``fastdpot.reference.flow_histogram``).
     """
     if quantiles not in ("exact", "grid", "histogram"):
         raise ValueError(f"quantiles must be one of ['exact', 'grid', 'histogram'], got {quantiles!r}")
