@@ -253,15 +253,17 @@ def test_calibrate_pld_needs_less_noise_than_rdp():
     assert z_pld < z_rdp < Z_FLOW  # ε = 5 > 3.41 needs less noise than z = 1
 
 
-def test_calibrate_without_replacement_rdp():
-    z = calibrate_noise_multiplier(8.0, 1e-5, 1.0, 500, sampling="without_replacement", accountant="rdp",
-                                   dataset_size=5000, batch_size=100)
+def test_calibrate_without_replacement_defaults_to_rdp():
+    kw = dict(sampling="without_replacement", dataset_size=5000, batch_size=100)
+    z = calibrate_noise_multiplier(8.0, 1e-5, 1.0, 500, **kw)  # accountant=None: RDP for this event
     acc = PrivacyAccountant("rdp")
-    acc.step(z, num_steps=500, sampling="without_replacement", dataset_size=5000, batch_size=100)
+    acc.step(z, num_steps=500, **kw)
     assert acc.get_epsilon(1e-5) <= 8.0
+    tighter = PrivacyAccountant("rdp")
+    tighter.step(z - 3e-3, num_steps=500, **kw)
+    assert tighter.get_epsilon(1e-5) > 8.0
     with pytest.raises(ValueError, match="pld"):
-        calibrate_noise_multiplier(8.0, 1e-5, 1.0, 500, sampling="without_replacement", accountant="pld",
-                                   dataset_size=5000, batch_size=100)
+        calibrate_noise_multiplier(8.0, 1e-5, 1.0, 500, accountant="pld", **kw)
 
 
 @pytest.mark.parametrize("args,match", [

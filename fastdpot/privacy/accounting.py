@@ -327,7 +327,7 @@ class PrivacyAccountant:
 
 
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int,
-                               sampling: str = "poisson", accountant: str = "pld",
+                               sampling: str = "poisson", accountant: Optional[str] = None,
                                dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
                                tol: float = 1e-3, value_discretization_interval: float = 1e-3) -> float:
     """Smallest noise multiplier z (within ``tol``) such that ``steps`` releases stay within (ε, δ).
@@ -345,7 +345,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
             when left at 1.0).
         steps: number of releases T ≥ 1.
         sampling: ``"poisson"`` or ``"without_replacement"`` (the latter only with ``accountant="rdp"``).
-        accountant: ``"pld"`` or ``"rdp"``.
+        accountant: ``"pld"``, ``"rdp"`` or ``None`` (what a default :class:`PrivacyAccountant` reports: PLD for
+            Poisson / full-batch events, RDP for sampling without replacement).
         tol: absolute tolerance on z.
 
     Raises:
@@ -354,13 +355,17 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     eps = check_epsilon(target_epsilon, "target_epsilon")
     delta = check_delta(delta)
     steps = check_int(steps, "steps", 1)
-    check_choice(accountant, "accountant", ACCOUNTANTS)
+    if accountant is not None:
+        check_choice(accountant, "accountant", ACCOUNTANTS)
     tol = check_positive(tol, "tol")
     vdi = check_positive(value_discretization_interval, "value_discretization_interval")
     # validate the event with a placeholder z
     proto = _make_event(1.0, sample_rate, sampling, dataset_size, batch_size)
     rel = _RELATIONS[_relation_of(proto) or ADD_REMOVE]
-    if accountant == "pld" and proto.subsampled and proto.sampling == "without_replacement":
+    wor = proto.subsampled and proto.sampling == "without_replacement"
+    if accountant is None:
+        accountant = "rdp" if wor else "pld"
+    if accountant == "pld" and wor:
         raise ValueError("accountant='pld' does not support sampling='without_replacement'; use accountant='rdp'")
 
     def event_of(z):
