@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp
 from scipy.stats import norm
@@ -298,3 +300,18 @@ def test_incremental_rdp_equals_dp_accounting_composed_directly():
     reloaded = PrivacyAccountant()
     reloaded.load_state_dict(acc.state_dict())
     assert reloaded.get_epsilon(1e-5) == pytest.approx(eps, rel=1e-10)
+
+
+@settings(max_examples=10, deadline=None)
+@given(z=st.floats(0.5, 5.0), q=st.floats(1e-3, 0.5), steps=st.integers(1, 5000))
+def test_rdp_epsilon_monotone(z, q, steps):
+    """More steps or a larger rate never lowers ε; more noise never raises it."""
+    def eps(z_, q_, t_):
+        acc = PrivacyAccountant("rdp")
+        acc.step(z_, q_, t_)
+        return acc.get_epsilon(1e-5)
+
+    base = eps(z, q, steps)
+    assert eps(z, q, steps + 1) >= base - 1e-12
+    assert eps(z, min(1.0, 1.5 * q), steps) >= base - 1e-12
+    assert eps(1.2 * z, q, steps) <= base + 1e-12
