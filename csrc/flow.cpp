@@ -1,7 +1,8 @@
 // Fused CPU step of the (DP) sliced-Wasserstein particle flow -- PAPERS.md §2, fastdpot/reference/flow.py.
 //
 // For each chunk of C directions (C bounded so the chunk's projections take <= ~256 MB):
-//   a. projections s_ij = <x_i, θ_j> + σ·N(seed, stream 2j, i), blocked over particles (x_i and the chunk of Θ stay
+//   a. projections s_ij = <x_i, θ_j> + σ·N(seed, stream 2j, i) (Philox of common.h; single-precision Box-Muller
+//      of flow_normal.h), blocked over particles (x_i and the chunk of Θ stay
 //      in L1; the accumulation loop runs over directions so it vectorises without fast-math);
 //   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections; the noisy private
 //      projections <y_m, θ_j> + σ·N(seed, stream 2j+1, m), sorted; target of rank r:
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "common.h"
+#include "flow_normal.h"
 
 namespace py = pybind11;
 using namespace fastdpot;
@@ -91,7 +93,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                 for (int64_t jj = 0; jj < cj; ++jj) {
                     T* pj = P.data() + (size_t)jj * N;
                     if (sigma > 0) {
-                        fill_normal(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0, sigma);
+                        flowrng::fill_normal_fast(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0, sigma);
                         if (nx_out)
                             for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = pj[i];
                     } else {
@@ -128,7 +130,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             T* sx = s.sx.data();
             T* ys = s.ys.data();
             // noisy private projections (sorted values only)
-            if (sigma > 0) fill_normal(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
+            if (sigma > 0) flowrng::fill_normal_fast(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
             else std::fill(ys, ys + M, (T)0);
             for (int64_t m = 0; m < M; ++m) {
                 if (ny_out) ny_out[m * K + j] = ys[m];
@@ -206,7 +208,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
             const int64_t cnt = (i1 - i0) * d;
             if (lam > 0) {
-                fill_normal(xi.data(), cnt, seed, (uint64_t)(2 * K), (uint64_t)(i0 * d), 1.0);
+                flowrng::fill_normal_fast(xi.data(), cnt, seed, (uint64_t)(2 * K), (uint64_t)(i0 * d), 1.0);
                 if (br_out) std::copy(xi.data(), xi.data() + cnt, br_out + i0 * d);
             }
             for (int64_t t = 0; t < cnt; ++t) {
@@ -262,6 +264,19 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double 
 
 }  // namespace
 
+// Test hook: n normals of (seed, stream) from offset, by the fast transform used here and by common.h's fill_normal.
+static py::tuple normals_py(int64_t seed, int64_t stream, int64_t offset, int64_t n) {
+    py::array_t<double> fast(n), ref(n);
+    double* pf = fast.mutable_data();
+    double* pr = ref.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        flowrng::fill_normal_fast(pf, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
+        fill_normal(pr, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
+    }
+    return py::make_tuple(fast, ref);
+}
+
 PYBIND11_MODULE(_C_flow, m) {
     m.doc() = "fastdpot fused CPU step of the DP sliced-Wasserstein particle flow (see csrc/flow.cpp)";
     const char* doc =
@@ -276,4 +291,6 @@ PYBIND11_MODULE(_C_flow, m) {
           py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
           py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
           py::arg("brownian"), py::arg("max_chunk") = 0);
+    m.def("_normals", &normals_py, "(fast, common.h) standard normals of (seed, stream) from offset (test hook)",
+          py::arg("seed"), py::arg("stream"), py::arg("offset"), py::arg("n"));
 }

@@ -101,8 +101,9 @@ def _cpu_available():
 @register("flow_step", "cpu", available=_cpu_available)
 def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles, num_quantiles,
                    return_noise):
-    """Fused C++/OpenMP step (``csrc/flow.cpp``): Philox noise (particle noise of direction j on stream 2j,
-    private noise on stream 2j+1, Brownian on stream 2k), radix sort per direction, rank -> target quantile by index
+    """Fused C++/OpenMP step (``csrc/flow.cpp``): Philox noise of ``csrc/common.h`` (particle noise of direction j
+    on stream 2j, private noise on stream 2j+1, Brownian on stream 2k; vectorised single-precision Box-Muller of
+    ``csrc/flow_normal.h``, equal to common.h's ``fill_normal`` to ~2e-6), radix sort per direction, rank -> target quantile by index
     interpolation, drift and Euler--Maruyama update, in chunks of directions. ``"histogram"`` mode is delegated to
     the reference backend."""
     if quantiles == "histogram":

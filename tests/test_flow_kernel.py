@@ -8,7 +8,7 @@ import scipy.stats
 import torch
 
 import fastdpot.flow as F
-from fastdpot._ext import BackendUnavailableError, cpp_status
+from fastdpot._ext import BackendUnavailableError, cpp_status, load_cpp
 from fastdpot.reference.flow import flow_step as ref_step
 
 HAVE_CPU = cpp_status("flow")[0]
@@ -160,6 +160,15 @@ def test_cpu_noise_is_replayable_and_gaussian():
         assert scipy.stats.kstest(z, "norm").pvalue > 1e-4
     # particle and private streams are different draws
     assert not torch.allclose(a[2]["particles"][:300], a[2]["private"])
+
+
+@needs_cpu
+@pytest.mark.parametrize("seed,stream,offset", [(0, 0, 0), (2 ** 61 + 5, 9, 3), (123, 600, 1_000_001)])
+def test_fast_normals_are_common_h_philox_normals(seed, stream, offset):
+    # the C++ step's vectorised single-precision Box-Muller (csrc/flow_normal.h) reproduces common.h's
+    # fill_normal (double precision) on the same Philox stream; 300k draws exercise the u ≈ 1 series branch
+    fast, ref = load_cpp("flow")._normals(seed, stream, offset, 300_001)
+    assert np.abs(fast - ref).max() < 1e-5
 
 
 @needs_cpu

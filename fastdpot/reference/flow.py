@@ -81,19 +81,20 @@ def transport_exact(xp: torch.Tensor, yp: torch.Tensor) -> torch.Tensor:
     """
     n, m = xp.shape[0], yp.shape[0]
     ys, _ = torch.sort(yp, dim=0)
-    order = torch.argsort(xp, dim=0, stable=True)
+    # sort each direction's column in a contiguous (k, N) layout (torch sorts a strided dim several times slower)
+    order = torch.argsort(xp.t().contiguous(), dim=1, stable=True)
     ranks = torch.arange(n, dtype=torch.float64, device=xp.device)
     levels = ranks / (n - 1)
-    tq = quantiles_sorted(ys, levels)  # (N, k): target of the particle of rank r
-    out = torch.empty_like(xp)
-    out.scatter_(0, order, tq.to(xp.dtype))
-    return out
+    tq = quantiles_sorted(ys, levels).t().contiguous()  # (k, N): target of the particle of rank r
+    out = torch.empty(xp.shape[1], n, dtype=xp.dtype, device=xp.device)
+    out.scatter_(1, order, tq.to(xp.dtype))
+    return out.t()
 
 
 def transport_grid(xp: torch.Tensor, yp: torch.Tensor, num_quantiles: int) -> torch.Tensor:
     """The authors' Q-level grid transport (PAPERS.md §2). Shape: xp (N, k); yp (M, k) -> (N, k)."""
     levels = torch.linspace(0, 1, num_quantiles, dtype=torch.float64, device=xp.device)
-    xq = quantiles_sorted(torch.sort(xp, dim=0).values, levels)
+    xq = quantiles_sorted(torch.sort(xp.t().contiguous(), dim=1).values.t(), levels)
     tq = quantiles_sorted(torch.sort(yp, dim=0).values, levels)
     lv = levels.to(xp.dtype).unsqueeze(1).expand(-1, xp.shape[1])
     cdf = interp(xp, xq, lv)
