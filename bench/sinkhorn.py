@@ -1,0 +1,139 @@
+"""Benchmark of the Sinkhorn divergence S_ε, forward + backward w.r.t. both point clouds (issue 6).
+
+All impls compute the debiased Sinkhorn divergence with p = 2 (cost ½‖x − y‖²), blur = 0.05, scaling = 0.5 in
+float32 on the same inputs:
+
+* ``fastdpot``            -- :func:`fastdpot.sinkhorn.sinkhorn`, ``backend="auto"`` (KeOps above 512² on CPU);
+* ``fastdpot_tensorized`` -- the dense reference engine (where the (N, M) matrices fit);
+* ``geomloss_online``     -- ``geomloss.SamplesLoss("sinkhorn", backend="online")`` (KeOps; same ε schedule);
+* ``geomloss_tensorized`` -- ``SamplesLoss(..., backend="tensorized")`` (where it fits in memory);
+* ``pot``                 -- ``ot.bregman.sinkhorn_log`` on torch tensors (POT's torch backend) at the final
+  ε = blur², three problems (xy, xx, yy) for the debiased value, with as many iterations as fastdpot's ε schedule
+  has updates. POT has no ε-scaling in its log solver, so "same schedule" here means same iteration count; its
+  gradient flows through the cost matrices (envelope gradient of ``ot.sinkhorn2``).
+
+    python -m bench.sinkhorn            # full sizes (lead, quiet machine): N = M = 5 000 and 20 000 in d = 2,
+                                        # N = M = 2 000 in d = 784
+    python -m bench.sinkhorn --quick    # tiny sizes, checks that every case runs
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from bench.harness import RESULTS, ROOT, Case, run_suite
+
+# KeOps compiles each formula once; every measurement subprocess reuses the project's cache
+os.environ.setdefault("KEOPS_CACHE_FOLDER", os.path.join(ROOT, ".cache", "keops"))
+
+SUITE = "sinkhorn"
+ANCHORS = ["geomloss_online", "geomloss_tensorized", "pot"]
+IMPLS = ("fastdpot", "fastdpot_tensorized", "geomloss_online", "geomloss_tensorized", "pot")
+
+FULL_SIZES = [dict(n=5_000, m=5_000, d=2), dict(n=20_000, m=20_000, d=2), dict(n=2_000, m=2_000, d=784)]
+QUICK_SIZES = [dict(n=300, m=250, d=2), dict(n=200, m=150, d=16)]
+BLUR, SCALING = 0.05, 0.5
+#: dense impls are skipped above this N·M (4 float32 matrices of 20 000² = 6.4 GB plus temporaries)
+DENSE_MAX = 10_000 * 10_000
+
+
+def _setup(n, m, d, seed=0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if d == 2:
+        x = torch.randn(n, d, generator=g)
+        y = 0.5 * torch.randn(m, d, generator=g) + 1.0
+    else:  # image-like data in [0, 1]
+        x = torch.rand(n, d, generator=g)
+        y = torch.rand(m, d, generator=g) ** 2
+    return dict(x=x.requires_grad_(True), y=y.requires_grad_(True))
+
+
+def _backward(state, out):
+    state["x"].grad = None
+    state["y"].grad = None
+    out.backward()
+
+
+def _pot_divergence(x, y, n_iter):
+    import ot
+    import torch
+
+    def ot_eps(u, v):
+        a = torch.full((u.shape[0],), 1.0 / u.shape[0], dtype=u.dtype)
+        b = torch.full((v.shape[0],), 1.0 / v.shape[0], dtype=v.dtype)
+        C = 0.5 * torch.cdist(u, v) ** 2
+        return ot.sinkhorn2(a, b, C, reg=BLUR ** 2, method="sinkhorn_log", numItermax=n_iter, stopThr=0.0,
+                            warn=False)
+
+    return ot_eps(x, y) - 0.5 * ot_eps(x, x) - 0.5 * ot_eps(y, y)
+
+
+def divergence_case(impl, n, m, d):
+    """S_ε(x, y) with x (N, d), y (M, d) both requiring grad; forward + backward."""
+
+    def forward(s):
+        x, y = s["x"], s["y"]
+        if impl in ("fastdpot", "fastdpot_tensorized"):
+            from fastdpot.sinkhorn import sinkhorn
+
+            return sinkhorn(x, y, blur=BLUR, scaling=SCALING, backend="auto" if impl == "fastdpot" else "tensorized")
+        if impl.startswith("geomloss"):
+            from geomloss import SamplesLoss
+
+            return SamplesLoss("sinkhorn", p=2, blur=BLUR, scaling=SCALING, backend=impl.split("_")[1])(x, y)
+        if impl == "pot":
+            return _pot_divergence(x, y, s["n_iter"])
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+
+    def setup():
+        from fastdpot.reference.sinkhorn import epsilon_schedule
+
+        s = _setup(n, m, d)
+        x, y = s["x"].detach(), s["y"].detach()
+        lo = x.min(0).values.minimum(y.min(0).values)
+        hi = x.max(0).values.maximum(y.max(0).values)
+        diam = float((hi - lo).norm())
+        s["n_iter"] = len(epsilon_schedule(2, diam ** 2, BLUR, SCALING)) + 1
+        return s
+
+    return Case(setup=setup, forward=forward, backward=_backward)
+
+
+CASES = {"divergence": divergence_case}
+
+
+def runs(sizes, impls=IMPLS, repeats=3):
+    out = []
+    for params in sizes:
+        for impl in impls:
+            dense = impl in ("fastdpot_tensorized", "geomloss_tensorized", "pot")
+            if dense and params["n"] * params["m"] > DENSE_MAX:
+                continue
+            out.append(dict(case="divergence", impl=impl, params=params, mode="full", repeats=repeats,
+                            anchor=impl in ANCHORS))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="fastdpot Sinkhorn divergence benchmark (forward + backward)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that every case runs")
+    ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--note", default="")
+    ap.add_argument("--results", default=None,
+                    help="results file (default: bench/results.jsonl; --quick writes to a temporary file)")
+    args = ap.parse_args(argv)
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    impls = tuple(s.strip() for s in args.impls.split(",") if s.strip())
+    results = args.results or (os.path.join(tempfile.gettempdir(), "fastdpot_bench_quick.jsonl") if args.quick
+                               else RESULTS)
+    return run_suite("bench.sinkhorn", runs(sizes, impls, args.repeats), threads=args.threads,
+                     repeats=args.repeats, note=args.note or ("quick" if args.quick else ""), results_path=results)
+
+
+if __name__ == "__main__":
+    main()
