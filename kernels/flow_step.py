@@ -23,7 +23,8 @@ the projection/coefficient buffer ``4 kc N``, the sorted copy ``4 kc N``, the in
 chunks: 48 + 48 + 32): 1.92 GB input + 3.84 GB drift/new + 28 * 48 * 1e7 B = 13.4 GB, about 19 GB in all (without
 chunking, kc = 128: about 42 GB). Histogram mode (d <= 128) stores nothing of size N k: the inputs, drift and
 new particles (5.8 GB) plus ``k * B`` int32 counters and the per-block min/max partials (2 x 80 MB), about 5.9 GB.
-Lower ``FASTDPOT_TRITON_CHUNK_ELEMS`` to trade speed for memory.
+Grid mode adds two (kc, Q) quantile tables and an int64 (kc, N) ``searchsorted`` index per chunk (12 kc N bytes
+more at Q = N). Lower ``FASTDPOT_TRITON_CHUNK_ELEMS`` to trade speed for memory.
 """
 from __future__ import annotations
 
