@@ -101,7 +101,7 @@ class DPSWgenResult:
 
 def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, steps: int, batch_size: int = 250,
                   num_projections: int = 70, radius: float = 1.0, p: int = 2, latent_dim: int = 16,
-                  model: str = "mlp", lr: float = 1e-3, bound: str = "clt", accountant: str = "rdp",
+                  model: str = "mlp", lr: float = 1e-3, bound: str = "chernoff", accountant: str = "rdp",
                   noise_std: Optional[float] = None, generator: Optional[torch.Generator] = None,
                   backend: str = "auto", budget_checks: int = 10, log_every: int = 0) -> DPSWgenResult:
     r"""Train a DPSWgen generator on private rows with the DP sliced Wasserstein loss.
@@ -122,7 +122,7 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         latent_dim: dimension of the generator's input noise.
         model: "mlp" (:class:`MLPGenerator`) or "conv" (:class:`ConvGenerator`, image data).
         lr: Adam learning rate.
-        bound: "clt" or "bernstein" sensitivity bound over Θ.
+        bound: sensitivity bound over Θ: "chernoff" (default, proven), "bernstein" or "clt" (approximation).
         accountant: "rdp" (sampling without replacement is accounted with RDP).
         noise_std: σ to use instead of the calibrated one (training then stops when the budget refuses a step).
         generator: torch.Generator for batches, latents, directions and noise (replayable run).

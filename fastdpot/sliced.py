@@ -298,7 +298,7 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
 
 
 def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
-                                    num_projections: int, dim: int, radius: float, bound: str = "clt",
+                                    num_projections: int, dim: int, radius: float, bound: str = "chernoff",
                                     accountant: str = "rdp") -> Tuple[float, dict]:
     r"""σ for DP-SWD training: ``steps`` releases of a fresh batch of B of n private rows, (ε, δ)-DP overall.
 
@@ -320,7 +320,8 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
         num_projections: k.
         dim: d.
         radius: the ℓ2 norm bound the private rows are clipped to.
-        bound: "clt" (k > 30, approximate, as the authors' code), "bernstein" (non-asymptotic) or any other bound
+        bound: "chernoff" (default, proven), "bernstein" (proven, looser), "clt" (k > 30, the authors' normal
+            approximation: not a guarantee, see :func:`fastdpot.privacy.sliced_sensitivity`) — any bound
             :func:`fastdpot.privacy.sliced_sensitivity` offers.
         accountant: passed to ``calibrate_noise_multiplier``.
 
@@ -410,7 +411,7 @@ class DPSlicedWassersteinLoss(nn.Module):
 
     @classmethod
     def from_privacy(cls, epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
-                     num_projections: int, dim: int, radius: float, bound: str = "clt", p: int = 2,
+                     num_projections: int, dim: int, radius: float, bound: str = "chernoff", p: int = 2,
                      generator: Optional[torch.Generator] = None, backend: str = "auto"):
         """Module whose ``noise_std`` makes ``steps`` releases (ε, δ)-DP.
 

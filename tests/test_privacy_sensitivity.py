@@ -85,7 +85,9 @@ def test_closed_forms():
     clt = k / d + norm.ppf(1 - delta) / d * math.sqrt(2 * k * (d - 1) / (d + 2))
     assert sliced_sensitivity_sq(k, d, delta, "bernstein") == pytest.approx(bern, rel=1e-12)
     assert sliced_sensitivity_sq(k, d, delta, "clt") == pytest.approx(clt, rel=1e-12)
-    assert sliced_sensitivity(k, d, delta, diameter=2.0) == pytest.approx(2 * math.sqrt(clt), rel=1e-12)
+    assert sliced_sensitivity(k, d, delta, "clt", diameter=2.0) == pytest.approx(2 * math.sqrt(clt), rel=1e-12)
+    # the default is the proven Chernoff bound (fastdpot reports (ε, δ) as a guarantee)
+    assert sliced_sensitivity(k, d, delta) == sliced_sensitivity(k, d, delta, "chernoff")
     # capped by the deterministic bound ‖uΘᵀ‖² <= k
     assert sliced_sensitivity_sq(3, 2, 1e-9, "bernstein") == 3.0
     assert sliced_sensitivity_sq(40, 1, 1e-5, "clt") == 40.0
@@ -130,14 +132,15 @@ def test_projection_mechanism_epsilon_proposition_2():
     f = lambda a: a * diam ** 2 * w / (2 * sigma ** 2) + math.log(2 / delta) / (a - 1)  # ... δ/2 for conversion
     grid = [1 + i / 1000 for i in range(1, 200000)]
     brute = min(f(a) for a in grid)
-    eps, order = projection_mechanism_epsilon(sigma, k, d, delta, diameter=diam)
+    eps, order = projection_mechanism_epsilon(sigma, k, d, delta, diameter=diam, bound="clt")
     assert eps == pytest.approx(brute, rel=1e-6)
     assert f(order) == pytest.approx(eps, rel=1e-12)
-    eps_o, order_o = projection_mechanism_epsilon(sigma, k, d, delta, diameter=diam, orders=[2, 4, 8, 16, 32])
+    eps_o, order_o = projection_mechanism_epsilon(sigma, k, d, delta, diameter=diam, bound="clt",
+                                                   orders=[2, 4, 8, 16, 32])
     assert order_o in (2, 4, 8, 16, 32) and eps_o == pytest.approx(min(f(a) for a in (2, 4, 8, 16, 32)))
     assert eps_o >= eps
     # more noise, less ε; Bernstein (a proven bound) costs more than CLT
-    assert projection_mechanism_epsilon(2 * sigma, k, d, delta, diam)[0] < eps
+    assert projection_mechanism_epsilon(2 * sigma, k, d, delta, diam, bound="clt")[0] < eps
     assert projection_mechanism_epsilon(sigma, k, d, delta, diam, bound="bernstein")[0] > eps
 
 

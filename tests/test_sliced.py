@@ -344,8 +344,9 @@ def test_noise_std_helper_and_private_module():
     eps, delta, B, n, T, k, d, r = 5.0, 1e-5, 100, 5000, 200, 50, 8, 1.0
     sigma, det = S.dp_sliced_wasserstein_noise_std(eps, delta, B, n, T, k, d, r)
     d_acc, d_tail = privacy.split_delta(delta, T)
-    sens = privacy.sliced_sensitivity(k, d, d_tail, bound="clt", diameter=2.0)
+    sens = privacy.sliced_sensitivity(k, d, d_tail, bound="chernoff", diameter=2.0)  # the proven default
     assert det["sensitivity"] == pytest.approx(sens) and det["delta_tail"] == pytest.approx(d_tail)
+    assert det["bound"] == "chernoff"
     assert sigma == pytest.approx(det["noise_multiplier"] * sens)
     # the calibrated multiplier spends at most ε over T steps, and not much less
     acc = privacy.PrivacyAccountant("rdp")

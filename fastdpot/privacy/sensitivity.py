@@ -40,7 +40,7 @@ def _chernoff_w(k: int, d: int, log_inv_delta: float) -> float:
     return float(min(w_of(float(res.x)), w_of(1.0)))
 
 
-def sliced_sensitivity_sq(num_projections: int, dim: int, delta: float, bound: str = "clt") -> float:
+def sliced_sensitivity_sq(num_projections: int, dim: int, delta: float, bound: str = "chernoff") -> float:
     """The squared-norm bound ``w(k, δ_t)`` for a unit-norm difference (see :func:`sliced_sensitivity`)."""
     k = check_int(num_projections, "num_projections", 1)
     d = check_int(dim, "dim", 1)
@@ -65,7 +65,7 @@ def sliced_sensitivity_sq(num_projections: int, dim: int, delta: float, bound: s
     return float(min(w, float(k)))
 
 
-def sliced_sensitivity(num_projections: int, dim: int, delta: float, bound: str = "clt",
+def sliced_sensitivity(num_projections: int, dim: int, delta: float, bound: str = "chernoff",
                        diameter: float = 1.0) -> float:
     r"""ℓ2 sensitivity of ``X ↦ X Θᵀ`` that holds with probability ≥ 1 − δ over the directions Θ.
 
@@ -112,8 +112,9 @@ def sliced_sensitivity(num_projections: int, dim: int, delta: float, bound: str 
         ``bound="clt"``.
 
     Note:
-        The default ``"clt"`` follows the paper and the shared contract of fastdpot; it is an approximation (see
-        above). ``"chernoff"`` and ``"bernstein"`` are proven tail bounds.
+        The default is ``"chernoff"``, a proven tail bound, because fastdpot reports (ε, δ) as a guarantee.
+        ``"clt"`` reproduces the paper and the authors' code; it is an approximation (see above), so the δ it
+        reports is not enforced.
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially Private Sliced Wasserstein Distance", ICML 2021, Lemma 2 and the
@@ -142,7 +143,7 @@ def split_delta(delta: float, num_releases: int, tail_fraction: float = 0.5) -> 
 
 
 def projection_mechanism_epsilon(noise_std: float, num_projections: int, dim: int, delta: float,
-                                 diameter: float = 1.0, bound: str = "clt",
+                                 diameter: float = 1.0, bound: str = "chernoff",
                                  orders: Optional[Sequence[float]] = None) -> Tuple[float, float]:
     r"""ε of one release ``X Θᵀ + V`` (Proposition 2 of DP-SWD), δ split δ/2 tail + δ/2 conversion.
 
