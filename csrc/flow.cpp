@@ -2,16 +2,16 @@
 //
 // For each chunk of C directions (C bounded so the chunk's projections take <= ~256 MB):
 //   a. projections s_ij = <x_i, θ_j> + σ·N(seed, stream 2j, i) (Philox of common.h; single-precision Box-Muller
-//      of flow_normal.h), blocked over particles (x_i and the chunk of Θ stay
-//      in L1; the accumulation loop runs over directions so it vectorises without fast-math);
-//   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections; the noisy private
+//      of flow_normal.h), blocked over particles, with a 4-particle x 64-byte register tile of directions;
+//   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections (float32: packed
+//      key|index sort of flow_sort.h; float64: common.h's argsort); the noisy private
 //      projections <y_m, θ_j> + σ·N(seed, stream 2j+1, m), sorted; target of rank r:
 //        exact (Q == 0): private quantile at level r/(N-1), i.e. linear interpolation at position r(M-1)/(N-1);
 //        grid  (Q >= 2): the authors' Q-level grid (particle quantiles xq, private quantiles tq, cdf by linear
 //                        interpolation through xq -- a forward walk over the sorted values, no search -- then
 //                        T = interp(cdf; levels -> tq));
 //      residual s_ij - T_ij stored in place;
-//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles).
+//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64-byte register tile of coordinates).
 // Finally drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N(seed, stream 2k, i·d + c).
 // Noise element indices depend only on (seed, stream, index): results do not depend on threads or chunking.
 #include <pybind11/numpy.h>
@@ -23,10 +23,12 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
 #include "flow_normal.h"
+#include "flow_sort.h"
 
 namespace py = pybind11;
 using namespace fastdpot;
@@ -47,12 +49,60 @@ static inline double quantile_sorted(const T* v, int64_t n, double u) {
     return (double)v[lo] + f * ((double)v[lo + 1] - (double)v[lo]);
 }
 
+constexpr int kIT = 4;  // particles per register tile
+
+// P[jt + jj][i] += <x_i, θ_{jt + jj}> for i in [i0, i1), jj < jn, with a kIT x JT register tile; thT is the chunk of
+// Θ transposed and padded with zeros to a multiple of JT columns (thT[c * cpad + jj]).
+template <typename T, int JT>
+static inline void project_tile(const T* X, int64_t d, int64_t i0, int64_t i1, const T* thT, int64_t cpad,
+                                int64_t jt, int64_t jn, T* P, int64_t N) {
+    for (int64_t i = i0; i < i1; i += kIT) {
+        const T* xr[kIT];
+        for (int ii = 0; ii < kIT; ++ii) xr[ii] = X + std::min(i + ii, i1 - 1) * d;  // tail rows: read, discard
+        T acc[kIT][JT] = {};
+        for (int64_t c = 0; c < d; ++c) {
+            const T* tc = thT + c * cpad + jt;
+            for (int ii = 0; ii < kIT; ++ii) {
+                const T xv = xr[ii][c];
+#pragma omp simd
+                for (int jj = 0; jj < JT; ++jj) acc[ii][jj] += xv * tc[jj];
+            }
+        }
+        const int64_t ni = std::min<int64_t>(kIT, i1 - i);
+        for (int64_t jj = 0; jj < jn; ++jj)
+            for (int64_t ii = 0; ii < ni; ++ii) P[(size_t)(jt + jj) * N + i + ii] += acc[ii][jj];
+    }
+}
+
+// drift_i[c0 + c] += Σ_jj P[jj][i] θ_jj[c0 + c] for i in [i0, i1), c < cn; thP is the chunk of Θ padded with zeros
+// to dpad columns (thP[jj * dpad + c]).
+template <typename T, int CT>
+static inline void drift_tile(const T* P, int64_t N, int64_t cj, const T* thP, int64_t dpad, int64_t c0, int64_t cn,
+                              int64_t i0, int64_t i1, T* D, int64_t d) {
+    for (int64_t i = i0; i < i1; i += kIT) {
+        const int64_t ni = std::min<int64_t>(kIT, i1 - i);
+        T acc[kIT][CT] = {};
+        for (int64_t jj = 0; jj < cj; ++jj) {
+            const T* tv = thP + jj * dpad + c0;
+            const T* pr = P + (size_t)jj * N + i;
+            for (int ii = 0; ii < kIT; ++ii) {
+                const T r = pr[ii < ni ? ii : 0];
+#pragma omp simd
+                for (int c = 0; c < CT; ++c) acc[ii][c] += r * tv[c];
+            }
+        }
+        for (int64_t ii = 0; ii < ni; ++ii)
+            for (int64_t c = 0; c < cn; ++c) D[(i + ii) * d + c0 + c] += acc[ii][c];
+    }
+}
+
 template <typename T>
 struct DirScratch {
     std::vector<uint32_t> perm;
     std::vector<T> sx, ys;
     std::vector<double> xq, tq;
     SortWorkspace<T> ws;
+    flowsort::PackedWorkspace pws;
 };
 
 template <typename T>
@@ -63,7 +113,10 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     if (max_chunk > 0) C = std::min(C, max_chunk);  // tests force several chunks at small sizes
     C = std::max<int64_t>(1, std::min<int64_t>(C, K));
     std::vector<T> P((size_t)C * (size_t)N);
-    std::vector<T> thT((size_t)d * (size_t)C);  // chunk of Θ transposed: thT[c*C + jj]
+    constexpr int JT = 64 / sizeof(T);  // directions (projection) / coordinates (drift) per register tile
+    const int64_t cpad = ((C + JT - 1) / JT) * JT, dpad = ((d + JT - 1) / JT) * JT;
+    std::vector<T> thT((size_t)d * (size_t)cpad);   // chunk of Θ transposed, zero-padded: thT[c*cpad + jj]
+    std::vector<T> thP((size_t)C * (size_t)dpad);   // chunk of Θ, zero-padded: thP[jj*dpad + c]
     // small problems run on one thread: OpenMP barriers cost more than the work (and much more on a busy machine)
     const int nthreads = ((double)N * (double)K * (double)(d + 8) < 4.0e6) ? 1 : omp_get_max_threads();
     std::vector<DirScratch<T>> scratch(nthreads);
@@ -80,41 +133,34 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
 
     for (int64_t j0 = 0; j0 < K; j0 += C) {
         const int64_t cj = std::min(C, K - j0);
+        std::fill(thT.begin(), thT.end(), (T)0);
+        std::fill(thP.begin(), thP.end(), (T)0);
         for (int64_t jj = 0; jj < cj; ++jj)
-            for (int64_t c = 0; c < d; ++c) thT[c * cj + jj] = TH[(j0 + jj) * d + c];
+            for (int64_t c = 0; c < d; ++c) {
+                thT[c * cpad + jj] = TH[(j0 + jj) * d + c];
+                thP[jj * dpad + c] = TH[(j0 + jj) * d + c];
+            }
 
         // a. noisy projections of the particles, P[jj][i]
-#pragma omp parallel num_threads(nthreads)
-        {
-            std::vector<T> acc(cj);
-#pragma omp for schedule(static)
-            for (int64_t b = 0; b < nblocks; ++b) {
-                const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
-                for (int64_t jj = 0; jj < cj; ++jj) {
-                    T* pj = P.data() + (size_t)jj * N;
-                    if (sigma > 0) {
-                        flowrng::fill_normal_fast(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0, sigma);
-                        if (nx_out)
-                            for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = pj[i];
-                    } else {
-                        for (int64_t i = i0; i < i1; ++i) pj[i] = (T)0;
-                        if (nx_out)
-                            for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = (T)0;
-                    }
-                }
-                for (int64_t i = i0; i < i1; ++i) {
-                    const T* xi = X + i * d;
-                    std::fill(acc.begin(), acc.end(), (T)0);
-                    for (int64_t c = 0; c < d; ++c) {
-                        const T xc = xi[c];
-                        const T* tc = thT.data() + c * cj;
-                        T* a = acc.data();
-#pragma omp simd
-                        for (int64_t jj = 0; jj < cj; ++jj) a[jj] += xc * tc[jj];
-                    }
-                    for (int64_t jj = 0; jj < cj; ++jj) P[(size_t)jj * N + i] += acc[jj];
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (int64_t b = 0; b < nblocks; ++b) {
+            const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
+            for (int64_t jj = 0; jj < cj; ++jj) {
+                T* pj = P.data() + (size_t)jj * N;
+                if (sigma > 0) {
+                    flowrng::fill_normal_fast(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0,
+                                              sigma);
+                    if (nx_out)
+                        for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = pj[i];
+                } else {
+                    for (int64_t i = i0; i < i1; ++i) pj[i] = (T)0;
+                    if (nx_out)
+                        for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = (T)0;
                 }
             }
+            for (int64_t jt = 0; jt < cj; jt += JT)
+                project_tile<T, JT>(X, d, i0, i1, thT.data(), cpad, jt, std::min<int64_t>(JT, cj - jt), P.data(),
+                                    N);
         }
 
         // b. per direction: sort, target quantiles, residual in place
@@ -140,7 +186,8 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                 ys[m] += acc;
             }
             std::sort(ys, ys + M);
-            argsort(pj, (uint32_t)N, perm, sx, s.ws);
+            if constexpr (std::is_same_v<T, float>) flowsort::argsort_f32(pj, (uint32_t)N, perm, sx, s.pws);
+            else argsort(pj, (uint32_t)N, perm, sx, s.ws);
             if (Q == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
                 const double scale = (double)(M - 1) / (double)(N - 1);
                 for (int64_t r = 0; r < N; ++r) {
@@ -185,15 +232,9 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
 #pragma omp parallel for schedule(static) num_threads(nthreads)
         for (int64_t b = 0; b < nblocks; ++b) {
             const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
-            for (int64_t i = i0; i < i1; ++i) {
-                T* di = out_drift + i * d;
-                for (int64_t jj = 0; jj < cj; ++jj) {
-                    const T rij = P[(size_t)jj * N + i];
-                    const T* th = TH + (j0 + jj) * d;
-#pragma omp simd
-                    for (int64_t c = 0; c < d; ++c) di[c] += rij * th[c];
-                }
-            }
+            for (int64_t c0 = 0; c0 < d; c0 += JT)
+                drift_tile<T, JT>(P.data(), N, cj, thP.data(), dpad, c0, std::min<int64_t>(JT, d - c0), i0, i1,
+                                  out_drift, d);
         }
     }
 

@@ -119,6 +119,20 @@ def test_cpu_matches_reference_with_replayed_noise(dtype, n, m, d, k, mode, Q, r
 
 
 @needs_cpu
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("n", [40, 700])  # below and above the radix-sort threshold
+def test_cpu_ties_keep_input_order_like_the_reference(dtype, n):
+    # repeated particles and no noise: tied projections; both sorts are stable, so the rank map agrees exactly
+    g = torch.Generator().manual_seed(11)
+    x = torch.randint(-3, 4, (n, 3), generator=g).to(dtype)
+    y = torch.randn(57, 3, generator=g, dtype=dtype)
+    th = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.6, 0.8, 0.0]], dtype=dtype)
+    new, drift, _ = F.flow_step(x, y, th, noise_std=0.0, step_size=1.0, backend="cpu")
+    rn, rd = ref_step(x, y, th, None, None, 1.0)
+    torch.testing.assert_close(drift, rd, **_tol(dtype))
+
+
+@needs_cpu
 def test_cpu_float32_error_is_that_of_float32_arithmetic():
     # both float32 paths are compared to the float64 reference on the same (float32-representable) draws
     x, y, th, _, _, _ = _inputs(2000, 250, 8, 70, dtype=torch.float32, seed=4)
