@@ -234,7 +234,9 @@ class DPSlicedWassersteinFlow:
         pool_size: number of pooled directions for ``"presampled"`` (default 10·k).
         quantiles: ``"exact"``, ``"grid"`` or ``"histogram"``.
         num_quantiles: Q for ``"grid"`` (default N), number of bins for ``"histogram"`` (required there).
-        bound: ``"clt"`` or ``"bernstein"`` tail bound of the sliced sensitivity.
+        bound: tail bound of the sliced sensitivity (:func:`fastdpot.privacy.sliced_sensitivity`): ``"chernoff"``
+            (default; proven, exact Beta moment generating function), ``"bernstein"`` (proven, looser) or ``"clt"``
+            (the papers' normal approximation, k >= 31; its tail can exceed δ_tail, so it is not a guarantee).
         init: initial particles (N, d); default N(0, I_d) from ``generator`` (float32).
         generator: the ``torch.Generator`` (CPU) every draw comes from (directions, batches, noise seeds);
             default: a freshly seeded one.
@@ -259,7 +261,7 @@ class DPSlicedWassersteinFlow:
                  delta: float = 1e-5, radius: float = 1.0, batch_size: Optional[int] = None,
                  sample_rate: Optional[float] = None, steps: Optional[int] = None, variant: str = "resample",
                  pool_size: Optional[int] = None, quantiles: str = "exact", num_quantiles: Optional[int] = None,
-                 bound: str = "clt", init: Optional[torch.Tensor] = None,
+                 bound: str = "chernoff", init: Optional[torch.Tensor] = None,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
                  backend: str = "auto", normalize: bool = False, accountant: str = "rdp"):
         n = check_int(num_particles, "num_particles", 2)
@@ -271,7 +273,7 @@ class DPSlicedWassersteinFlow:
         radius = check_positive(radius, "radius")
         check_choice(variant, "variant", ("resample", "presampled"))
         check_choice(quantiles, "quantiles", _QUANTILE_MODES)
-        check_choice(bound, "bound", ("clt", "bernstein"))
+        check_choice(bound, "bound", ("chernoff", "clt", "bernstein"))
         if num_quantiles is not None:
             num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
         if quantiles == "histogram" and num_quantiles is None:

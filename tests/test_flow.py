@@ -67,7 +67,7 @@ def test_epsilon_and_noise_match_independent_computation():
 def test_clt_sensitivity_and_sample_rate():
     k, d, T, delta = 70, 8, 20, 1e-5
     f = DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=2.0, delta=delta, sample_rate=0.1, steps=T,
-                                generator=_gen(3))
+                                bound="clt", generator=_gen(3))
     dt = delta / (2 * T)
     w = k / d + (norm.isf(dt) / d) * math.sqrt(2 * k * (d - 1) / (d + 2))
     assert f.sensitivity == pytest.approx(2 * math.sqrt(w), rel=1e-9)
@@ -75,6 +75,19 @@ def test_clt_sensitivity_and_sample_rate():
     f.run(data, progress=False)
     # batch size = round(q·n) = 33; accounted without replacement at q = 33/333
     assert f.epsilon() == pytest.approx(_independent_epsilon(2.0, 333, 33, T, delta / 2), rel=1e-9)
+
+
+def test_default_bound_is_the_proven_chernoff_bound():
+    from fastdpot.privacy import sliced_sensitivity
+
+    k, d, T, delta = 70, 8, 20, 1e-5
+    flows = {b: DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=1.0, delta=delta, batch_size=5, steps=T,
+                                        bound=b, generator=_gen(3)) for b in ("clt", "bernstein", "chernoff")}
+    default = DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=1.0, delta=delta, batch_size=5, steps=T,
+                                      generator=_gen(3))
+    dt = delta / (2 * T)
+    assert default.sensitivity == flows["chernoff"].sensitivity == sliced_sensitivity(k, d, dt, "chernoff", 2.0)
+    assert flows["clt"].sensitivity < flows["chernoff"].sensitivity < flows["bernstein"].sensitivity
 
 
 def test_presampled_variant_composes_every_step():
