@@ -62,6 +62,16 @@ def test_exact_equals_grid_at_q_equal_n(n, m):
     torch.testing.assert_close(d_exact, d_grid, rtol=1e-9, atol=1e-11)
 
 
+@needs_cpu
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cpu_exact_equals_cpu_grid_at_q_equal_n(dtype):
+    x, y, th, _, _, _ = _inputs(777, 250, 8, 13, dtype=dtype, seed=12)
+    _, d_exact, _ = F.flow_step(x, y, th, noise_std=0.3, step_size=1.0, seed=4, backend="cpu")
+    _, d_grid, _ = F.flow_step(x, y, th, noise_std=0.3, step_size=1.0, seed=4, quantiles="grid", num_quantiles=777,
+                               backend="cpu")
+    torch.testing.assert_close(d_exact, d_grid, **_tol(dtype))
+
+
 def test_exact_transport_is_the_rank_map():
     # equal sizes: rank r of the particles goes exactly to the r-th smallest private value
     x, y, th, nx, ny, _ = _inputs(30, 30, 3, 5, seed=2)
