@@ -186,10 +186,26 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                 ys[m] += acc;
             }
             std::sort(ys, ys + M);
-            if constexpr (std::is_same_v<T, float>) flowsort::argsort_f32(pj, (uint32_t)N, perm, sx, s.pws);
-            else argsort(pj, (uint32_t)N, perm, sx, s.ws);
+            const double scale = (double)(M - 1) / (double)(N - 1);
+            if constexpr (std::is_same_v<T, float>) {
+                if (Q == 0) {  // exact, float32: read rank, index and value straight from the packed sort
+                    const uint64_t* v = flowsort::sort_packed_f32(pj, (uint32_t)N, s.pws);
+                    for (int64_t r = 0; r < N; ++r) {
+                        double pos = (double)r * scale;
+                        int64_t lo = (int64_t)pos;
+                        double t;
+                        if (lo >= M - 1) t = (double)ys[M - 1];
+                        else t = (double)ys[lo] + (pos - (double)lo) * ((double)ys[lo + 1] - (double)ys[lo]);
+                        const uint64_t e = v[r];
+                        pj[(uint32_t)e] = (T)((double)flowsort::decode_key((uint32_t)(e >> 32)) - t);
+                    }
+                    continue;
+                }
+                flowsort::argsort_f32(pj, (uint32_t)N, perm, sx, s.pws);
+            } else {
+                argsort(pj, (uint32_t)N, perm, sx, s.ws);
+            }
             if (Q == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
-                const double scale = (double)(M - 1) / (double)(N - 1);
                 for (int64_t r = 0; r < N; ++r) {
                     double pos = (double)r * scale;
                     int64_t lo = (int64_t)pos;
