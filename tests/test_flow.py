@@ -235,6 +235,16 @@ def test_toy_mixture_non_private_and_dp():
     assert _sw2(dp.particles, data) < 0.3
 
 
+@pytest.mark.parametrize("quantiles,num_quantiles", [("grid", 64), ("histogram", 256)])
+def test_toy_mixture_other_transports(quantiles, num_quantiles):
+    data, _ = _mixture(2000)
+    init = torch.randn(500, 2, generator=_gen(3))
+    f = DPSlicedWassersteinFlow(500, 2, 20, 1.0, radius=4.0, batch_size=500, steps=60, init=init,
+                                quantiles=quantiles, num_quantiles=num_quantiles, generator=_gen(1))
+    f.run(data, progress=False)
+    assert _sw2(f.particles, data) < 0.1
+
+
 def test_class_conditional_flow(tmp_path):
     data, lab = _mixture(1500, seed=4)
     path = str(tmp_path / "cc.pt")
