@@ -608,7 +608,7 @@ class DPSlicedWassersteinFlow:
             sampler = None
         bar = tqdm(total=steps, disable=not progress, desc="DP-SW flow" if self.private else "SW flow")
         every = max(1, steps // 5)  # ε for the bar is recomputed ~5 times per call (an RDP evaluation each)
-        eps = self.epsilon()
+        eps = self.epsilon() if progress else 0.0
         try:
             for it in range(steps):
                 if self.private:
