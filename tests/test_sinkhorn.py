@@ -16,7 +16,8 @@ from fastdpot._dispatch import available_backends, dispatch
 from fastdpot.reference.sinkhorn import entropic_ot_gaussians, epsilon_schedule, sinkhorn_fixed_epsilon, sqdist_dense
 from fastdpot.sinkhorn import (TENSORIZED_MAX_SIZE_CPU, SinkhornLoss, class_conditional, custom_cost,
                                entropic_regularization_for_noise, entropic_wasserstein, euclidean, l1,
-                               semi_debiased_sinkhorn_loss, sinkhorn, squared_euclidean, squared_euclidean_l1)
+                               select_backend, semi_debiased_sinkhorn_loss, sinkhorn, squared_euclidean,
+                               squared_euclidean_l1)
 
 geomloss = pytest.importorskip("geomloss")
 ot = pytest.importorskip("ot")
@@ -104,6 +105,8 @@ def test_auto_dispatch_by_size():
     assert dispatch("sinkhorn", "auto", "cpu", size=100 * 100)[0] == "reference"
     if keops_ok:
         assert dispatch("sinkhorn", "auto", "cpu", size=TENSORIZED_MAX_SIZE_CPU + 1)[0] == "keops"
+        # high dimension: auto stays dense (one matmul per cost matrix beats re-evaluating d-dim costs)
+        assert select_backend(600, 600, 40) == "reference" and select_backend(600, 600, 2) == "keops"
     # a cost without a KeOps formula silently stays dense under auto, but an explicit keops request fails
     cost = custom_cost(lambda u, v: sqdist_dense(u, v))
     x, y, _, _ = _clouds(N=600, M=600, weights=False)
