@@ -3,10 +3,11 @@
 // fill_normal_fast(out, n, seed, stream, offset, scale) returns the same numbers as common.h's fill_normal up to
 // single-precision rounding (|difference| ~ 1e-6; tested in tests/test_flow_kernel.py): the same Philox blocks
 // (computed 16 counters at a time in plain loops the compiler vectorises), the same Box-Muller pairing
-// (r0, r1) -> (a cos 2πu1, a sin 2πu1), (r2, r3) -> (b cos, b sin), with float-precision log / sin / cos
-// polynomials (Cephes single-precision logf, sinf, cosf) instead of double libm calls, which cannot vectorise.
-// Uniforms keep the full 32-bit resolution where it matters: -2 ln u uses (r + 0.5)·2^-32 and, for u within 2^-10
-// of 1, a series in v = 1 − u computed from the integer, so the radius is accurate near 0 too.
+// (radius from the 64-bit uniform (r0, r1), angle from r2) -> (a cos 2πt, a sin 2πt), with float-precision log /
+// sin / cos polynomials (Cephes single-precision logf, sinf, cosf) instead of double libm calls, which cannot
+// vectorise. The radius uniform u = (r0 + (r1 + 0.5)·2^-32)·2^-32 keeps 56 bits where they matter (the Gaussian
+// tail reaches 8.9σ here, 9.5σ in common.h's double-precision normal2; see there why the tail matters) and, for u within 2^-10 of 1, a series in v = 1 − u computed from the
+// integer, so the radius is accurate near 0 too.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 namespace fastdpot {
 namespace flowrng {
 
-constexpr int kLanes = 16;  // Philox blocks per batch (64 normals)
+constexpr int kLanes = 16;  // Philox blocks per batch (32 normals)
 
 static inline float bits_to_float(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
 static inline uint32_t float_to_bits(float f) { uint32_t b; std::memcpy(&b, &f, 4); return b; }
@@ -47,18 +48,20 @@ static inline float log_pos(float u) {
     return x + 0.693359375f * e;
 }
 
-// -2 ln u for u = (r + 0.5)·2^-32
 // uint32 -> float through signed conversions (AVX2 has no unsigned conversion; this keeps the loop vectorisable)
 static inline float u32_to_float(uint32_t r) {
     return (float)(int32_t)(r >> 8) * 256.0f + (float)(int32_t)(r & 0xffu);
 }
 
-static inline float minus2log_u(uint32_t r) {
+// -2 ln u for u = (r + (lo + 0.5)·2^-32)·2^-32, the 64-bit uniform of the pair (r, lo)
+static inline float minus2log_u(uint32_t r, uint32_t lo) {
     // both branches are computed and one is selected by a mask, so the loop over lanes vectorises
     // u within 2^-10 of 1: ln(1 − v) = −v − v²/2 − v³/3 − v⁴/4 (error < v^5 ~ 1e-15)
     float v = ((float)(int32_t)(0xFFFFFFFFu - r) + 0.5f) * 2.3283064365386963e-10f;  // only used when < 2^22
     float near1 = 2.0f * (v + v * v * (0.5f + v * (1.0f / 3.0f + v * 0.25f)));
-    float gen = -2.0f * log_pos((u32_to_float(r) + 0.5f) * 2.3283064365386963e-10f);
+    // the low word only matters when r is small (then r + frac is exact in float); 2^-32 scaling is exact
+    float frac = ((float)(int32_t)(lo >> 8) + 0.5f) * 5.9604644775390625e-08f;  // (lo + 0.5)·2^-32 to 24 bits
+    float gen = -2.0f * log_pos((u32_to_float(r) + frac) * 2.3283064365386963e-10f);
     const uint32_t m = 0u - (uint32_t)(r >= 0xFFC00000u);
     return bits_to_float((float_to_bits(near1) & m) | (float_to_bits(gen) & ~m));
 }
@@ -81,7 +84,7 @@ static inline void cossin_turn(uint32_t r, float& c, float& s) {
     s = bits_to_float(sb ^ neg);
 }
 
-// 4·kLanes normals: out[4·l + i] = normal i of Philox block (blk0 + l), scaled
+// 2·kLanes normals: out[2·l + i] = normal i of Philox block (blk0 + l), scaled
 template <typename T>
 static inline void normal_batch(uint64_t seed, uint64_t stream, uint64_t blk0, double scale, T* out) {
     uint32_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
@@ -103,17 +106,15 @@ static inline void normal_batch(uint64_t seed, uint64_t stream, uint64_t blk0, d
         k0 += Philox::W0; k1 += Philox::W1;
     }
     const float sc = (float)scale;
-    float z[4 * kLanes];
+    float z[2 * kLanes];
 #pragma omp simd
     for (int l = 0; l < kLanes; ++l) {
-        float a = __builtin_sqrtf(minus2log_u(c0[l]));
-        float b = __builtin_sqrtf(minus2log_u(c2[l]));
-        float ca, sa, cb, sb;
-        cossin_turn(c1[l], ca, sa);
-        cossin_turn(c3[l], cb, sb);
-        z[4 * l] = a * ca; z[4 * l + 1] = a * sa; z[4 * l + 2] = b * cb; z[4 * l + 3] = b * sb;
+        float a = __builtin_sqrtf(minus2log_u(c0[l], c1[l]));
+        float ca, sa;
+        cossin_turn(c2[l], ca, sa);
+        z[2 * l] = a * ca; z[2 * l + 1] = a * sa;
     }
-    for (int i = 0; i < 4 * kLanes; ++i) out[i] = (T)(sc * z[i]);
+    for (int i = 0; i < 2 * kLanes; ++i) out[i] = (T)(sc * z[i]);
 }
 
 // out[j] = scale · N_{offset + j}(seed, stream), j in [0, n): common.h's stream, single-precision transform.
@@ -121,13 +122,13 @@ template <typename T>
 static inline void fill_normal_fast(T* out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
                                     double scale) {
     int64_t j = 0;
-    T buf[4 * kLanes];
+    T buf[2 * kLanes];
     while (j < n) {
         const uint64_t idx = offset + (uint64_t)j;
-        const uint64_t blk = idx >> 2;
-        const int64_t skip = (int64_t)(idx & 3);
+        const uint64_t blk = idx >> 1;
+        const int64_t skip = (int64_t)(idx & 1);
         normal_batch<T>(seed, stream, blk, scale, buf);
-        const int64_t take = std::min<int64_t>(4 * kLanes - skip, n - j);
+        const int64_t take = std::min<int64_t>(2 * kLanes - skip, n - j);
         for (int64_t t = 0; t < take; ++t) out[j + t] = buf[skip + t];
         j += take;
     }
