@@ -31,7 +31,7 @@ from torch import nn
 from ._validate import check_choice, check_int, check_nonnegative, check_positive, check_probability, check_tensor
 from .privacy import BudgetExceededError, PoissonSampler, PrivacyAccountant, PrivacyBudget
 from .privacy import calibrate_noise_multiplier
-from .sinkhorn import class_conditional, semi_debiased_sinkhorn_loss, squared_euclidean_l1
+from .sinkhorn import class_conditional, semi_debiased_sinkhorn_loss, sinkhorn, squared_euclidean_l1
 
 __all__ = ["sensitivity_factor", "sanitize_image_gradient", "ConditionalDCGANGenerator", "DPSinkhornConfig",
            "DPSinkhornResult", "dp_sinkhorn_step", "train_dp_sinkhorn", "evaluate_generator"]
@@ -187,8 +187,6 @@ def dp_sinkhorn_step(gen: ConditionalDCGANGenerator, real: torch.Tensor, real_la
         loss = semi_debiased_sinkhorn_loss(fake_c, extra_c, real_c, cfg.ratio, **kw)
     else:  # nothing sampled: only the (data-independent) debiasing term
         g_prime = torch.cat([fake_c[k:], extra_c], dim=0)
-        from .sinkhorn import sinkhorn
-
         loss = -sinkhorn(fake_c, g_prime, debias=False, **kw)
     (grad,) = torch.autograd.grad(loss, leaf)
     released, sigma = sanitize_image_gradient(grad, B, cfg.clip_norm, noise_multiplier, cfg.clipping, generator)
