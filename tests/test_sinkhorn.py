@@ -124,6 +124,10 @@ def test_converged_ot_matches_pot_sinkhorn_log():
                                        numItermax=100000, stopThr=1e-14))
     # POT regularises with Σ π log π (negative entropy); OT_ε uses ε·KL(π | a⊗b), the same minimiser, and a value
     # that differs by the constant ε·(Σ a log a + Σ b log b) since Σ_ij π_ij log(a_i b_j) only depends on a, b
+    # ot.sinkhorn2 reports only the linear term <π, C> of the same plan
+    lin = float(ot.sinkhorn2(a.numpy(), b.numpy(), C.numpy(), reg=eps, method="sinkhorn_log", numItermax=100000,
+                             stopThr=1e-14))
+    assert abs(lin - float((plan * C).sum())) < 1e-9
     pot_value = (plan * C).sum() + eps * ((plan * plan.log()).sum() - (a * a.log()).sum() - (b * b.log()).sum())
     ours = sinkhorn(x, y, a, b, p=2, blur=math.sqrt(eps), scaling=0.8, cost=squared_euclidean(half=False),
                     debias=False, final_iters=400)
