@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--fid-samples", type=int, default=2000, help="generated images in FID")
     f.add_argument("--fid-real", type=int, default=2000, help="real test images in FID (statistics cached)")
     f.add_argument("--max-train", type=int, default=None, help="use only the first N training images")
+    f.add_argument("--bound", default="bernstein",
+                   help="sensitivity tail bound over the directions (a proven one: bernstein; clt is only an "
+                        "approximation)")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--device", default="cpu", help="cpu or cuda")
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
@@ -72,14 +75,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                          class_conditional=not args.unconditional, ae_epochs=args.ae_epochs,
                          fid_samples=args.fid_samples, fid_real=args.fid_real, max_train=args.max_train,
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
-                         checkpoint_every=args.checkpoint_every)
+                         checkpoint_every=args.checkpoint_every, bound=args.bound)
     if args.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             raise SystemExit("--device cuda was given but torch.cuda.is_available() is False")
     name = args.name or "{}_eps{}_seed{}{}".format(
-        args.celeba_dir and "celeba" or (args.data_dir and "idx") or args.dataset,
+        "celeba" if args.celeba_dir else "idx" if args.data_dir else args.dataset.replace("auto", "default"),
         "inf" if math.isinf(args.epsilon) else f"{args.epsilon:g}", args.seed, "_quick" if args.quick else "")
     run_dir = os.path.join(args.runs_dir, name)
     try:

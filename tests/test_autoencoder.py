@@ -1,0 +1,70 @@
+"""Auto-encoders of the main job: shapes, unit-sphere latents, training on public data, the hashed cache."""
+import pytest
+import torch
+
+from fastdpot.autoencoder import (AutoEncoderConfig, ConvAutoEncoder, DCGANAutoEncoder, data_hash, decode, encode,
+                                  train_autoencoder)
+from fastdpot.data import load_digits
+
+
+@pytest.mark.parametrize("size", [28, 32])
+def test_conv_autoencoder_shapes_and_sphere(size):
+    torch.manual_seed(0)
+    ae = ConvAutoEncoder(channels=1, image_size=size, latent_dim=8)
+    x = torch.rand(5, 1, size, size)
+    z = ae.encode(x)
+    assert z.shape == (5, 8)
+    torch.testing.assert_close(z.norm(dim=1), torch.ones(5), rtol=1e-6, atol=1e-6)
+    y = ae.decode(z)
+    assert y.shape == (5, 1, size, size) and float(y.min()) >= 0 and float(y.max()) <= 1
+
+
+def test_dcgan_autoencoder_shapes_and_sphere():
+    torch.manual_seed(0)
+    ae = DCGANAutoEncoder(channels=3, image_size=64, latent_dim=48, width=8).eval()
+    z = ae.encode(torch.rand(3, 3, 64, 64))
+    assert z.shape == (3, 48)
+    torch.testing.assert_close(z.norm(dim=1), torch.ones(3), rtol=1e-6, atol=1e-6)
+    assert ae.decode(z).shape == (3, 3, 64, 64)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="image_size"):
+        ConvAutoEncoder(image_size=30)
+    with pytest.raises(ValueError, match="arch"):
+        AutoEncoderConfig(arch="vae").validate()
+    with pytest.raises(ValueError, match="uint8"):
+        train_autoencoder(torch.rand(4, 1, 28, 28), AutoEncoderConfig(epochs=1), cache_dir="")
+
+
+def test_training_reduces_loss_and_cache_round_trip(tmp_path):
+    imgs = load_digits("train").images[:256]
+    cfg = AutoEncoderConfig(epochs=3, batch_size=32, seed=1)
+    torch.manual_seed(1)
+    untrained = ConvAutoEncoder(1, 28, 8)
+    x = imgs.float() / 255
+    mse0 = float(((decode(untrained, encode(untrained, imgs)) - x) ** 2).mean())
+    model, info = train_autoencoder(imgs, cfg, cache_dir=str(tmp_path), progress=False)
+    assert not info["cached"] and info["path"].startswith(str(tmp_path))
+    mse1 = float(((decode(model, encode(model, imgs)) - x) ** 2).mean())
+    assert mse1 < 0.75 * mse0  # 3 short epochs on 256 images: measured ratio about 0.6
+    # the second call with the same data and config loads the cached weights
+    again, info2 = train_autoencoder(imgs, cfg, cache_dir=str(tmp_path), progress=False)
+    assert info2["cached"] and info2["key"] == info["key"]
+    for (k, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), k
+    # other data or another config: another key
+    _, info3 = train_autoencoder(imgs[:128], cfg, cache_dir="", progress=False)
+    assert info3["key"] != info["key"]
+    _, info4 = train_autoencoder(imgs[:128], AutoEncoderConfig(epochs=1, batch_size=32, seed=2), cache_dir="",
+                                 progress=False)
+    assert info4["key"].split("_")[3] == info3["key"].split("_")[3]  # same data hash ...
+    assert info4["key"] != info3["key"]                                # ... other config
+
+
+def test_data_hash_sees_every_pixel():
+    a = torch.zeros(3, 1, 8, 8, dtype=torch.uint8)
+    b = a.clone()
+    b[2, 0, 7, 7] = 1
+    assert data_hash(a) != data_hash(b) and data_hash(a) == data_hash(a.clone())
+    assert data_hash(a) != data_hash(a.view(3, 1, 4, 16))
