@@ -24,7 +24,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Tuple, Union
+from typing import Callable, Optional
 
 import torch
 

@@ -1,11 +1,9 @@
 """Locally privatised data (PAPERS.md §4): the entropic loss W_{2,2σ²} denoises, the others fit the noise."""
-import math
 
 import pytest
 import torch
 
-from fastdpot.ldp import LOSSES, half_circle, half_circle_experiment, train_generator, wasserstein2
-from fastdpot.privacy import gaussian_local_mechanism
+from fastdpot.ldp import half_circle, half_circle_experiment, train_generator, wasserstein2
 from fastdpot.sinkhorn import entropic_regularization_for_noise
 
 
