@@ -1,0 +1,130 @@
+"""The main job end to end on small real data (a --quick run of the CLI), its stages, and the CelebA path."""
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from fastdpot import cli
+from fastdpot.data import load_digits
+from fastdpot.data.datasets import load_fashion_mnist, load_fashion_mnist_available
+from fastdpot.pipeline import (PipelineConfig, samples_grid, stage_autoencoder, stage_data, stage_decode,
+                               stage_flow)
+
+
+def _write_idx(path, arr):
+    with open(path, "wb") as f:
+        f.write(bytes([0, 0, 8, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape) + arr.astype(">u1").tobytes())
+
+
+@pytest.fixture(scope="module")
+def idx_dir(tmp_path_factory):
+    """A small MNIST-format folder of real images of two classes (Fashion-MNIST trousers/bags, else digits 0/1)."""
+    d = tmp_path_factory.mktemp("idx")
+    if load_fashion_mnist_available():
+        out = {}
+        for split, n in (("train", 200), ("test", 40)):
+            x, y = load_fashion_mnist(split)
+            keep = torch.nonzero((y == 1) | (y == 8)).flatten()[:n]
+            out[split] = (x[keep].numpy(), (y[keep] == 8).long().numpy())
+    else:
+        out = {}
+        for split, n in (("train", 200), ("test", 40)):
+            dd = load_digits(split)
+            keep = torch.nonzero(dd.labels < 2).flatten()[:n]
+            out[split] = (dd.images[keep, 0].numpy(), dd.labels[keep].numpy())
+    for split, stem in (("train", "train"), ("test", "t10k")):
+        _write_idx(str(d / f"{stem}-images-idx3-ubyte"), out[split][0])
+        _write_idx(str(d / f"{stem}-labels-idx1-ubyte"), out[split][1])
+    return str(d)
+
+
+def _args(idx_dir, tmp_path, *extra):
+    return ["flow", "--quick", "--dataset", "idx", "--data-dir", idx_dir, "--runs-dir", str(tmp_path / "runs"),
+            "--cache-dir", str(tmp_path / "cache"), "--fid-samples", "4", "--fid-real", "4", "--num-particles", "40",
+            "--no-progress", "--name", "r", *extra]
+
+
+def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
+    assert cli.main(_args(idx_dir, tmp_path)) == 0
+    run = tmp_path / "runs" / "r"
+    for f in ("samples.png", "metrics.json", "privacy.md", "config.json", "flow_checkpoint.pt"):
+        assert (run / f).is_file(), f
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["private"] and m["class_conditional"] and m["n_public"] + m["n_private"] == 200
+    assert 0 < m["epsilon_spent"] <= 10.0 + 1e-9 and m["delta"] == 1e-5
+    assert m["steps_taken"] == [m["steps"]] * 2 and m["noise_multiplier"] > 0
+    assert m["num_particles"] == 40 and m["fid_generated_samples"] == 4 and m["fid_real_samples"] == 4
+    assert math.isfinite(m["fid"]) and m["fid"] > 0
+    assert 0 <= m["accuracy_logreg"] <= 1 and 0 <= m["accuracy_mlp"] <= 1
+    assert set(m["wall_time_s"]) == {"data", "autoencoder", "flow", "decode", "metrics", "total"}
+    text = (run / "privacy.md").read_text()
+    assert "ε spent" in text and "public by assumption" in text and "without replacement" in text
+    from PIL import Image
+
+    assert Image.open(run / "samples.png").size[0] > 50
+    # a second call resumes from the checkpoint: the flow takes no further steps, nothing more is spent
+    assert cli.main(_args(idx_dir, tmp_path)) == 0
+    m2 = json.loads((run / "metrics.json").read_text())
+    assert m2["flow_resumed"] and m2["autoencoder"]["cached"] and m2["fid_real_stats_cached"]
+    assert m2["steps_taken"] == m["steps_taken"] and m2["epsilon_spent"] == pytest.approx(m["epsilon_spent"])
+    # another config in the same run folder is refused (the checkpoint belongs to the first one)
+    assert cli.main(_args(idx_dir, tmp_path, "--epsilon", "5")) == 2
+    assert "different config" in capsys.readouterr().err
+
+
+def test_stages_non_private(idx_dir, tmp_path):
+    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, epsilon=math.inf, quick=True).resolved()
+    data = stage_data(cfg)
+    assert len(data["public"]) + len(data["private"]) == 200
+    assert not set(data["public_index"].tolist()) & set(data["private_index"].tolist())
+    ae = stage_autoencoder(cfg, data, progress=False, cache_dir=str(tmp_path))
+    assert ae["latents"].shape == (len(data["private"]), 8)
+    torch.testing.assert_close(ae["latents"].norm(dim=1), torch.ones(len(data["private"])), rtol=1e-5, atol=1e-5)
+    fl = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False)
+    assert fl["epsilon"] == math.inf and not fl["privacy"]["private"]
+    assert fl["samples"].shape == (30, 8) and torch.isfinite(fl["samples"]).all()
+    assert sorted(fl["sample_labels"].unique().tolist()) == [0, 1]
+    imgs = stage_decode(ae["model"], fl["samples"])
+    assert imgs.shape == (30, 1, 28, 28) and float(imgs.min()) >= 0 and float(imgs.max()) <= 1
+
+
+def test_celeba_folder_stages(tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "img_align_celeba"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        Image.fromarray(rng.integers(0, 255, (218, 178, 3), dtype=np.uint8)).save(folder / f"{i:06d}.jpg")
+    cfg = PipelineConfig(celeba_dir=str(folder), epsilon=10.0, batch_size=2, epochs=1.0, ae_epochs=1).resolved()
+    data = stage_data(cfg)
+    assert data["dataset"] == "celeba" and data["public"].images.shape[1:] == (3, 64, 64)
+    ae = stage_autoencoder(cfg, data, progress=False, cache_dir="")
+    assert ae["latents"].shape[1] == 48 and ae["labels"] is None  # DCGAN auto-encoder, d = 48 (PAPERS.md §2)
+    fl = stage_flow(cfg, ae["latents"], None, 12, progress=False)
+    assert not fl["privacy"]["class_conditional"] and fl["samples"].shape == (12, 48)
+    assert 0 < fl["epsilon"] <= 10.0 + 1e-9 and fl["privacy"]["num_projections"] == 300
+    assert stage_decode(ae["model"], fl["samples"]).shape == (12, 3, 64, 64)
+
+
+def test_samples_grid_rows_are_classes():
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 2])
+    imgs = (labels.float() / 10).view(-1, 1, 1, 1).expand(-1, 1, 3, 3).contiguous()
+    grid = samples_grid(imgs, labels, per_class=3)
+    assert grid.shape == (1, 9, 9)
+    for c in range(3):
+        assert torch.all(grid[0, 3 * c:3 * c + 3] == c / 10)
+    g2 = samples_grid(imgs, None, per_class=3)
+    assert g2.shape == (1, 9, 9)
+
+
+def test_config_errors():
+    for bad in [dict(epsilon=-1.0), dict(delta=1.5), dict(device="tpu"), dict(batch_size=0), dict(reg=-1.0)]:
+        with pytest.raises(ValueError):
+            PipelineConfig(**bad).resolved()
+    with pytest.raises(SystemExit):
+        cli.main(["flow", "--epsilon", "nan"])
