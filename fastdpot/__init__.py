@@ -15,3 +15,6 @@ from .privacy import (BudgetExceededError, FixedSizeSampler, PoissonSampler, Pri
                       PrivacyBudget, calibrate_noise_multiplier, sliced_sensitivity)
 # op "sinkhorn" (keops, reference); the function stays fastdpot.sinkhorn.sinkhorn so the submodule is not shadowed
 from .sinkhorn import SinkhornLoss, entropic_wasserstein, semi_debiased_sinkhorn_loss  # noqa: F401,E402
+# the main job (fastdpot flow): data loaders, auto-encoders, metrics, pipeline
+from . import data, metrics  # noqa: F401,E402
+from .pipeline import PipelineConfig, run_pipeline  # noqa: F401,E402
