@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--bound", default="bernstein",
                    help="sensitivity tail bound over the directions (a proven one: bernstein; clt is only an "
                         "approximation)")
+    f.add_argument("--decode-off-sphere", action="store_true",
+                   help="decode the particles as they are (default: scaled onto the unit sphere of the latents)")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--device", default="cpu", help="cpu or cuda")
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
@@ -75,7 +77,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          class_conditional=not args.unconditional, ae_epochs=args.ae_epochs,
                          fid_samples=args.fid_samples, fid_real=args.fid_real, max_train=args.max_train,
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
-                         checkpoint_every=args.checkpoint_every, bound=args.bound)
+                         checkpoint_every=args.checkpoint_every, bound=args.bound,
+                         decode_on_sphere=not args.decode_off_sphere)
     if args.device.startswith("cuda"):
         import torch
 

@@ -90,6 +90,10 @@ def test_stages_non_private(idx_dir, tmp_path):
     assert sorted(fl["sample_labels"].unique().tolist()) == [0, 1]
     imgs = stage_decode(ae["model"], fl["samples"])
     assert imgs.shape == (30, 1, 28, 28) and float(imgs.min()) >= 0 and float(imgs.max()) <= 1
+    # decoding on the sphere ignores the particles' norms
+    torch.testing.assert_close(stage_decode(ae["model"], 3.0 * fl["samples"]), imgs, rtol=1e-5, atol=1e-5)
+    off = stage_decode(ae["model"], 3.0 * fl["samples"], on_sphere=False)
+    assert not torch.allclose(off, imgs, atol=1e-3)
 
 
 def test_celeba_folder_stages(tmp_path):
