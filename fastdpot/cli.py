@@ -46,9 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--fid-samples", type=int, default=2000, help="generated images in FID")
     f.add_argument("--fid-real", type=int, default=2000, help="real test images in FID (statistics cached)")
     f.add_argument("--max-train", type=int, default=None, help="use only the first N training images")
-    f.add_argument("--bound", default="bernstein",
-                   help="sensitivity tail bound over the directions (a proven one: bernstein; clt is only an "
-                        "approximation)")
+    f.add_argument("--bound", default="chernoff", choices=["chernoff", "bernstein", "clt"],
+                   help="sensitivity tail bound over the directions (chernoff and bernstein are proven; clt is only "
+                        "an approximation, no guarantee)")
     f.add_argument("--decode-off-sphere", action="store_true",
                    help="decode the particles as they are (default: scaled onto the unit sphere of the latents)")
     f.add_argument("--seed", type=int, default=0)

@@ -56,8 +56,8 @@ class PipelineConfig:
         quick: a short run (small data, few steps, small FID) to check that everything works.
         checkpoint_every: flow checkpoint period in steps.
         bound: tail bound of the sliced sensitivity over Θ (:func:`fastdpot.privacy.sliced_sensitivity`). Default
-            "bernstein", a proven bound (paper Lemma 2); "clt" is only a normal approximation whose tail exceeds
-            δ_tail, so it is no guarantee and is not the default.
+            "chernoff", the tightest proven bound; "bernstein" (paper Lemma 2) is proven but looser; "clt" is only a
+            normal approximation whose tail exceeds δ_tail, so it is no guarantee and is not the default.
         decode_on_sphere: scale the particles onto the unit sphere (where every encoded latent lies and the decoder
             was trained) before decoding; post-processing of the released particles, no privacy cost.
     """
@@ -85,7 +85,7 @@ class PipelineConfig:
     backend: str = "auto"
     quick: bool = False
     checkpoint_every: int = 100
-    bound: str = "bernstein"
+    bound: str = "chernoff"
     decode_on_sphere: bool = True
 
     def resolved(self) -> "PipelineConfig":
