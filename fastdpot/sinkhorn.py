@@ -66,11 +66,13 @@ class Cost:
     """
 
     def __init__(self, name: str, dense: Callable, keops: Optional[Callable] = None,
-                 start: Optional[Callable[[float, int], float]] = None):
+                 start: Optional[Callable[[float, int], float]] = None, sqdist_coef: Optional[float] = None):
         self.name = name
         self.dense = dense
         self.keops = keops
         self.start = start
+        # C = sqdist_coef·‖x − y‖²: the KeOps engine then folds the coefficient into 1/ε (one multiply less per pair)
+        self.sqdist_coef = sqdist_coef
 
     def __repr__(self):
         return f"Cost({self.name!r})"
@@ -86,7 +88,7 @@ def squared_euclidean(half: bool = True) -> Cost:
     return Cost("squared_euclidean" + ("/2" if half else ""),
                 dense=lambda u, v: c * sqdist_dense(u, v),
                 keops=lambda ui, vj: c * ((ui - vj) ** 2).sum(-1),
-                start=lambda D, d: D * D)
+                start=lambda D, d: D * D, sqdist_coef=c)
 
 
 def euclidean() -> Cost:
@@ -183,8 +185,12 @@ def _sinkhorn_keops(x, y, a_log, b_log, cost: Cost, eps_list, debias, final_iter
         v_j = LazyTensor(v[None, :, :])
         h_j = LazyTensor(h.reshape(1, -1, 1).contiguous())
         # ε enters as a KeOps parameter (a 1-element tensor), so every ε of the schedule reuses one compiled formula
-        ie = LazyTensor(inv_eps.new_full((1,), 1.0 / eps))
-        return -eps * (h_j - cost.keops(u_i, v_j) * ie).logsumexp(dim=1).reshape(-1)
+        if cost.sqdist_coef is not None:  # h_j − (c/ε)·SqDist(u_i, v_j)
+            ie = LazyTensor(inv_eps.new_full((1,), cost.sqdist_coef / eps))
+            C_ie = u_i.sqdist(v_j) * ie
+        else:
+            C_ie = cost.keops(u_i, v_j) * LazyTensor(inv_eps.new_full((1,), 1.0 / eps))
+        return -eps * (h_j - C_ie).logsumexp(dim=1).reshape(-1)
 
     return sinkhorn_loop(softmin, a_log, b_log, eps_list, debias, final_iters)
 
