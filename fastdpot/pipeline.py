@@ -398,6 +398,9 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         "## Guarantee and accountant",
         "",
     ]
+    if not p["private"]:
+        lines += ["* None (ε = ∞): σ = 0 and nothing is accounted; the particles are a deterministic function of the "
+                  "private latents, the batches and the directions."]
     if p["private"]:
         lines += [
             f"* Target (ε, δ) = ({cfg.epsilon}, {cfg.delta}); **ε spent = {result['epsilon']:.4f}** at total "
