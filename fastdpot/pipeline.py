@@ -18,8 +18,6 @@ privacy mechanism; the auto-encoder, the public half and the test set are public
 """
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import math
 import os
@@ -166,36 +164,6 @@ def stage_autoencoder(cfg: PipelineConfig, data: Dict[str, Any], progress: bool 
                 config=asdict(ae_cfg))
 
 
-@contextlib.contextmanager
-def _memoized_wor_rdp():
-    """Memoise dp-accounting's RDP vector of the sampled-without-replacement Gaussian for the duration of a block.
-
-    ``dp_accounting.rdp.rdp_privacy_accountant._compute_rdp_sample_wor_gaussian(q, z, orders)`` is a pure function
-    of its arguments that takes ~1 s for the 40+ orders up to 4096, and the privacy core calls it for every flow
-    step (the same (q, z) each time), which would dominate the run (thousands of steps). Caching it returns the very
-    same array, so every ε is unchanged; the original function is restored on exit.
-    """
-    try:
-        from dp_accounting.rdp import rdp_privacy_accountant as mod
-        orig = mod._compute_rdp_sample_wor_gaussian
-    except (ImportError, AttributeError):  # a dp-accounting without this private helper: nothing to speed up
-        yield
-        return
-
-    @functools.lru_cache(maxsize=256)
-    def cached(q, z, orders):
-        return orig(q, z, list(orders))
-
-    def wrapper(q, noise_multiplier, orders):
-        return cached(float(q), float(noise_multiplier), tuple(float(o) for o in orders)).copy()
-
-    mod._compute_rdp_sample_wor_gaussian = wrapper
-    try:
-        yield
-    finally:
-        mod._compute_rdp_sample_wor_gaussian = orig
-
-
 def _flow_steps(n: int, epochs: float, batch: int) -> int:
     return max(1, int(round(epochs * n / batch)))
 
@@ -212,11 +180,6 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
         dict with ``samples`` (N, d), ``sample_labels`` (N,) or None, ``flow``, ``epsilon`` (spent),
         ``privacy`` (per-flow: n, B, q, T, steps taken, z, σ, Δ, δ split), ``resumed``.
     """
-    with _memoized_wor_rdp():
-        return _stage_flow(cfg, latents, labels, num_particles, checkpoint_path, progress)
-
-
-def _stage_flow(cfg, latents, labels, num_particles, checkpoint_path, progress):
     from .flow import ClassConditionalFlow, DPSlicedWassersteinFlow
 
     k, h = _flow_defaults(cfg, latents.shape[1])
