@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from ._validate import check_choice, check_delta, check_epsilon, check_int, check_positive
+from ._validate import check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive
 from .autoencoder import AutoEncoderConfig, decode, default_cache_dir, encode, train_autoencoder
 from .data import ImageData, load_dataset, public_private_split, to_float
 
@@ -109,9 +109,7 @@ class PipelineConfig:
         check_choice(c.device.split(":")[0], "device", ("cpu", "cuda"))
         if c.num_particles is not None:
             check_int(c.num_particles, "num_particles", 2)
-        check_nonneg = c.reg >= 0 and math.isfinite(c.reg)
-        if not check_nonneg:
-            raise ValueError(f"reg must be finite and >= 0, got {c.reg!r}")
+        check_nonnegative(c.reg, "reg")
         return c
 
 
@@ -251,8 +249,12 @@ def stage_decode(model, samples: torch.Tensor, device="cpu", on_sphere: bool = T
 
 def stage_metrics(cfg: PipelineConfig, images: torch.Tensor, labels: Optional[torch.Tensor], test: ImageData,
                   fid_cache: Optional[str] = None, progress: bool = True) -> Dict[str, Any]:
-    """FID (``cfg.fid_samples`` generated vs ``cfg.fid_real`` real test images, seeded subsets) and downstream
-    accuracy (LogReg / MLP trained on all generated labelled images, tested on the whole real test set)."""
+    """FID (``cfg.fid_samples`` generated vs ``cfg.fid_real`` real test images) and downstream accuracy (LogReg /
+    MLP trained on all generated labelled images, tested on the whole real test set).
+
+    The generated subset is drawn with ``cfg.seed``; the real subset with a fixed seed, so its Inception statistics
+    (cached in ``fid_cache``, keyed by the pixels) serve every run on the same test set.
+    """
     from . import metrics as M
 
     g = torch.Generator().manual_seed(cfg.seed + 2)
@@ -487,7 +489,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     mark("decode", t0)
     t0 = time.perf_counter()
     fid_cache = os.path.join(cache_dir, "fid_real_stats",
-                             f"{data['dataset'].replace(':', '_').replace('/', '_')}_n{cfg.fid_real}_s{cfg.seed}.npz")
+                             f"{data['dataset'].replace(':', '_').replace('/', '_')}_n{cfg.fid_real}.npz")
     met = stage_metrics(cfg, images, fl["sample_labels"], data["test"], fid_cache=fid_cache, progress=progress)
     mark("metrics", t0)
     stages.close()
