@@ -77,7 +77,8 @@ def table(rows):
             if r["impl"] not in anchors:
                 for a in anchors:
                     if a in by_impl:
-                        ratios.append(f"{by_impl[a]['median_s'] / r['median_s']:.1f}× {a}")
+                        ratio = by_impl[a]["median_s"] / r["median_s"]
+                        ratios.append(f"{ratio:.2f}× {a}" if ratio < 10 else f"{ratio:.0f}× {a}")
             m = r["machine"]
             mkey = (m.get("gpu") or m["cpu"], r["threads"], r["git_rev"],
                     ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v))
