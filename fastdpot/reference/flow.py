@@ -79,7 +79,7 @@ def transport_exact(xp: torch.Tensor, yp: torch.Tensor) -> torch.Tensor:
     Shape:
         xp (N, k) noisy particle projections; yp (M, k) noisy private projections -> (N, k).
     """
-    n, m = xp.shape[0], yp.shape[0]
+    n = xp.shape[0]
     ys, _ = torch.sort(yp, dim=0)
     # sort each direction's column in a contiguous (k, N) layout (torch sorts a strided dim several times slower)
     order = torch.argsort(xp.t().contiguous(), dim=1, stable=True)
@@ -135,6 +135,21 @@ def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR,
         Euler--Maruyama scheme and drift (PAPERS.md §2); ilanasebag/dpswgf for the grid procedure.
     """
+    check_choice(quantiles, "quantiles", ("exact", "grid"))
+    if quantiles == "exact":
+        transport = transport_exact
+    else:
+        q = None if num_quantiles is None else check_int(num_quantiles, "num_quantiles", 2)
+        transport = lambda xp, yp: transport_grid(xp, yp, xp.shape[0] if q is None else q)  # noqa: E731
+    return step_with_transport(particles, private, projections, noise_particles, noise_private, step_size, reg,
+                               brownian, transport)
+
+
+def step_with_transport(particles, private, projections, noise_particles, noise_private, step_size, reg, brownian,
+                        transport) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The step shared by every quantile mode: validate, project, add the given noise, ``target = transport(xp, yp)``
+    ((N, k) target quantiles for the (N, k) noisy particle and (M, k) noisy private projections), drift
+    ``(xp − target) Θ / k`` and the Euler--Maruyama update. Arguments and shapes as in :func:`flow_step`."""
     check_tensor(particles, "particles", 2)
     check_tensor(private, "private", 2)
     check_tensor(projections, "projections", 2)
@@ -145,7 +160,6 @@ def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
     h = check_positive(step_size, "step_size")
     lam = check_nonnegative(reg, "reg")
-    check_choice(quantiles, "quantiles", ("exact", "grid"))
     for t, name, rows in ((noise_particles, "noise_particles", n), (noise_private, "noise_private", m)):
         if t is not None:
             check_tensor(t, name, 2)
@@ -164,11 +178,7 @@ def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch
         xp = xp + noise_particles
     if noise_private is not None:
         yp = yp + noise_private
-    if quantiles == "exact":
-        target = transport_exact(xp, yp)
-    else:
-        q = n if num_quantiles is None else check_int(num_quantiles, "num_quantiles", 2)
-        target = transport_grid(xp, yp, q)
+    target = transport(xp, yp)
     drift = (xp - target) @ projections / k
     new = particles - h * drift
     if lam > 0:

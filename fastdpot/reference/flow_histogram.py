@@ -23,12 +23,12 @@ level); the Triton kernel (``kernels/histogram.py``) computes the same quantitie
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
 
-from .._validate import check_int, check_nonnegative, check_positive, check_same_dim, check_tensor
+from .._validate import check_int
+from .flow import step_with_transport
 
 __all__ = ["flow_step_histogram", "histogram_levels"]
 
@@ -97,39 +97,7 @@ def flow_step_histogram(particles: torch.Tensor, private: torch.Tensor, projecti
         Sebag et al., TMLR, Euler--Maruyama scheme and drift (PAPERS.md §2); the histogram CDF is fastdpot's
         sort-free approximation of the rank map, with the error bound stated in this module's docstring.
     """
-    check_tensor(particles, "particles", 2)
-    check_tensor(private, "private", 2)
-    check_tensor(projections, "projections", 2)
-    d = check_same_dim(particles, private, "particles", "private")
-    check_same_dim(particles, projections, "particles", "projections")
-    n, m, k = particles.shape[0], private.shape[0], projections.shape[0]
-    if n < 2:
-        raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
-    h = check_positive(step_size, "step_size")
-    lam = check_nonnegative(reg, "reg")
     num_bins = check_int(num_bins, "num_bins", 1)
-    for t, name, rows in ((noise_particles, "noise_particles", n), (noise_private, "noise_private", m)):
-        if t is not None:
-            check_tensor(t, name, 2)
-            if tuple(t.shape) != (rows, k):
-                raise ValueError(f"{name} must have shape ({rows}, {k}), got {tuple(t.shape)}")
-    if lam > 0:
-        if brownian is None:
-            raise ValueError(f"brownian must be given when reg > 0, got reg={lam!r} and brownian=None")
-        check_tensor(brownian, "brownian", 2)
-        if tuple(brownian.shape) != (n, d):
-            raise ValueError(f"brownian must have shape ({n}, {d}), got {tuple(brownian.shape)}")
-
-    xp = particles @ projections.t()
-    yp = private.to(particles.dtype) @ projections.t()
-    if noise_particles is not None:
-        xp = xp + noise_particles
-    if noise_private is not None:
-        yp = yp + noise_private
-    u = histogram_levels(xp, num_bins)
-    target = _target_at(torch.sort(yp, dim=0).values, u)
-    drift = (xp - target) @ projections / k
-    new = particles - h * drift
-    if lam > 0:
-        new = new + math.sqrt(2.0 * lam * h) * brownian
-    return new, drift
+    return step_with_transport(particles, private, projections, noise_particles, noise_private, step_size, reg,
+                               brownian, lambda xp, yp: _target_at(torch.sort(yp, dim=0).values,
+                                                                   histogram_levels(xp, num_bins)))
