@@ -10,11 +10,7 @@ transport (``quantiles="exact"``), drift and Euler--Maruyama update; float32, a 
 """
 from __future__ import annotations
 
-import argparse
-import os
-import tempfile
-
-from bench.harness import RESULTS, Case, run_suite
+from bench.harness import Case, suite_main
 
 SUITE = "flow"
 ANCHORS = ["reference"]
@@ -61,21 +57,7 @@ def runs(sizes, impls=("fastdpot", "reference"), repeats=3):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="fastdpot DP sliced-Wasserstein flow step benchmark")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that every case runs")
-    ap.add_argument("--impls", default="fastdpot,reference", help="comma-separated subset")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--note", default="")
-    ap.add_argument("--results", default=None,
-                    help="results file (default: bench/results.jsonl; --quick writes to a temporary file)")
-    args = ap.parse_args(argv)
-    sizes = QUICK_SIZES if args.quick else FULL_SIZES
-    impls = tuple(s.strip() for s in args.impls.split(",") if s.strip())
-    results = args.results or (os.path.join(tempfile.gettempdir(), "fastdpot_bench_quick.jsonl") if args.quick
-                               else RESULTS)
-    return run_suite("bench.flow", runs(sizes, impls, args.repeats), threads=args.threads, repeats=args.repeats,
-                     note=args.note or ("quick" if args.quick else ""), results_path=results)
+    return suite_main("bench.flow", "fastdpot DP sliced-Wasserstein flow step benchmark", FULL_SIZES, QUICK_SIZES, runs, ("fastdpot", "reference"), argv)
 
 
 if __name__ == "__main__":

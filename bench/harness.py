@@ -201,6 +201,31 @@ def run_suite(module: str, runs: Iterable[Dict[str, Any]], threads: int = 2, rep
     return rows
 
 
+def suite_main(module: str, description: str, full_sizes, quick_sizes, make_runs, default_impls, argv=None):
+    """The command line every bench module shares: ``--quick`` (tiny sizes, rows to a temporary file, not to
+    bench/results.jsonl), ``--impls``, ``--threads``, ``--repeats``, ``--note``, ``--results``.
+
+    ``make_runs(sizes, impls, repeats)`` returns the run entries passed to :func:`run_suite`.
+    """
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that every case runs")
+    ap.add_argument("--impls", default=",".join(default_impls), help="comma-separated subset")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--note", default="")
+    ap.add_argument("--results", default=None,
+                    help="results file (default: bench/results.jsonl; --quick writes to a temporary file)")
+    args = ap.parse_args(argv)
+    sizes = quick_sizes if args.quick else full_sizes
+    impls = tuple(s.strip() for s in args.impls.split(",") if s.strip())
+    results = args.results or (os.path.join(tempfile.gettempdir(), "fastdpot_bench_quick.jsonl") if args.quick
+                               else RESULTS)
+    return run_suite(module, make_runs(sizes, impls, args.repeats), threads=args.threads, repeats=args.repeats,
+                     note=args.note or ("quick" if args.quick else ""), results_path=results)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--module", required=True)

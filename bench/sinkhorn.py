@@ -18,11 +18,9 @@ float32 on the same inputs:
 """
 from __future__ import annotations
 
-import argparse
 import os
-import tempfile
 
-from bench.harness import RESULTS, ROOT, Case, run_suite
+from bench.harness import Case, ROOT, suite_main
 
 # KeOps compiles each formula once; every measurement subprocess reuses the project's cache
 os.environ.setdefault("KEOPS_CACHE_FOLDER", os.path.join(ROOT, ".cache", "keops"))
@@ -118,21 +116,7 @@ def runs(sizes, impls=IMPLS, repeats=3):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="fastdpot Sinkhorn divergence benchmark (forward + backward)")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes: check that every case runs")
-    ap.add_argument("--impls", default=",".join(IMPLS), help="comma-separated subset")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--note", default="")
-    ap.add_argument("--results", default=None,
-                    help="results file (default: bench/results.jsonl; --quick writes to a temporary file)")
-    args = ap.parse_args(argv)
-    sizes = QUICK_SIZES if args.quick else FULL_SIZES
-    impls = tuple(s.strip() for s in args.impls.split(",") if s.strip())
-    results = args.results or (os.path.join(tempfile.gettempdir(), "fastdpot_bench_quick.jsonl") if args.quick
-                               else RESULTS)
-    return run_suite("bench.sinkhorn", runs(sizes, impls, args.repeats), threads=args.threads,
-                     repeats=args.repeats, note=args.note or ("quick" if args.quick else ""), results_path=results)
+    return suite_main("bench.sinkhorn", "fastdpot Sinkhorn divergence benchmark (forward + backward)", FULL_SIZES, QUICK_SIZES, runs, IMPLS, argv)
 
 
 if __name__ == "__main__":
