@@ -58,7 +58,21 @@ def _chunk_size(n, m, k, itemsize, buffers):
     return max(1, min(k, _CHUNK_BYTES // per_dir))
 
 
-class SlicedWassersteinCPU(torch.autograd.Function):
+class GradientInForward(torch.autograd.Function):
+    """Base of the fused DP-SW autograd Functions (cpu, triton): their forward computes dloss/dx and dloss/dy
+    alongside the loss and saves them with ``ctx.save_for_backward(grad_x, grad_y)`` (None for a side that needs
+    no gradient); backward scales them by the upstream gradient. Forward arguments:
+    (x, y, projections, p, noise_std, seed, return_noise). No double backward."""
+
+    @staticmethod
+    def backward(ctx, grad_out, *unused):
+        grad_x, grad_y = ctx.saved_tensors
+        gx = grad_out * grad_x if grad_x is not None else None
+        gy = grad_out * grad_y if grad_y is not None else None
+        return gx, gy, None, None, None, None, None
+
+
+class SlicedWassersteinCPU(GradientInForward):
     """Autograd wrapper of the fused C++ kernel (``cpu`` backend).
 
     The exact gradient w.r.t. ``x`` and ``y`` (a sub-gradient at tied projected values, the one of the stable
@@ -114,12 +128,6 @@ class SlicedWassersteinCPU(torch.autograd.Function):
             return loss, noise_x, noise_y
         return loss
 
-    @staticmethod
-    def backward(ctx, grad_out, *unused):
-        grad_x, grad_y = ctx.saved_tensors
-        gx = grad_out * grad_x if grad_x is not None else None
-        gy = grad_out * grad_y if grad_y is not None else None
-        return gx, gy, None, None, None, None, None
 
 
 def _cpu_available():

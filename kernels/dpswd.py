@@ -25,6 +25,8 @@ import triton
 import triton.language as tl
 
 from ._common import STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, device_guard, direction_chunk, stream_seed
+from fastdpot.sliced import GradientInForward
+
 from .drift import accumulate_drift
 from .projection_noise import project_noise
 
@@ -108,7 +110,7 @@ def _w1d_chunk(px, py, p, need_gx, need_gy):
     return part.sum(dtype=torch.float64)
 
 
-class SlicedWassersteinTriton(torch.autograd.Function):
+class SlicedWassersteinTriton(GradientInForward):
     """Autograd wrapper of the Triton DP-SW_p^p (``triton`` backend of op ``"sliced_wasserstein"``).
 
     The exact gradient w.r.t. ``x`` and ``y`` is computed in the forward pass (fused, chunk by chunk) and saved;
@@ -148,12 +150,6 @@ class SlicedWassersteinTriton(torch.autograd.Function):
             return loss, noise_x, noise_y
         return loss
 
-    @staticmethod
-    def backward(ctx, grad_out, *unused):
-        grad_x, grad_y = ctx.saved_tensors
-        gx = grad_out * grad_x if grad_x is not None else None
-        gy = grad_out * grad_y if grad_y is not None else None
-        return gx, gy, None, None, None, None, None
 
 
 def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise):
