@@ -49,6 +49,14 @@ static inline double quantile_sorted(const T* v, int64_t n, double u) {
     return (double)v[lo] + f * ((double)v[lo + 1] - (double)v[lo]);
 }
 
+// sorted v[0..n) linearly interpolated at position pos >= 0 (the exact mode's target: pos = r(M-1)/(N-1))
+template <typename T>
+static inline double value_at_position(const T* v, int64_t n, double pos) {
+    const int64_t lo = (int64_t)pos;
+    if (lo >= n - 1) return (double)v[n - 1];
+    return (double)v[lo] + (pos - (double)lo) * ((double)v[lo + 1] - (double)v[lo]);
+}
+
 constexpr int kIT = 4;  // particles per register tile
 
 // P[jt + jj][i] += <x_i, θ_{jt + jj}> for i in [i0, i1), jj < jn, with a kIT x JT register tile; thT is the chunk of
@@ -191,11 +199,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                 if (Q == 0) {  // exact, float32: read rank, index and value straight from the packed sort
                     const uint64_t* v = flowsort::sort_packed_f32(pj, (uint32_t)N, s.pws);
                     for (int64_t r = 0; r < N; ++r) {
-                        double pos = (double)r * scale;
-                        int64_t lo = (int64_t)pos;
-                        double t;
-                        if (lo >= M - 1) t = (double)ys[M - 1];
-                        else t = (double)ys[lo] + (pos - (double)lo) * ((double)ys[lo + 1] - (double)ys[lo]);
+                        const double t = value_at_position(ys, M, (double)r * scale);
                         const uint64_t e = v[r];
                         pj[(uint32_t)e] = (T)((double)flowsort::decode_key((uint32_t)(e >> 32)) - t);
                     }
@@ -207,11 +211,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             }
             if (Q == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
                 for (int64_t r = 0; r < N; ++r) {
-                    double pos = (double)r * scale;
-                    int64_t lo = (int64_t)pos;
-                    double t;
-                    if (lo >= M - 1) t = (double)ys[M - 1];
-                    else t = (double)ys[lo] + (pos - (double)lo) * ((double)ys[lo + 1] - (double)ys[lo]);
+                    const double t = value_at_position(ys, M, (double)r * scale);
                     pj[perm[r]] = (T)((double)sx[r] - t);
                 }
             } else {  // grid (authors): xq, tq on Q levels; cdf through xq; T through tq
