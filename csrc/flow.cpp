@@ -4,7 +4,8 @@
 //   a. projections s_ij = <x_i, θ_j> + σ·N(seed, stream 2j, i) (Philox of common.h; single-precision Box-Muller
 //      of flow_normal.h), blocked over particles, with a 4-particle x 64-byte register tile of directions;
 //   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections (float32: packed
-//      key|index sort of flow_sort.h; float64: common.h's argsort); the noisy private
+//      key|index sort of radix_f32.h, whose last pass hands each rank straight to the transport in exact mode;
+//      float64: common.h's argsort); the noisy private
 //      projections <y_m, θ_j> + σ·N(seed, stream 2j+1, m), sorted; target of rank r:
 //        exact (Q == 0): private quantile at level r/(N-1), i.e. linear interpolation at position r(M-1)/(N-1);
 //        grid  (Q >= 2): the authors' Q-level grid (particle quantiles xq, private quantiles tq, cdf by linear
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -28,7 +30,7 @@
 
 #include "common.h"
 #include "flow_normal.h"
-#include "flow_sort.h"
+#include "radix_f32.h"
 
 namespace py = pybind11;
 using namespace fastdpot;
@@ -110,7 +112,7 @@ struct DirScratch {
     std::vector<T> sx, ys;
     std::vector<double> xq, tq;
     SortWorkspace<T> ws;
-    flowsort::PackedWorkspace pws;
+    radix::Workspace pws;
 };
 
 template <typename T>
@@ -120,7 +122,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     int64_t C = (int64_t)(kChunkBytes / ((double)N * sizeof(T)));
     if (max_chunk > 0) C = std::min(C, max_chunk);  // tests force several chunks at small sizes
     C = std::max<int64_t>(1, std::min<int64_t>(C, K));
-    std::vector<T> P((size_t)C * (size_t)N);
+    std::unique_ptr<T[]> P(new T[(size_t)C * (size_t)N]);  // uninitialised: pass a writes every element first
     constexpr int JT = 64 / sizeof(T);  // directions (projection) / coordinates (drift) per register tile
     const int64_t cpad = ((C + JT - 1) / JT) * JT, dpad = ((d + JT - 1) / JT) * JT;
     std::vector<T> thT((size_t)d * (size_t)cpad);   // chunk of Θ transposed, zero-padded: thT[c*cpad + jj]
@@ -154,7 +156,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
         for (int64_t b = 0; b < nblocks; ++b) {
             const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
             for (int64_t jj = 0; jj < cj; ++jj) {
-                T* pj = P.data() + (size_t)jj * N;
+                T* pj = P.get() + (size_t)jj * N;
                 if (sigma > 0) {
                     flowrng::fill_normal_fast(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0,
                                               sigma);
@@ -167,7 +169,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                 }
             }
             for (int64_t jt = 0; jt < cj; jt += JT)
-                project_tile<T, JT>(X, d, i0, i1, thT.data(), cpad, jt, std::min<int64_t>(JT, cj - jt), P.data(),
+                project_tile<T, JT>(X, d, i0, i1, thT.data(), cpad, jt, std::min<int64_t>(JT, cj - jt), P.get(),
                                     N);
         }
 
@@ -179,7 +181,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             if ((int64_t)s.ys.size() < M) s.ys.resize(M);
             const int64_t j = j0 + jj;
             const T* th = TH + j * d;
-            T* pj = P.data() + (size_t)jj * N;
+            T* pj = P.get() + (size_t)jj * N;
             uint32_t* perm = s.perm.data();
             T* sx = s.sx.data();
             T* ys = s.ys.data();
@@ -196,16 +198,13 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             std::sort(ys, ys + M);
             const double scale = (double)(M - 1) / (double)(N - 1);
             if constexpr (std::is_same_v<T, float>) {
-                if (Q == 0) {  // exact, float32: read rank, index and value straight from the packed sort
-                    const uint64_t* v = flowsort::sort_packed_f32(pj, (uint32_t)N, s.pws);
-                    for (int64_t r = 0; r < N; ++r) {
-                        const double t = value_at_position(ys, M, (double)r * scale);
-                        const uint64_t e = v[r];
-                        pj[(uint32_t)e] = (T)((double)flowsort::decode_key((uint32_t)(e >> 32)) - t);
-                    }
+                if (Q == 0) {  // exact, float32: residual written as the sort's last pass finds each rank
+                    radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
+                        pj[i] = (T)((double)v - value_at_position(ys, M, (double)r * scale));
+                    });
                     continue;
                 }
-                flowsort::argsort_f32(pj, (uint32_t)N, perm, sx, s.pws);
+                radix::argsort_f32(pj, (uint32_t)N, perm, sx, s.pws);
             } else {
                 argsort(pj, (uint32_t)N, perm, sx, s.ws);
             }
@@ -249,7 +248,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
         for (int64_t b = 0; b < nblocks; ++b) {
             const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
             for (int64_t c0 = 0; c0 < d; c0 += JT)
-                drift_tile<T, JT>(P.data(), N, cj, thP.data(), dpad, c0, std::min<int64_t>(JT, d - c0), i0, i1,
+                drift_tile<T, JT>(P.get(), N, cj, thP.data(), dpad, c0, std::min<int64_t>(JT, d - c0), i0, i1,
                                   out_drift, d);
         }
     }

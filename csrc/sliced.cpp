@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "common.h"
-#include "sliced_sort.h"
+#include "radix_f32.h"
 
 namespace py = pybind11;
 using namespace fastdpot;
@@ -37,13 +37,13 @@ inline double cost_and_slope(double diff, int p, double* slope) {
     return diff * diff;
 }
 
-// per-thread sorting scratch: the packed / key-only float32 sorts of sliced_sort.h, common.h's argsort for double
+// per-thread sorting scratch: the packed / key-only float32 sorts of radix_f32.h, common.h's argsort for double
 template <typename T> struct Sorter;
 template <> struct Sorter<float> {
-    SortWorkspaceF32 ws;
+    radix::Workspace ws;
     void sort(const float* keys, uint32_t n, uint32_t* perm, float* sorted) {
-        if (perm) argsort_packed_f32(keys, n, perm, sorted, ws);
-        else sort_keys_f32(keys, n, sorted, ws);
+        if (perm) radix::argsort_f32(keys, n, perm, sorted, ws);
+        else radix::sort_keys_f32(keys, n, sorted, ws);
     }
 };
 template <> struct Sorter<double> {
