@@ -55,6 +55,27 @@ static inline void normal2(uint64_t seed, uint64_t stream, uint64_t blk, double 
     z[0] = a * std::cos(t); z[1] = a * std::sin(t);
 }
 
+// Four standard normals from one Philox block: Box-Muller pairs (radius r0, angle r1) and (radius r2, angle r3)
+// with 32-bit radius uniforms (the draws stop at 6.76σ). Only for noise that protects nothing -- the flow particles'
+// smoothing noise and Brownian term; every privacy mechanism uses normal2.
+static inline void normal4(uint64_t seed, uint64_t stream, uint64_t blk, double z[4]) {
+    uint32_t r[4];
+    Philox::block(seed, stream, blk, r);
+    for (int p = 0; p < 2; ++p) {
+        const double u = ((double)r[2 * p] + 0.5) * (1.0 / 4294967296.0);
+        const double a = std::sqrt(-2.0 * std::log(u));
+        const double t = 6.283185307179586476925286766559 * (((double)r[2 * p + 1] + 0.5) * (1.0 / 4294967296.0));
+        z[2 * p] = a * std::cos(t); z[2 * p + 1] = a * std::sin(t);
+    }
+}
+
+// normal number i of normal4's stream: component i & 3 of block i >> 2
+static inline double normal4_at(uint64_t seed, uint64_t stream, uint64_t i) {
+    double z[4];
+    normal4(seed, stream, i >> 2, z);
+    return z[i & 3];
+}
+
 // The standard normal number i of stream (seed, stream): component i & 1 of Philox block i >> 1.
 static inline double normal_at(uint64_t seed, uint64_t stream, uint64_t i) {
     double z[2];

@@ -1,8 +1,9 @@
 // Fused CPU step of the (DP) sliced-Wasserstein particle flow -- PAPERS.md §2, fastdpot/reference/flow.py.
 //
 // For each chunk of C directions (C bounded so the chunk's projections take <= ~256 MB):
-//   a. projections s_ij = <x_i, θ_j> + σ·N(seed, stream 2j, i) (Philox of common.h; single-precision Box-Muller
-//      of flow_normal.h), blocked over particles, with a 4-particle x 64-byte register tile of directions;
+//   a. projections s_ij = <x_i, θ_j> + σ·N4(seed, stream 2j, i) (Philox of common.h, four normals per block:
+//      the smoothing noise of the particles protects nothing, see flow_normal.h's fill_normal_smooth), blocked
+//      over particles, with a 4-particle x 64-byte register tile of directions;
 //   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections (float32: packed
 //      key|index sort of radix_f32.h, whose last pass hands each rank straight to the transport in exact mode;
 //      float64: common.h's argsort); the noisy private
@@ -11,9 +12,10 @@
 //        grid  (Q >= 2): the authors' Q-level grid (particle quantiles xq, private quantiles tq, cdf by linear
 //                        interpolation through xq -- a forward walk over the sorted values, no search -- then
 //                        T = interp(cdf; levels -> tq));
-//      residual s_ij - T_ij stored in place;
+//      residual s_ij - T_ij stored in place (the private rows' noise N(seed, 2j+1, m) is the privacy-grade stream,
+//      two normals per block with a 64-bit radius uniform);
 //   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64-byte register tile of coordinates).
-// Finally drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N(seed, stream 2k, i·d + c).
+// Finally drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N4(seed, stream 2k, i·d + c).
 // Noise element indices depend only on (seed, stream, index): results do not depend on threads or chunking.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -158,7 +160,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             for (int64_t jj = 0; jj < cj; ++jj) {
                 T* pj = P.get() + (size_t)jj * N;
                 if (sigma > 0) {
-                    flowrng::fill_normal_fast(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0,
+                    flowrng::fill_normal_smooth(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0,
                                               sigma);
                     if (nx_out)
                         for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = pj[i];
@@ -264,7 +266,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
             const int64_t cnt = (i1 - i0) * d;
             if (lam > 0) {
-                flowrng::fill_normal_fast(xi.data(), cnt, seed, (uint64_t)(2 * K), (uint64_t)(i0 * d), 1.0);
+                flowrng::fill_normal_smooth(xi.data(), cnt, seed, (uint64_t)(2 * K), (uint64_t)(i0 * d), 1.0);
                 if (br_out) std::copy(xi.data(), xi.data() + cnt, br_out + i0 * d);
             }
             for (int64_t t = 0; t < cnt; ++t) {
@@ -320,15 +322,22 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double 
 
 }  // namespace
 
-// Test hook: n normals of (seed, stream) from offset, by the fast transform used here and by common.h's fill_normal.
-static py::tuple normals_py(int64_t seed, int64_t stream, int64_t offset, int64_t n) {
+// Test hook: n normals of (seed, stream) from offset, by the fast transform used here and by common.h in double
+// precision; smoothing=false: the privacy-grade stream (fill_normal_fast vs fill_normal), true: the smoothing stream
+// (fill_normal_smooth vs normal4_at).
+static py::tuple normals_py(int64_t seed, int64_t stream, int64_t offset, int64_t n, bool smoothing) {
     py::array_t<double> fast(n), ref(n);
     double* pf = fast.mutable_data();
     double* pr = ref.mutable_data();
     {
         py::gil_scoped_release nogil;
-        flowrng::fill_normal_fast(pf, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
-        fill_normal(pr, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
+        if (smoothing) {
+            flowrng::fill_normal_smooth(pf, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
+            for (int64_t i = 0; i < n; ++i) pr[i] = normal4_at((uint64_t)seed, (uint64_t)stream, (uint64_t)(offset + i));
+        } else {
+            flowrng::fill_normal_fast(pf, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
+            fill_normal(pr, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
+        }
     }
     return py::make_tuple(fast, ref);
 }
@@ -348,5 +357,5 @@ PYBIND11_MODULE(_C_flow, m) {
           py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
           py::arg("brownian"), py::arg("max_chunk") = 0);
     m.def("_normals", &normals_py, "(fast, common.h) standard normals of (seed, stream) from offset (test hook)",
-          py::arg("seed"), py::arg("stream"), py::arg("offset"), py::arg("n"));
+          py::arg("seed"), py::arg("stream"), py::arg("offset"), py::arg("n"), py::arg("smoothing") = false);
 }

@@ -103,7 +103,9 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
                    return_noise):
     """Fused C++/OpenMP step (``csrc/flow.cpp``): Philox noise of ``csrc/common.h`` (particle noise of direction j
     on stream 2j, private noise on stream 2j+1, Brownian on stream 2k; vectorised single-precision Box-Muller of
-    ``csrc/flow_normal.h``, equal to common.h's ``fill_normal`` to ~2e-6), radix sort per direction, rank -> target quantile by index
+    ``csrc/flow_normal.h``, equal to common.h's double-precision normals to ~2e-6: privacy-grade ``normal2`` for the
+    private rows, four-per-block ``normal4`` for the particles' smoothing noise and the Brownian term, which protect
+    nothing), radix sort per direction, rank -> target quantile by index
     interpolation, drift and Euler--Maruyama update, in chunks of directions. ``"histogram"`` mode is delegated to
     the reference backend."""
     if quantiles == "histogram":

@@ -187,12 +187,16 @@ def test_cpu_noise_is_replayable_and_gaussian():
 
 
 @needs_cpu
+@pytest.mark.parametrize("smoothing", [False, True])
 @pytest.mark.parametrize("seed,stream,offset", [(0, 0, 0), (2 ** 61 + 5, 9, 3), (123, 600, 1_000_001)])
-def test_fast_normals_are_common_h_philox_normals(seed, stream, offset):
+def test_fast_normals_are_common_h_philox_normals(seed, stream, offset, smoothing):
     # the C++ step's vectorised single-precision Box-Muller (csrc/flow_normal.h) reproduces common.h's
-    # fill_normal (double precision) on the same Philox stream; 300k draws exercise the u ≈ 1 series branch
-    fast, ref = load_cpp("flow")._normals(seed, stream, offset, 300_001)
+    # double-precision normals on the same Philox stream: the privacy-grade stream (fill_normal; 300k draws exercise
+    # the u ≈ 1 series branch) and the particles' smoothing stream (normal4_at, four normals per block)
+    fast, ref = load_cpp("flow")._normals(seed, stream, offset, 300_001, smoothing)
     assert np.abs(fast - ref).max() < 1e-5
+    assert abs(fast.mean()) < 5 / math.sqrt(fast.size) and abs(fast.var() - 1) < 6 * math.sqrt(2 / fast.size)
+    assert scipy.stats.kstest(fast, "norm").pvalue > 1e-4
 
 
 @needs_cpu
