@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["draw_seed", "make_generator"]
+__all__ = ["draw_seed", "make_generator", "random_directions"]
 
 _SEED_HIGH = 2 ** 62
 
@@ -45,3 +45,26 @@ def make_generator(seed: Optional[int] = None, *, secure_mode: bool = False, dev
         g.manual_seed(int(seed))
     return g
 
+
+
+def random_directions(num_projections: int, dim: int, generator: Optional[torch.Generator] = None, *,
+                      orthogonal: bool = False, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Directions θ_1..θ_k on the unit sphere S^{d-1}, as rows of a (k, d) tensor.
+
+    ``orthogonal=False``: i.i.d. uniform (normalised standard Gaussians). ``orthogonal=True``: ``⌈k/d⌉`` independent
+    blocks, each the first ``min(d, rows left)`` rows of a Haar-random orthogonal matrix (QR of a Gaussian matrix with
+    the signs of R's diagonal folded in; Mezzadri, Notices AMS 2007); every direction is marginally uniform, rows
+    within a block are orthonormal, so :func:`fastdpot.privacy.orthogonal_sliced_sensitivity` bounds the
+    projection's sensitivity deterministically. Computed in float64, returned in ``dtype``.
+    """
+    k, d = int(num_projections), int(dim)
+    if k < 1 or d < 1:
+        raise ValueError(f"num_projections and dim must be >= 1, got {num_projections!r}, {dim!r}")
+    if not orthogonal:
+        th = torch.randn(k, d, generator=generator, dtype=torch.float64)
+        return (th / th.norm(dim=1, keepdim=True)).to(dtype)
+    nb = -(-k // d)
+    g = torch.randn(nb, d, d, generator=generator, dtype=torch.float64)
+    q, r = torch.linalg.qr(g)
+    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)  # Haar: columns times sign(R_ii)
+    return q.transpose(-2, -1).reshape(nb * d, d)[:k].to(dtype)

@@ -22,6 +22,11 @@ Privacy guarantee (what the code enforces, and what it assumes)
   accountant's ε at ``δ_acc`` after the steps taken. The flow refuses to take more than T private steps (the δ
   split would no longer hold), and with ``target_epsilon`` a :class:`fastdpot.privacy.PrivacyBudget` refuses a
   step that would exceed it before anything is released.
+* ``directions="orthogonal"``: each step's k directions are ``⌈k/d⌉`` blocks of orthonormal rows (Haar-random
+  rotations; every direction still marginally uniform). Then ``Δ = 2·radius·sqrt(⌈k/d⌉)`` holds for every draw
+  (:func:`fastdpot.privacy.orthogonal_sliced_sensitivity`): no tail, ``δ_tail = 0`` and the accountant gets all of
+  δ. With k a multiple of d this is less noise than the uniform directions' tail bound (k = 72, d = 8: Δ = 6 vs
+  8.5 at δ = 1e-5 over 420 steps).
 * ``variant="presampled"`` (DPSWflow): a pool of ``pool_size`` directions is drawn once and every step uses k of
   them drawn uniformly without replacement, so each step's directions are marginally k i.i.d. uniform directions
   and the same per-step tail bound and union bound apply; every step's noisy release is composed like DPSWflow-r
@@ -43,7 +48,7 @@ import torch
 
 from ._dispatch import dispatch, register, set_auto
 from ._ext import cpp_status, load_cpp
-from ._random import draw_seed, make_generator
+from ._random import draw_seed, make_generator, random_directions
 from ._validate import (check_choice, check_delta, check_epsilon, check_finite_tensor, check_int, check_nonnegative,
                         check_positive, check_probability, check_tensor)
 from .reference import flow as _ref
@@ -239,6 +244,10 @@ class DPSlicedWassersteinFlow:
         bound: tail bound of the sliced sensitivity (:func:`fastdpot.privacy.sliced_sensitivity`): ``"chernoff"``
             (default; proven, exact Beta moment generating function), ``"bernstein"`` (proven, looser) or ``"clt"``
             (the papers' normal approximation, k >= 31; its tail can exceed δ_tail, so it is not a guarantee).
+            Unused with ``directions="orthogonal"``.
+        directions: ``"uniform"`` (i.i.d. on the sphere, the papers') or ``"orthogonal"`` (blocks of d orthonormal
+            directions, deterministic sensitivity ``2·radius·sqrt(⌈k/d⌉)``, see the module docstring; with
+            ``"presampled"`` the pool is made of such blocks and each step takes ``⌈k/d⌉`` whole blocks).
         init: initial particles (N, d); default N(0, I_d) from ``generator`` (float32).
         generator: the ``torch.Generator`` (CPU) every draw comes from (directions, batches, noise seeds);
             default: a freshly seeded one.
@@ -263,7 +272,7 @@ class DPSlicedWassersteinFlow:
                  delta: float = 1e-5, radius: float = 1.0, batch_size: Optional[int] = None,
                  sample_rate: Optional[float] = None, steps: Optional[int] = None, variant: str = "resample",
                  pool_size: Optional[int] = None, quantiles: str = "exact", num_quantiles: Optional[int] = None,
-                 bound: str = "chernoff", init: Optional[torch.Tensor] = None,
+                 bound: str = "chernoff", directions: str = "uniform", init: Optional[torch.Tensor] = None,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
                  backend: str = "auto", normalize: bool = False, accountant: str = "rdp"):
         n = check_int(num_particles, "num_particles", 2)
@@ -276,6 +285,7 @@ class DPSlicedWassersteinFlow:
         check_choice(variant, "variant", ("resample", "presampled"))
         check_choice(quantiles, "quantiles", _QUANTILE_MODES)
         check_choice(bound, "bound", ("chernoff", "clt", "bernstein"))
+        check_choice(directions, "directions", ("uniform", "orthogonal"))
         if num_quantiles is not None:
             num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
         if quantiles == "histogram" and num_quantiles is None:
@@ -318,7 +328,8 @@ class DPSlicedWassersteinFlow:
             num_particles=n, dim=d, num_projections=k, step_size=step_size, reg=reg,
             noise_multiplier=noise_multiplier, target_epsilon=target_epsilon, delta=delta, radius=radius,
             batch_size=batch_size, sample_rate=sample_rate, steps=steps, variant=variant, pool_size=pool_size,
-            quantiles=quantiles, num_quantiles=num_quantiles, bound=bound, normalize=bool(normalize),
+            quantiles=quantiles, num_quantiles=num_quantiles, bound=bound, directions=directions,
+            normalize=bool(normalize),
             accountant=accountant)
         self.backend = backend
         if init is None:
@@ -331,7 +342,9 @@ class DPSlicedWassersteinFlow:
         self._particles = x.to(self.device)
         self._pool = None
         if variant == "presampled":
-            self._pool = self._draw_directions(pool_size)
+            # orthogonal pools hold whole blocks of d rows, at least ⌈k/d⌉ of them
+            self._pool = self._draw_directions(pool_size if directions == "uniform"
+                                               else d * max(-(-pool_size // d), -(-k // d)))
         self._step = 0
         self._last_drift_norm = float("nan")
         # privacy state
@@ -346,8 +359,13 @@ class DPSlicedWassersteinFlow:
         self._budget_limited = False
         if self.private:
             p = _privacy()
-            self._delta_acc, self._delta_tail = p.split_delta(delta, steps)
-            self._sensitivity = p.sliced_sensitivity(k, d, self._delta_tail, bound=bound, diameter=2.0 * radius)
+            if directions == "orthogonal":  # deterministic sensitivity: all of δ goes to the accountant
+                self._delta_acc, self._delta_tail = delta, 0.0
+                self._sensitivity = p.orthogonal_sliced_sensitivity(k, d, diameter=2.0 * radius)
+            else:
+                self._delta_acc, self._delta_tail = p.split_delta(delta, steps)
+                self._sensitivity = p.sliced_sensitivity(k, d, self._delta_tail, bound=bound,
+                                                         diameter=2.0 * radius)
         else:
             self._delta_acc, self._delta_tail, self._sensitivity = None, None, None
 
@@ -506,14 +524,18 @@ class DPSlicedWassersteinFlow:
 
     # -- stepping -----------------------------------------------------------------------------------------
     def _draw_directions(self, k: int) -> torch.Tensor:
-        th = torch.randn(k, self._config["dim"], generator=self._generator, dtype=torch.float64)
-        th = th / th.norm(dim=1, keepdim=True)
-        return th.to(self._particles.dtype)
+        c = self._config
+        return random_directions(k, c["dim"], self._generator, orthogonal=c["directions"] == "orthogonal",
+                                 dtype=self._particles.dtype)
 
     def _directions(self) -> torch.Tensor:
-        k = self._config["num_projections"]
+        k, d = self._config["num_projections"], self._config["dim"]
         if self._pool is None:
             return self._draw_directions(k)
+        if self._config["directions"] == "orthogonal":  # ⌈k/d⌉ whole blocks of the pool, then the first k rows
+            blocks = self._pool.reshape(-1, d, d)
+            idx = torch.randperm(blocks.shape[0], generator=self._generator)[:-(-k // d)]
+            return blocks[idx].reshape(-1, d)[:k]
         idx = torch.randperm(self._pool.shape[0], generator=self._generator)[:k]
         return self._pool[idx]
 
@@ -650,7 +672,7 @@ class DPSlicedWassersteinFlow:
             budget=None if self._budget is None else self._budget.state_dict())
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if dict(state["config"]) != self._config:
+        if {"directions": "uniform", **state["config"]} != self._config:  # checkpoints older than `directions`
             raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
         parts = state["particles"]
         check_finite_tensor(parts, "state['particles']")

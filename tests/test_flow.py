@@ -90,6 +90,42 @@ def test_default_bound_is_the_proven_chernoff_bound():
     assert flows["clt"].sensitivity < flows["chernoff"].sensitivity < flows["bernstein"].sensitivity
 
 
+@pytest.mark.parametrize("variant", ["resample", "presampled"])
+def test_orthogonal_directions_deterministic_sensitivity(variant):
+    n, B, T, z, k, d, delta, r = 400, 40, 10, 1.1, 20, 8, 1e-5, 1.0
+    data = torch.randn(n, d, generator=_gen(21))
+    kw = dict(pool_size=30) if variant == "presampled" else {}
+    f = DPSlicedWassersteinFlow(64, d, k, 1.0, noise_multiplier=z, delta=delta, radius=r, batch_size=B, steps=T,
+                                directions="orthogonal", variant=variant, generator=_gen(22), **kw)
+    # ⌈20/8⌉ = 3 blocks: Δ = 2r·sqrt(3) for every draw, no tail -- the accountant gets all of δ
+    assert f.sensitivity == pytest.approx(2 * r * math.sqrt(3), rel=1e-12)
+    assert f.delta_split == (delta, 0.0)
+    for _ in range(5):
+        th = f._directions().double()
+        assert th.shape == (k, d)
+        torch.testing.assert_close(th.norm(dim=1), torch.ones(k, dtype=torch.float64), rtol=0, atol=1e-6)
+        # the worst row difference (top right singular vector of Θ) stays within the bound
+        assert float(torch.linalg.matrix_norm(th, 2)) ** 2 <= 3 + 1e-5
+        for b in range(2):  # full blocks are orthonormal
+            blk = th[b * d:(b + 1) * d]
+            torch.testing.assert_close(blk @ blk.T, torch.eye(d, dtype=torch.float64), rtol=0, atol=1e-5)
+    if variant == "presampled":
+        assert f._pool.shape == (32, d)  # whole blocks: ⌈30/8⌉ = 4
+    f.run(data, progress=False)
+    assert f.epsilon() == pytest.approx(_independent_epsilon(z, n, B, T, delta), rel=1e-9)
+
+
+def test_orthogonal_directions_are_marginally_uniform():
+    from fastdpot._random import random_directions
+
+    th = random_directions(6000, 3, _gen(23), orthogonal=True)
+    # uniform on S²: each coordinate is U(-1, 1) (Archimedes), so mean 0 and variance 1/3
+    assert float(th.mean(0).abs().max()) < 0.03
+    torch.testing.assert_close(th.pow(2).mean(0), torch.full((3,), 1 / 3, dtype=torch.float64), rtol=0, atol=0.02)
+    from scipy.stats import kstest
+    assert kstest(th[:, 0].numpy(), "uniform", args=(-1, 2)).pvalue > 1e-4
+
+
 def test_presampled_variant_composes_every_step():
     n, B, T, z = 500, 50, 25, 1.0
     data = torch.randn(n, 8, generator=_gen(5))
@@ -284,6 +320,7 @@ def test_class_conditional_particles_as_given():
     (dict(quantiles="histogram"), "num_quantiles"), (dict(variant="fresh"), "variant"),
     (dict(pool_size=10), "pool_size"), (dict(variant="presampled", pool_size=2), "pool_size"),
     (dict(delta=0.0), "delta"), (dict(radius=0.0), "radius"), (dict(batch_size=4, sample_rate=0.1), "not both"),
+    (dict(directions="sobol"), "directions"),
 ])
 def test_bad_constructor_arguments(kwargs, match):
     args = dict(num_particles=16, dim=3, num_projections=4, step_size=0.5)

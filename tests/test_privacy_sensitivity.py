@@ -153,3 +153,22 @@ def test_projection_mechanism_epsilon_validation(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         projection_mechanism_epsilon(**args)
+
+
+def test_orthogonal_sliced_sensitivity_is_deterministic_and_tight():
+    from fastdpot._random import random_directions
+    from fastdpot.privacy import orthogonal_sliced_sensitivity
+
+    g = torch.Generator().manual_seed(3)
+    for k, d in [(1, 5), (5, 5), (7, 5), (72, 8), (300, 48)]:
+        blocks = -(-k // d)
+        assert orthogonal_sliced_sensitivity(k, d, diameter=2.0) == pytest.approx(2 * math.sqrt(blocks), rel=1e-15)
+        th = random_directions(k, d, g, orthogonal=True)
+        top = float(torch.linalg.matrix_norm(th, 2)) ** 2  # max over unit u of ‖Θu‖²
+        assert top <= blocks + 1e-9
+        if k % d == 0:
+            assert top == pytest.approx(blocks, rel=1e-9)  # attained: the bound is tight for full blocks
+    with pytest.raises(ValueError):
+        orthogonal_sliced_sensitivity(0, 3)
+    with pytest.raises(ValueError):
+        orthogonal_sliced_sensitivity(3, 3, diameter=0.0)

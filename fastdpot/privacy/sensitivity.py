@@ -16,8 +16,8 @@ from scipy.stats import norm
 
 from .._validate import check_choice, check_delta, check_int, check_positive, check_probability
 
-__all__ = ["sliced_sensitivity", "sliced_sensitivity_sq", "split_delta", "projection_mechanism_epsilon",
-           "CLT_MIN_PROJECTIONS", "BOUNDS"]
+__all__ = ["sliced_sensitivity", "sliced_sensitivity_sq", "orthogonal_sliced_sensitivity", "split_delta",
+           "projection_mechanism_epsilon", "CLT_MIN_PROJECTIONS", "BOUNDS"]
 
 BOUNDS = ("clt", "bernstein", "chernoff")
 
@@ -123,6 +123,40 @@ def sliced_sensitivity(num_projections: int, dim: int, delta: float, bound: str 
     """
     diameter = check_positive(diameter, "diameter")
     return diameter * math.sqrt(sliced_sensitivity_sq(num_projections, dim, delta, bound))
+
+
+def orthogonal_sliced_sensitivity(num_projections: int, dim: int, diameter: float = 1.0) -> float:
+    r"""ℓ2 sensitivity of ``X ↦ X Θᵀ`` for directions in blocks of orthonormal rows -- deterministic, no tail.
+
+    Θ (k, d) made of ``⌈k/d⌉`` blocks, each block ``min(d, rows left)`` orthonormal rows (a block of d rows is an
+    orthogonal matrix; :func:`fastdpot._random.random_directions` with ``orthogonal=True`` draws each block as a
+    Haar-random rotation, so every direction is still marginally uniform on S^{d-1}). For a row difference u:
+
+    .. math::  ‖Θ u‖^2 = \sum_b ‖Θ_b u‖^2 \le ⌈k/d⌉\,‖u‖^2, \qquad Δ = \mathrm{diameter}\,\sqrt{⌈k/d⌉},
+
+    with equality when every block is full (k a multiple of d). The bound holds for every Θ of that form, so no
+    tail probability is spent: a release with this Δ is (ε, δ)-DP with the accountant's δ alone. Compared with
+    i.i.d. uniform directions (:func:`sliced_sensitivity`, whose Δ² ≈ (k/d)(1 + tail) at a small tail δ) it is
+    smaller whenever the blocks are full: for k = 72, d = 8, Δ = 3·diameter against 4.3·diameter (Chernoff,
+    δ_tail = 1.2e-9).
+
+    Shape:
+        scalar; k = ``num_projections``, d = ``dim``.
+
+    Returns:
+        Δ, in the unit of the data (a bound on the Frobenius norm of the change of the (M, k) projected matrix).
+
+    Raises:
+        ValueError: k < 1, d < 1, ``diameter`` <= 0.
+
+    References:
+        Orthogonal random projections for sliced Wasserstein: Rowland et al., "Orthogonal Estimation of
+        Wasserstein Distances", AISTATS 2019; the bound is ‖Θ‖₂² ≤ Σ_b ‖Θ_b‖₂² with ‖Θ_b‖₂ = 1.
+    """
+    k = check_int(num_projections, "num_projections", 1)
+    d = check_int(dim, "dim", 1)
+    diameter = check_positive(diameter, "diameter")
+    return diameter * math.sqrt(float(-(-k // d)))
 
 
 def split_delta(delta: float, num_releases: int, tail_fraction: float = 0.5) -> Tuple[float, float]:
