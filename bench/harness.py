@@ -203,7 +203,8 @@ def run_suite(module: str, runs: Iterable[Dict[str, Any]], threads: int = 2, rep
 
 def suite_main(module: str, description: str, full_sizes, quick_sizes, make_runs, default_impls, argv=None):
     """The command line every bench module shares: ``--quick`` (tiny sizes, rows to a temporary file, not to
-    bench/results.jsonl), ``--impls``, ``--threads``, ``--repeats``, ``--note``, ``--results``.
+    bench/results.jsonl), ``--impls``, ``--sizes`` (indices into the size list), ``--threads``, ``--repeats``,
+    ``--note``, ``--results``.
 
     ``make_runs(sizes, impls, repeats)`` returns the run entries passed to :func:`run_suite`.
     """
@@ -212,6 +213,7 @@ def suite_main(module: str, description: str, full_sizes, quick_sizes, make_runs
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--quick", action="store_true", help="tiny sizes: check that every case runs")
     ap.add_argument("--impls", default=",".join(default_impls), help="comma-separated subset")
+    ap.add_argument("--sizes", default=None, help="comma-separated indices into the size list (default: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--note", default="")
@@ -219,6 +221,11 @@ def suite_main(module: str, description: str, full_sizes, quick_sizes, make_runs
                     help="results file (default: bench/results.jsonl; --quick writes to a temporary file)")
     args = ap.parse_args(argv)
     sizes = quick_sizes if args.quick else full_sizes
+    if args.sizes:
+        try:
+            sizes = [sizes[int(i)] for i in args.sizes.split(",")]
+        except (ValueError, IndexError):
+            ap.error(f"--sizes takes indices in 0..{len(sizes) - 1}, got {args.sizes!r}")
     impls = tuple(s.strip() for s in args.impls.split(",") if s.strip())
     results = args.results or (os.path.join(tempfile.gettempdir(), "fastdpot_bench_quick.jsonl") if args.quick
                                else RESULTS)
