@@ -141,6 +141,7 @@ class AutoEncoderConfig:
     epochs: int = 5
     batch_size: int = 128
     lr: float = 1e-3
+    schedule: str = "cosine"          # "cosine" (per-batch cosine decay of lr to 0 over all epochs) or "constant"
     seed: int = 0
     max_train: Optional[int] = None   # use at most this many public images (None: all)
     version: int = 1                  # bump when the architecture code changes
@@ -151,6 +152,7 @@ class AutoEncoderConfig:
         check_int(self.epochs, "epochs")
         check_int(self.batch_size, "batch_size")
         check_positive(self.lr, "lr")
+        check_choice(self.schedule, "schedule", ("cosine", "constant"))
         if self.max_train is not None:
             check_int(self.max_train, "max_train")
         return self
@@ -183,7 +185,8 @@ def train_autoencoder(public_images: torch.Tensor, config: Optional[AutoEncoderC
 
     Args:
         public_images: (n, C, H, W) uint8 tensor — the public half only; never pass private data here.
-        config: :class:`AutoEncoderConfig` (defaults: conv AE, d = 8, 5 epochs, Adam lr 1e-3).
+        config: :class:`AutoEncoderConfig` (defaults: conv AE, d = 8, 5 epochs, Adam lr 1e-3 with a per-batch
+            cosine decay to 0).
         cache_dir: where weights are cached; ``None`` uses :func:`default_cache_dir`; ``""`` disables caching.
         device: torch device for training.
         progress: show a tqdm bar per epoch.
@@ -219,6 +222,8 @@ def train_autoencoder(public_images: torch.Tensor, config: Optional[AutoEncoderC
     model = build_autoencoder(config, C, H).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     n = imgs.shape[0]
+    total = config.epochs * -(-n // config.batch_size)
+    sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total) if config.schedule == "cosine" else None)
     last = float("nan")
     model.train()
     for epoch in range(config.epochs):
@@ -232,6 +237,8 @@ def train_autoencoder(public_images: torch.Tensor, config: Optional[AutoEncoderC
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
             tot += float(loss.detach()) * xb.shape[0]
             cnt += xb.shape[0]
             bar.set_postfix(bce=f"{tot / cnt:.4f}")

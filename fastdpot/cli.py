@@ -22,6 +22,9 @@ def _epsilon(s: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .pipeline import PipelineConfig
+
+    d = PipelineConfig()  # one set of defaults, shared with the Python API
     p = argparse.ArgumentParser(prog="fastdpot", description="fastdpot command line")
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("flow", help="private image generation with a DP sliced-Wasserstein flow (DPSWflow-r)",
@@ -32,25 +35,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: --celeba-dir, else --data-dir, else Fashion-MNIST (Debian package), else digits")
     f.add_argument("--data-dir", default=None, help="folder of MNIST-format idx files (.gz or plain)")
     f.add_argument("--celeba-dir", default=None, help="folder of aligned CelebA JPEGs (crop 178, resize 64)")
-    f.add_argument("--epsilon", type=_epsilon, default=10.0, help="target ε; 'inf' for the non-private run")
-    f.add_argument("--delta", type=float, default=1e-5)
-    f.add_argument("--epochs", type=float, default=35.0, help="passes over the private data: T = epochs·n/B")
-    f.add_argument("--batch-size", type=int, default=250, help="B private rows per step")
+    f.add_argument("--epsilon", type=_epsilon, default=d.epsilon, help="target ε; 'inf' for the non-private run")
+    f.add_argument("--delta", type=float, default=d.delta)
+    f.add_argument("--epochs", type=float, default=d.epochs, help="passes over the private data: T = epochs·n/B")
+    f.add_argument("--batch-size", type=int, default=d.batch_size, help="B private rows per step")
     f.add_argument("--num-particles", type=int, default=None, help="N (default: size of the real test set)")
     f.add_argument("--num-projections", type=int, default=None, help="k (default 70 for d=8, 300 for d=48)")
-    f.add_argument("--step-size", type=float, default=None, help="h (default 3 for d=8, 5 for d=48)")
+    f.add_argument("--step-size", type=float, default=None, help="h (default 0.3 for d=8, 5 for d=48)")
     f.add_argument("--latent-dim", type=int, default=None, help="d (default 8 for 28/32 px, 48 for 64 px)")
-    f.add_argument("--reg", type=float, default=0.0, help="entropic regularisation λ (Brownian term)")
+    f.add_argument("--reg", type=float, default=d.reg, help="entropic regularisation λ (Brownian term)")
     f.add_argument("--unconditional", action="store_true", help="one flow for all classes (ignore labels)")
-    f.add_argument("--ae-epochs", type=int, default=3, help="auto-encoder epochs on the public half")
-    f.add_argument("--fid-samples", type=int, default=2000, help="generated images in FID")
-    f.add_argument("--fid-real", type=int, default=2000, help="real test images in FID (statistics cached)")
+    f.add_argument("--ae-epochs", type=int, default=d.ae_epochs, help="auto-encoder epochs on the public half")
+    f.add_argument("--fid-samples", type=int, default=d.fid_samples, help="generated images in FID")
+    f.add_argument("--fid-real", type=int, default=d.fid_real, help="real test images in FID (statistics cached)")
     f.add_argument("--max-train", type=int, default=None, help="use only the first N training images")
     f.add_argument("--bound", default="chernoff", choices=["chernoff", "bernstein", "clt"],
                    help="sensitivity tail bound over the directions (chernoff and bernstein are proven; clt is only "
                         "an approximation, no guarantee)")
     f.add_argument("--decode-off-sphere", action="store_true",
                    help="decode the particles as they are (default: scaled onto the unit sphere of the latents)")
+    f.add_argument("--spread", default=d.spread, choices=["public", "flow"],
+                   help="public: rescale each class's particles about their mean to the spread of the public "
+                        "latents of that class (post-processing with public statistics, no privacy cost); flow: "
+                        "the particles as the flow left them")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--device", default="cpu", help="cpu or cuda")
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
@@ -78,7 +85,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          fid_samples=args.fid_samples, fid_real=args.fid_real, max_train=args.max_train,
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
                          checkpoint_every=args.checkpoint_every, bound=args.bound,
-                         decode_on_sphere=not args.decode_off_sphere)
+                         decode_on_sphere=not args.decode_off_sphere, spread=args.spread)
     if args.device.startswith("cuda"):
         import torch
 

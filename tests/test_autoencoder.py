@@ -62,6 +62,20 @@ def test_training_reduces_loss_and_cache_round_trip(tmp_path):
     assert info4["key"] != info3["key"]                                # ... other config
 
 
+def test_lr_schedule_validated_and_in_the_cache_key():
+    with pytest.raises(ValueError, match="schedule"):
+        AutoEncoderConfig(schedule="step").validate()
+    imgs = load_digits("train").images[:64]
+    cos = AutoEncoderConfig(epochs=1, batch_size=32, seed=3)
+    assert cos.schedule == "cosine"
+    m1, i1 = train_autoencoder(imgs, cos, cache_dir="", progress=False)
+    m2, i2 = train_autoencoder(imgs, AutoEncoderConfig(epochs=1, batch_size=32, seed=3, schedule="constant"),
+                               cache_dir="", progress=False)
+    assert i1["key"] != i2["key"]
+    # same first batch and learning rate, then the cosine run takes its second step at lr/2: other weights
+    assert not all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
+
+
 def test_data_hash_sees_every_pixel():
     a = torch.zeros(3, 1, 8, 8, dtype=torch.uint8)
     b = a.clone()

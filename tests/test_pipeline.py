@@ -11,8 +11,8 @@ import torch
 from fastdpot import cli
 from fastdpot.data import load_digits
 from fastdpot.data.datasets import load_fashion_mnist, load_fashion_mnist_available
-from fastdpot.pipeline import (PipelineConfig, samples_grid, stage_autoencoder, stage_data, stage_decode,
-                               stage_flow)
+from fastdpot.pipeline import (PipelineConfig, calibrate_spread, samples_grid, stage_autoencoder, stage_data,
+                               stage_decode, stage_flow)
 
 
 def _write_idx(path, arr):
@@ -61,6 +61,7 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     assert math.isfinite(m["fid"]) and m["fid"] > 0
     assert 0 <= m["accuracy_logreg"] <= 1 and 0 <= m["accuracy_mlp"] <= 1
     assert set(m["wall_time_s"]) == {"data", "autoencoder", "flow", "decode", "metrics", "total"}
+    assert m["spread"] == "public" and len(m["spread_scales"]) == 2 and all(v > 0 for v in m["spread_scales"])
     text = (run / "privacy.md").read_text()
     assert "ε spent" in text and "public by assumption" in text and "without replacement" in text
     from PIL import Image
@@ -96,6 +97,38 @@ def test_stages_non_private(idx_dir, tmp_path):
     assert not torch.allclose(off, imgs, atol=1e-3)
 
 
+def _sphere_rms(x):
+    u = x.double() / x.double().norm(dim=1, keepdim=True)
+    return float(((u - u.mean(0)) ** 2).sum(1).mean().sqrt())
+
+
+def test_calibrate_spread_matches_the_reference_per_class():
+    g = torch.Generator().manual_seed(0)
+    d, means = 8, torch.eye(8)[:3]
+    ref_y = torch.arange(3).repeat_interleave(200)
+    ref = means[ref_y] + 0.1 * torch.randn(600, d, generator=g, dtype=torch.float64).float()
+    ref = ref / ref.norm(dim=1, keepdim=True)
+    y = torch.arange(3).repeat_interleave(50)[torch.randperm(150, generator=g)]  # interleaved classes
+    x = 0.8 * means[y] + torch.randn(150, d, generator=g)                      # far too wide, like the flow's
+    out, scales = calibrate_spread(x, y, ref, ref_y)
+    assert out.shape == x.shape and len(scales) == 3 and all(0 < s < 1 for s in scales)
+    for c in range(3):
+        assert _sphere_rms(out[y == c]) == pytest.approx(_sphere_rms(ref[ref_y == c]), rel=1e-6)
+        torch.testing.assert_close(out[y == c].mean(0), x[y == c].mean(0), rtol=0, atol=1e-5)  # mean kept
+        dev_in, dev_out = x[y == c] - x[y == c].mean(0), out[y == c] - out[y == c].mean(0)
+        torch.testing.assert_close(dev_out, scales[c] * dev_in, rtol=1e-4, atol=1e-5)  # a pure rescaling
+    # one group when unlabelled; a narrower cloud is widened (s > 1)
+    tight = 0.8 * means[0] + 0.01 * torch.randn(40, d, generator=g)
+    out1, (s1,) = calibrate_spread(tight, None, ref[ref_y == 0], None)
+    assert s1 > 1 and _sphere_rms(out1) == pytest.approx(_sphere_rms(ref[ref_y == 0]), rel=1e-6)
+    with pytest.raises(ValueError, match="both"):
+        calibrate_spread(x, y, ref, None)
+    with pytest.raises(ValueError, match="agree in d"):
+        calibrate_spread(x[:, :4], y, ref, ref_y)
+    with pytest.raises(ValueError, match="reference rows"):
+        calibrate_spread(x, y, ref[ref_y != 2], ref_y[ref_y != 2])
+
+
 def test_celeba_folder_stages(tmp_path):
     from PIL import Image
 
@@ -127,7 +160,8 @@ def test_samples_grid_rows_are_classes():
 
 
 def test_config_errors():
-    for bad in [dict(epsilon=-1.0), dict(delta=1.5), dict(device="tpu"), dict(batch_size=0), dict(reg=-1.0)]:
+    for bad in [dict(epsilon=-1.0), dict(delta=1.5), dict(device="tpu"), dict(batch_size=0), dict(reg=-1.0),
+                dict(spread="test")]:
         with pytest.raises(ValueError):
             PipelineConfig(**bad).resolved()
     with pytest.raises(SystemExit):
