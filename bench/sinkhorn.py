@@ -3,7 +3,7 @@
 All impls compute the debiased Sinkhorn divergence with p = 2 (cost ½‖x − y‖²), blur = 0.05, scaling = 0.5 in
 float32 on the same inputs:
 
-* ``fastdpot``            -- :func:`fastdpot.sinkhorn.sinkhorn`, ``backend="auto"`` (KeOps above 512² on CPU);
+* ``fastdpot``            -- :func:`fastdpot.sinkhorn.sinkhorn`, ``backend="auto"`` (KeOps above 2048² on CPU);
 * ``fastdpot_tensorized`` -- the dense reference engine (where the (N, M) matrices fit);
 * ``geomloss_online``     -- ``geomloss.SamplesLoss("sinkhorn", backend="online")`` (KeOps; same ε schedule);
 * ``geomloss_tensorized`` -- ``SamplesLoss(..., backend="tensorized")`` (where it fits in memory);

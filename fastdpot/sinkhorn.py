@@ -12,9 +12,9 @@ diameter^p of the data down to blur^p by factors scaling^p; PAPERS.md §3), writ
 * ``"keops"`` -- pykeops ``LazyTensor`` log-sum-exp reductions: O(N + M) memory, any N, M;
 * ``"tensorized"`` (the ``"reference"`` backend of op ``"sinkhorn"``) -- dense (N, M) cost matrices in torch.
 
-``backend="auto"`` takes the dense engine while N·M ≤ 5000² on CUDA (as GeomLoss does) and ≤ 512² on CPU (where
-KeOps is faster from there on, see ``TENSORIZED_MAX_SIZE_CPU``), KeOps above -- except in dimension d ≥ 32, where
-dense stays faster up to N·M = 8192² (``HIGH_DIM``).
+``backend="auto"`` takes the dense engine while N·M ≤ 5000² on CUDA (as GeomLoss does) and ≤ 2048² on CPU (where
+the two are about even from N = M ≈ 3000 in d = 2, see ``TENSORIZED_MAX_SIZE_CPU``), KeOps above -- except in
+dimension d ≥ 32, where dense stays faster up to N·M = 8192² (``HIGH_DIM``).
 
 References:
     J. Feydy, T. Séjourné, F.-X. Vialard, S. Amari, A. Trouvé, G. Peyré, "Interpolating between Optimal
@@ -39,13 +39,14 @@ __all__ = ["Cost", "squared_euclidean", "euclidean", "l1", "squared_euclidean_l1
 
 #: largest N·M handled by the dense engine under ``backend="auto"`` on CUDA (GeomLoss' rule) ...
 TENSORIZED_MAX_SIZE = 5000 * 5000
-#: ... and on CPU, where KeOps' fused reduction already beats dense (N, M) logsumexp from N = M ≈ 500
-#: (measured forward+backward, d = 2, 2 threads: N = 1000 dense 6.6 s vs KeOps 1.4 s; N = 200 dense 0.09 s vs 0.32 s)
-TENSORIZED_MAX_SIZE_CPU = 512 * 512
+#: ... and on CPU, below which the dense engine (no subnormal exp, see ``softmin_dense``) beats KeOps. Measured
+#: forward+backward, float32, 2 threads, interleaved on a shared machine, dense vs KeOps: d = 2, N = M = 1000:
+#: 0.30 s vs 0.51 s; 2000: 2.4 s vs 3.8 s; 3000: 7.7 s vs 8.1 s; d = 8, N = M = 2000: 2.2 s vs 4.5 s.
+TENSORIZED_MAX_SIZE_CPU = 2048 * 2048
 #: in high dimension (d ≥ HIGH_DIM) the dense engine builds each cost matrix once by matmul while KeOps re-evaluates
 #: the d-dimensional cost in every reduction: dense stays the auto choice up to this N·M (4 float32 matrices of
-#: 8192² = 1 GB). Measured forward+backward, 2 threads: d = 784, N = M = 1000: dense 2.7 s vs KeOps 63 s;
-#: d = 32, N = M = 1500: 3.9 s vs 4.0 s; d = 8: 5.1 s vs 2.3 s.
+#: 8192² = 1 GB, plus one work buffer). Measured forward+backward, 2 threads: d = 784, N = M = 1000: dense 2.7 s
+#: vs KeOps 63 s (before the dense engine's subnormal fix); d = 32, N = M = 1500: 0.64 s vs 5.1 s (shared machine).
 HIGH_DIM = 32
 TENSORIZED_MAX_SIZE_HIGH_DIM = 8192 * 8192
 
@@ -71,7 +72,8 @@ class Cost:
         self.dense = dense
         self.keops = keops
         self.start = start
-        # C = sqdist_coef·‖x − y‖²: the KeOps engine then folds the coefficient into 1/ε (one multiply less per pair)
+        # C = sqdist_coef·‖x − y‖²: the KeOps engine then pre-scales the points by sqrt(c/ε) (no multiply per pair)
+        # and takes the gradient in the forward reduction (_SqDistSoftminKeOps)
         self.sqdist_coef = sqdist_coef
 
     def __repr__(self):
@@ -165,6 +167,101 @@ def _sinkhorn_tensorized(x, y, a_log, b_log, cost: Cost, eps_list, debias, final
     return sinkhorn_tensorized(x, y, a_log, b_log, cost.dense, eps_list, debias, final_iters)
 
 
+#: The KeOps soft-min of the sqdist costs, given an estimate e_i of its result LSE_i (−prev_i/ε from the current
+#: iterate, which the new value differs from by O(1)-O(10)), computes, with s_i = e_i − _LSE_SHIFT,
+#: LSE_i = s_i + log Σ_j exp(max(F_ij, s_i − _LSE_FLOOR) − s_i) as a plain Sum reduction accumulated in float64,
+#: instead of KeOps' online max-shifted log-sum-exp:
+#:
+#: * KeOps' CPU code takes one scalar ``exp`` per pair, and an ``exp`` that underflows (most pairs at small ε:
+#:   exp(-10^4)) costs about twice one that does not. Raising the exponents to s_i − _LSE_FLOOR (400: no
+#:   underflow in the generated code, which evaluates exp in double) removes that (one 5000² reduction at
+#:   ε = 0.0025: 0.57 s -> 0.27 s on 2 threads);
+#: * the Sum reduction has no running max (no branch per pair) and, in float64 with ``direct_sum``, no block
+#:   bookkeeping (the default ``block_sum`` takes an integer modulo per pair), and it is more accurate than the
+#:   float32 block sum.
+#:
+#: Exactness: each row is checked to have a finite sum (no term exp(F − s) overflowed) and
+#: LSE_i − s_i ≥ log M + max(_LSE_MARGIN − _LSE_FLOOR, log(tiny) + _LSE_TINY_MARGIN), so that the raised terms
+#: (< M·exp(-_LSE_MARGIN) of the sum) and the terms below the dtype's smallest normal number (< exp(-36)) weigh
+#: nothing at float64 precision; rows that fail are recomputed by the plain log-sum-exp. In float32 this accepts
+#: LSE_i − e_i in about [-60, +65] for M ≤ 10^4 (seen in the ε-scaling loop: [-12, +23]).
+_LSE_SHIFT = 20.0
+_LSE_FLOOR = 400.0
+_LSE_MARGIN = 80.0
+_LSE_TINY_MARGIN = 36.0
+
+
+class _SqDistSoftminKeOps(torch.autograd.Function):
+    """f_i = −ε log Σ_j exp(h_j − c‖u_i − v_j‖²/ε) on KeOps, differentiable in u (N, d); v (M, d), h (M,) fixed.
+
+    One reduction with weights [1, u_i − v_j] gives the log-sum-exp *and* ∂f_i/∂u_i = 2c Σ_j P_ij (u_i − v_j)
+    (P the row soft-max) in the same pass, so backward costs no reduction (KeOps autograd would run a second
+    N×M reduction). First derivatives only.
+    """
+
+    @staticmethod
+    def forward(ctx, u, v, h, eps, coef, estimate):
+        f, diff = _sqdist_lse_keops(u, v, h, eps, coef, estimate, want_diff=True)
+        ctx.save_for_backward((2.0 * coef) * diff)
+        return f
+
+    @staticmethod
+    def backward(ctx, grad_f):
+        (dfdu,) = ctx.saved_tensors
+        return grad_f[:, None] * dfdu, None, None, None, None, None
+
+
+def _sqdist_lse_keops(u, v, h, eps, coef, estimate=None, want_diff=False):
+    """f_i = −ε·LSE_j(h_j − c‖u_i − v_j‖²/ε) (and Σ_j P_ij (u_i − v_j) if ``want_diff``) by one KeOps reduction.
+
+    Shape: u (N, d), v (M, d), h (M,), estimate (N,) or None (an estimate of the LSE) -> f (N,), diff (N, d).
+    The points are pre-scaled by sqrt(c/ε) (no multiply per pair). With ``estimate``, the floored float64 Sum
+    reduction described at ``_LSE_SHIFT``, rows that fail its check recomputed exactly; without, KeOps'
+    log-sum-exp.
+    """
+    from pykeops.torch import LazyTensor
+
+    u, v, h = u.detach(), v.detach(), h.detach()
+    s = math.sqrt(coef / eps)
+    v_j = LazyTensor((v * s)[None, :, :])
+    h_j = LazyTensor(h.reshape(1, -1, 1).contiguous())
+    ones_j = LazyTensor(torch.ones_like(v[:, :1])[None]) if want_diff else None
+
+    def reduce(u, est):
+        u_i = LazyTensor((u * s)[:, None, :])
+        F = h_j - u_i.sqdist(v_j)
+        if est is None:
+            if want_diff:  # Max_SumShiftExpWeight gives (max, Σ exp(F − max)·[1, u_i − v_j])
+                r = F.reduction("Max_SumShiftExpWeight", other=ones_j.concat(u_i - v_j), dim=1)
+                return r[:, 0] + r[:, 1].log(), r[:, 2:] / (s * r[:, 1:2])
+            return F.logsumexp(dim=1).reshape(-1), None
+        s_i = LazyTensor(est.reshape(-1, 1, 1).contiguous())
+        fl_i = LazyTensor((est - _LSE_FLOOR).reshape(-1, 1, 1).contiguous())
+        E = (F.concat(fl_i).max(-1) - s_i).exp()  # a max of two numbers: exact
+        acc = dict(dim=1, dtype_acc="float64", sum_scheme="direct_sum")
+        if want_diff:
+            r = (E * ones_j.concat(u_i - v_j)).sum(**acc)
+            return est + r[:, 0].log(), r[:, 1:] / (s * r[:, :1])
+        return est + E.sum(**acc).reshape(-1).log(), None
+
+    if estimate is not None and u.dtype not in (torch.float32, torch.float64):
+        estimate = None
+    if estimate is not None:
+        estimate = estimate - _LSE_SHIFT
+    lse, diff = reduce(u, estimate)
+    if estimate is not None:
+        low = math.log(v.shape[0]) + max(_LSE_MARGIN - _LSE_FLOOR,
+                                         math.log(torch.finfo(u.dtype).tiny) + _LSE_TINY_MARGIN)
+        ok = (lse >= estimate + low) & torch.isfinite(lse)
+        if not bool(ok.all()):  # the estimate was too far off for some rows: redo them by the plain log-sum-exp
+            idx = (~ok).nonzero().squeeze(1)
+            lse_b, diff_b = reduce(u[idx], None)
+            lse = lse.index_put((idx,), lse_b)
+            if want_diff:
+                diff = diff.index_put((idx,), diff_b)
+    return -eps * lse, diff
+
+
 @register("sinkhorn", "keops", available=_keops_available)
 def _sinkhorn_keops(x, y, a_log, b_log, cost: Cost, eps_list, debias, final_iters):
     from pykeops.torch import LazyTensor
@@ -177,19 +274,22 @@ def _sinkhorn_keops(x, y, a_log, b_log, cost: Cost, eps_list, debias, final_iter
     pts = {"x": x, "y": y}
     inv_eps = torch.empty(1, dtype=x.dtype, device=x.device)
 
-    def softmin(eps, pair, h, grad):
+    def softmin(eps, pair, h, grad, prev):
         u, v = pts[pair[0]], pts[pair[1]].detach()
+        grad = grad and u.requires_grad and torch.is_grad_enabled()
+        if cost.sqdist_coef is not None:
+            # the current iterate's log-sum-exp −prev/ε estimates the new one (see _LSE_SHIFT)
+            est = None if prev is None else prev.detach() / -eps
+            if grad:
+                return _SqDistSoftminKeOps.apply(u, v, h, eps, cost.sqdist_coef, est)
+            return _sqdist_lse_keops(u, v, h, eps, cost.sqdist_coef, est)[0]
         if not grad:
             u = u.detach()
         u_i = LazyTensor(u[:, None, :])
         v_j = LazyTensor(v[None, :, :])
         h_j = LazyTensor(h.reshape(1, -1, 1).contiguous())
         # ε enters as a KeOps parameter (a 1-element tensor), so every ε of the schedule reuses one compiled formula
-        if cost.sqdist_coef is not None:  # h_j − (c/ε)·SqDist(u_i, v_j)
-            ie = LazyTensor(inv_eps.new_full((1,), cost.sqdist_coef / eps))
-            C_ie = u_i.sqdist(v_j) * ie
-        else:
-            C_ie = cost.keops(u_i, v_j) * LazyTensor(inv_eps.new_full((1,), 1.0 / eps))
+        C_ie = cost.keops(u_i, v_j) * LazyTensor(inv_eps.new_full((1,), 1.0 / eps))
         return -eps * (h_j - C_ie).logsumexp(dim=1).reshape(-1)
 
     return sinkhorn_loop(softmin, a_log, b_log, eps_list, debias, final_iters)

@@ -13,7 +13,8 @@ import torch
 
 from fastdpot import BackendUnavailableError
 from fastdpot._dispatch import available_backends, dispatch
-from fastdpot.reference.sinkhorn import entropic_ot_gaussians, epsilon_schedule, sinkhorn_fixed_epsilon, sqdist_dense
+from fastdpot.reference.sinkhorn import (DenseSoftmin, entropic_ot_gaussians, epsilon_schedule, sinkhorn_fixed_epsilon,
+                                        softmin_dense, sqdist_dense)
 from fastdpot.sinkhorn import (TENSORIZED_MAX_SIZE_CPU, SinkhornLoss, class_conditional, custom_cost,
                                entropic_regularization_for_noise, entropic_wasserstein, euclidean, l1,
                                select_backend, semi_debiased_sinkhorn_loss, sinkhorn, squared_euclidean,
@@ -106,7 +107,8 @@ def test_auto_dispatch_by_size():
     if keops_ok:
         assert dispatch("sinkhorn", "auto", "cpu", size=TENSORIZED_MAX_SIZE_CPU + 1)[0] == "keops"
         # high dimension: auto stays dense (one matmul per cost matrix beats re-evaluating d-dim costs)
-        assert select_backend(600, 600, 40) == "reference" and select_backend(600, 600, 2) == "keops"
+        assert select_backend(2100, 2100, 40) == "reference" and select_backend(2100, 2100, 2) == "keops"
+        assert select_backend(600, 600, 2) == "reference"
     # a cost without a KeOps formula silently stays dense under auto, but an explicit keops request fails
     cost = custom_cost(lambda u, v: sqdist_dense(u, v))
     x, y, _, _ = _clouds(N=600, M=600, weights=False)
@@ -310,6 +312,74 @@ def test_epsilon_schedule_is_geomloss_schedule():
 
     for p, D, blur, s in [(2, 7.3, 0.05, 0.5), (1, 3.0, 0.01, 0.9), (2, 1.0, 0.3, 0.7)]:
         assert epsilon_schedule(p, D ** p, blur, s) == pytest.approx(geo_schedule(p, D, blur, s), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------ soft-min engines (issue 6 speed)
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_softmin_dense_is_logsumexp(dtype):
+    # small ε puts most exponents in (and below) the subnormal range, which softmin_dense clamps
+    g = torch.Generator().manual_seed(12)
+    C = (torch.rand(37, 53, generator=g, dtype=F64) * 30).to(dtype)
+    h = torch.randn(53, generator=g, dtype=F64).to(dtype)
+    h[5] = -math.inf  # a zero weight
+    tol = 1e-13 if dtype == F64 else 1e-6
+    for eps in (10.0, 0.05, 1e-3, 1e-5):
+        ref = -eps * torch.logsumexp(h.double()[None] - C.double() / eps, 1)
+        assert torch.allclose(softmin_dense(eps, C, h).double(), ref, rtol=tol, atol=0)
+    hinf = torch.full_like(h, -math.inf)  # a row with no finite term: +inf, as torch.logsumexp gives
+    assert torch.equal(softmin_dense(0.1, C, hinf), -0.1 * torch.logsumexp(hinf[None] - C / 0.1, 1))
+
+
+def test_dense_softmin_gradcheck():
+    g = torch.Generator().manual_seed(13)
+    C = (torch.rand(7, 5, generator=g, dtype=F64) * 3).requires_grad_()
+    h = torch.randn(5, generator=g, dtype=F64).requires_grad_()
+    for eps in (1.0, 0.05):
+        assert torch.autograd.gradcheck(lambda C_, h_: DenseSoftmin.apply(C_, h_, eps), (C, h))
+        ref = -eps * torch.logsumexp(h[None] - C / eps, 1)
+        assert torch.allclose(DenseSoftmin.apply(C, h, eps), ref, rtol=1e-14)
+
+
+@needs_keops
+@pytest.mark.parametrize("dtype,tol", [(F64, 1e-12), (torch.float32, 2e-6)])
+def test_keops_sqdist_softmin_estimate_and_fallback(dtype, tol):
+    # the floored Sum reduction used with an estimate of the result equals the plain log-sum-exp, whether the
+    # estimate is close, or so far off (either way) that every row, or some rows, go through the exact fallback
+    from fastdpot.sinkhorn import _sqdist_lse_keops
+
+    x, y, _, _ = _clouds(N=41, M=29, dtype=dtype, seed=14, weights=False)
+    h = torch.randn(29, generator=torch.Generator().manual_seed(15), dtype=F64).to(dtype)
+    eps, c = 0.01, 0.5
+    x64, y64, h64 = x.double(), y.double(), h.double()
+    lse = torch.logsumexp(h64[None] - c * ((x64[:, None] - y64[None]) ** 2).sum(-1) / eps, 1)
+    ref = -eps * lse
+    diff_ref = (torch.softmax(h64[None] - c * ((x64[:, None] - y64[None]) ** 2).sum(-1) / eps, 1)[:, :, None]
+                * (x64[:, None] - y64[None])).sum(1)
+    shift = torch.zeros(41, dtype=F64)
+    shift[::3] = 1000.0
+    # (lse + 75: the largest terms would be float32 subnormals, lse − 75: float32 overflow)
+    for est in (None, lse + 5.0, lse - 5.0, lse + 75.0, lse - 75.0, lse + 1000.0, lse - 1000.0, lse + shift,
+                lse - shift):
+        est = None if est is None else est.to(dtype)
+        f, diff = _sqdist_lse_keops(x, y, h, eps, c, est, want_diff=True)
+        f2, _ = _sqdist_lse_keops(x, y, h, eps, c, est)
+        scale = float(ref.abs().max())
+        assert torch.allclose(f.double(), ref, rtol=0, atol=tol * scale)
+        assert torch.allclose(f2.double(), ref, rtol=0, atol=tol * scale)
+        assert torch.allclose(diff.double(), diff_ref, rtol=0, atol=tol * 1e3 * float(diff_ref.abs().max()))
+
+
+@needs_keops
+def test_keops_sqdist_softmin_gradcheck():
+    from fastdpot.sinkhorn import _SqDistSoftminKeOps
+
+    x, y, _, _ = _clouds(N=9, M=7, seed=16, weights=False)
+    h = torch.randn(7, generator=torch.Generator().manual_seed(17), dtype=F64)
+    u = x.clone().requires_grad_()
+    for eps, c in [(0.5, 0.5), (0.05, 1.0)]:
+        lse = torch.logsumexp(h[None] - c * sqdist_dense(x, y) / eps, 1)
+        for est in (None, lse + 3.0):
+            assert torch.autograd.gradcheck(lambda u_: _SqDistSoftminKeOps.apply(u_, y, h, eps, c, est), (u,))
 
 
 # ------------------------------------------------------------------------------------------------- bad input

@@ -21,10 +21,10 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 import torch
 
-__all__ = ["sqdist_dense", "softmin_dense", "epsilon_schedule", "sinkhorn_loop", "sinkhorn_tensorized",
-           "sinkhorn_fixed_epsilon", "entropic_ot_gaussians"]
+__all__ = ["sqdist_dense", "softmin_dense", "DenseSoftmin", "epsilon_schedule", "sinkhorn_loop",
+           "sinkhorn_tensorized", "sinkhorn_fixed_epsilon", "entropic_ot_gaussians"]
 
-Softmin = Callable[[float, str, torch.Tensor, bool], torch.Tensor]
+Softmin = Callable[[float, str, torch.Tensor, bool, Optional[torch.Tensor]], torch.Tensor]
 
 
 def sqdist_dense(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -37,9 +37,69 @@ def sqdist_dense(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return d2.clamp_min(0.0)
 
 
-def softmin_dense(eps: float, C: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """Soft-C-transform f_i = −ε log Σ_j exp(h_j − C_ij / ε) for an (N, M) cost matrix C and (M,) vector h."""
-    return -eps * torch.logsumexp(h[None, :] - C / eps, dim=1)
+def _exp_floor(dtype: torch.dtype) -> float:
+    """log of the smallest normal number of ``dtype``, plus 1: exponents below it are clamped there.
+
+    exp of a number below log(tiny) is subnormal (or underflows), and subnormal arithmetic is ~100x slower on x86
+    CPUs; after the max-shift of a log-sum-exp every row holds a term exp(0) = 1, so clamping the others at
+    exp(floor) ≈ 2.7·tiny changes a row sum by at most M·2.7·tiny (relative 1e-34 in float32, 1e-304 in
+    float64): far below one rounding error, the result is the same number.
+    """
+    return math.log(torch.finfo(dtype).tiny) + 1.0
+
+
+def softmin_dense(eps: float, C: torch.Tensor, h: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Soft-C-transform f_i = −ε log Σ_j exp(h_j − C_ij / ε) for an (N, M) cost matrix C and (M,) vector h.
+
+    Max-shifted log-sum-exp done in place in one (N, M) work buffer (``out``, allocated when None), with the
+    shifted exponents clamped at :func:`_exp_floor` (no subnormal arithmetic; same value to far below one
+    rounding error). Not differentiable (use :class:`DenseSoftmin`); a row whose max is ±inf gives −ε·max,
+    as :func:`torch.logsumexp`.
+    """
+    with torch.no_grad():
+        return _lse_dense(eps, C, h, out).mul_(-eps)
+
+
+def _lse_dense(eps, C, h, out):
+    """LSE_j(h_j − C_ij/ε) (N,), in place in ``out`` (see :func:`softmin_dense`)."""
+    W = torch.div(C, -eps) if out is None else torch.div(C, -eps, out=out)
+    W.add_(h[None, :])
+    m = W.amax(1)
+    finite = torch.isfinite(m)
+    shift = torch.where(finite, m, torch.zeros_like(m))
+    W.sub_(shift[:, None]).clamp_(min=_exp_floor(W.dtype)).exp_()
+    return torch.where(finite, W.sum(1).log_().add_(shift), m)
+
+
+class DenseSoftmin(torch.autograd.Function):
+    """Differentiable :func:`softmin_dense`: ``DenseSoftmin.apply(C, h, eps)``, C (N, M), h (M,) -> f (N,).
+
+    ∂f_i/∂C_ij = P_ij and ∂f_i/∂h_j = −ε P_ij with P = softmax_j(h_j − C_ij/ε) the row-stochastic plan; backward
+    recomputes P from (C, h, LSE) in one clamped exp pass (entries below exp(floor) set to 0) instead of keeping it,
+    so the forward holds no (N, M) buffer. First derivatives only.
+    """
+
+    @staticmethod
+    def forward(ctx, C, h, eps):
+        lse = _lse_dense(eps, C, h, None)
+        ctx.save_for_backward(C, h, lse)
+        ctx.eps = eps
+        return lse * -eps
+
+    @staticmethod
+    def backward(ctx, grad_f):
+        C, h, lse = ctx.saved_tensors
+        eps = ctx.eps
+        P = torch.div(C, -eps)
+        P.add_(h[None, :]).sub_(lse[:, None])  # the same rounding as torch.logsumexp's backward
+        floor = _exp_floor(P.dtype)
+        small = P < floor
+        P.clamp_(min=floor).exp_().masked_fill_(small, 0.0)
+        grad_C = P.mul_(grad_f[:, None]) if ctx.needs_input_grad[0] else None
+        grad_h = None
+        if ctx.needs_input_grad[1]:
+            grad_h = -eps * (grad_C.sum(0) if grad_C is not None else (P * grad_f[:, None]).sum(0))
+        return grad_C, grad_h, None
 
 
 def epsilon_schedule(p: float, start: float, blur: float, scaling: float) -> List[float]:
@@ -59,10 +119,12 @@ def sinkhorn_loop(softmin: Softmin, a_log: torch.Tensor, b_log: torch.Tensor, ep
                   ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
     """Symmetric log-domain Sinkhorn with ε-scaling, then one differentiable extrapolation step.
 
-    ``softmin(eps, pair, h, grad)`` must return −ε log Σ_j exp(h_j − C(u_i, v_j)/ε) for ``pair`` in
+    ``softmin(eps, pair, h, grad, prev)`` must return −ε log Σ_j exp(h_j − C(u_i, v_j)/ε) for ``pair`` in
     ``"xy"`` (u = x, v = y; output (N,)), ``"yx"``, ``"xx"``, ``"yy"``. With ``grad=True`` the cost must be
     differentiable in the *first* point set only (u), the second detached: then ⟨a, f⟩ + ⟨b, g⟩ has the
     envelope-theorem gradient of OT_ε (each side's gradient flows through its own potential exactly once).
+    ``prev`` is the current iterate of the potential being updated (None for the first four calls): a hint of
+    the result (an engine may use it to skip work, never to change the value).
 
     All iterations but the last run without autograd; the last update (at ε = blur^p) is taken with the
     potentials of the previous iterate *detached*, so backpropagation goes through that single step.
@@ -71,25 +133,27 @@ def sinkhorn_loop(softmin: Softmin, a_log: torch.Tensor, b_log: torch.Tensor, ep
     """
     with torch.no_grad():
         eps = eps_list[0]
-        g_ab = softmin(eps, "yx", a_log, False)
-        f_ba = softmin(eps, "xy", b_log, False)
-        f_aa = softmin(eps, "xx", a_log, False) if debias else None
-        g_bb = softmin(eps, "yy", b_log, False) if debias else None
+        g_ab = softmin(eps, "yx", a_log, False, None)
+        f_ba = softmin(eps, "xy", b_log, False, None)
+        f_aa = softmin(eps, "xx", a_log, False, None) if debias else None
+        g_bb = softmin(eps, "yy", b_log, False, None) if debias else None
         schedule = list(eps_list) + [eps_list[-1]] * int(final_iters)
         for eps in schedule:
-            ft_ba = softmin(eps, "xy", b_log + g_ab / eps, False)
-            gt_ab = softmin(eps, "yx", a_log + f_ba / eps, False)
+            ft_ba = softmin(eps, "xy", b_log + g_ab / eps, False, f_ba)
+            gt_ab = softmin(eps, "yx", a_log + f_ba / eps, False, g_ab)
             f_ba, g_ab = 0.5 * (f_ba + ft_ba), 0.5 * (g_ab + gt_ab)
             if debias:
-                ft_aa = softmin(eps, "xx", a_log + f_aa / eps, False)
-                gt_bb = softmin(eps, "yy", b_log + g_bb / eps, False)
+                ft_aa = softmin(eps, "xx", a_log + f_aa / eps, False, f_aa)
+                gt_bb = softmin(eps, "yy", b_log + g_bb / eps, False, g_bb)
                 f_aa, g_bb = 0.5 * (f_aa + ft_aa), 0.5 * (g_bb + gt_bb)
     eps = eps_list[-1]
-    f_new = softmin(eps, "xy", (b_log + g_ab / eps).detach(), True)
-    g_new = softmin(eps, "yx", (a_log + f_ba / eps).detach(), True)
+    f_ba, g_ab = f_ba.detach(), g_ab.detach()
+    f_new = softmin(eps, "xy", b_log.detach() + g_ab / eps, True, f_ba)
+    g_new = softmin(eps, "yx", a_log.detach() + f_ba / eps, True, g_ab)
     if debias:
-        f_aa = softmin(eps, "xx", (a_log + f_aa / eps).detach(), True)
-        g_bb = softmin(eps, "yy", (b_log + g_bb / eps).detach(), True)
+        f_aa, g_bb = f_aa.detach(), g_bb.detach()
+        f_aa = softmin(eps, "xx", a_log.detach() + f_aa / eps, True, f_aa)
+        g_bb = softmin(eps, "yy", b_log.detach() + g_bb / eps, True, g_bb)
     return f_new, g_new, f_aa, g_bb
 
 
@@ -99,7 +163,9 @@ def sinkhorn_tensorized(x: torch.Tensor, y: torch.Tensor, a_log: torch.Tensor, b
     """Dense backend: build the (N, M) cost matrices once and run :func:`sinkhorn_loop` on them.
 
     ``cost_dense(u, v)`` returns the (len(u), len(v)) cost matrix. As in GeomLoss, each matrix is built with its
-    second argument detached (C_xy = C(x, y.detach()), C_yx = C(y, x.detach()), ...).
+    second argument detached (C_xy = C(x, y.detach()), C_yx = C(y, x.detach()), ...). The no-grad iterations
+    share one work buffer of max(N·M, N², M²) entries (:func:`softmin_dense` in place); the last step is
+    :class:`DenseSoftmin` on the matrices that carry a graph.
 
     Returns (f_ba, g_ab, f_aa, g_bb) as :func:`sinkhorn_loop`.
     """
@@ -107,10 +173,13 @@ def sinkhorn_tensorized(x: torch.Tensor, y: torch.Tensor, a_log: torch.Tensor, b
     if debias:
         mats["xx"] = cost_dense(x, x.detach())
         mats["yy"] = cost_dense(y, y.detach())
+    work = torch.empty(max(C.numel() for C in mats.values()), dtype=mats["xy"].dtype, device=mats["xy"].device)
 
-    def softmin(eps, pair, h, grad):
+    def softmin(eps, pair, h, grad, prev):
         C = mats[pair]
-        return softmin_dense(eps, C if grad else C.detach(), h)
+        if grad and C.requires_grad and torch.is_grad_enabled():
+            return DenseSoftmin.apply(C, h, eps)
+        return softmin_dense(eps, C.detach(), h, out=work[:C.numel()].view(C.shape))
 
     return sinkhorn_loop(softmin, a_log, b_log, eps_list, debias, final_iters)
 
