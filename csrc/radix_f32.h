@@ -11,6 +11,7 @@
 //    called in no particular order of rank.
 //  * argsort_f32(keys, n, perm, sorted, ws): perm[r] = index of the r-th smallest key, sorted[r] its value.
 //  * sort_keys_f32(keys, n, sorted, ws): sorted values only (no indices; 4-byte elements).
+// Outputs (perm, sorted) must not alias keys.
 // Keys must not be NaN (callers validate their inputs).
 #pragma once
 
@@ -67,45 +68,46 @@ static inline int plan_passes(const float* keys, uint32_t n, Workspace& ws, int*
     return np;
 }
 
-template <class Emit>
-static inline void sort_emit_f32(const float* keys, uint32_t n, Workspace& ws, Emit&& emit) {
-    if (n == 0) return;
+// The LSD passes of the packed argsort. EmitLast: the last pass calls emit(rank, index, value) instead of writing
+// (returns nullptr); otherwise returns the sorted packed array (inside ws).
+template <bool EmitLast, class Emit>
+static inline const uint64_t* packed_passes(const float* keys, uint32_t n, Workspace& ws, Emit&& emit) {
+    if (n == 0) return nullptr;
     if (ws.a.size() < n) { ws.a.resize(n); ws.b.resize(n); }
-    if (n < kSmall) {
-        uint64_t* s = ws.a.data();
-        for (uint32_t i = 0; i < n; ++i) s[i] = ((uint64_t)encode(keys[i]) << 32) | i;
-        std::sort(s, s + n);  // packed words are distinct: the same order as a stable sort of the keys
-        for (uint32_t r = 0; r < n; ++r) emit(r, (uint32_t)s[r], decode((uint32_t)(s[r] >> 32)));
-        return;
-    }
-    int todo[kPasses];
-    const int np = plan_passes(keys, n, ws, todo);
-    if (np == 0) {  // every key encodes to the same word: input order is the sorted order
-        for (uint32_t r = 0; r < n; ++r) emit(r, r, keys[r]);
-        return;
-    }
     uint64_t* src = ws.a.data();
     uint64_t* dst = ws.b.data();
+    int todo[kPasses];
+    const int np = n < kSmall ? -1 : plan_passes(keys, n, ws, todo);
+    if (np <= 0) {  // small (std::sort of the distinct packed words) or every key encodes alike (input order)
+        for (uint32_t i = 0; i < n; ++i) src[i] = ((uint64_t)encode(keys[i]) << 32) | i;
+        if (np < 0) std::sort(src, src + n);
+        if (!EmitLast) return src;
+        for (uint32_t r = 0; r < n; ++r) emit(r, (uint32_t)src[r], decode((uint32_t)(src[r] >> 32)));
+        return nullptr;
+    }
     for (int t = 0; t < np; ++t) {
         uint32_t* h = ws.hist.data() + (size_t)todo[t] * kRadix;
         const int shift = todo[t] * kBits;
         const bool last = (t == np - 1);
-        if (t == 0 && last) {  // one pass: keys -> ranks
+        if (EmitLast && last && t == 0) {  // one pass: keys -> ranks
             for (uint32_t i = 0; i < n; ++i) {
                 const float v = keys[i];
                 emit(h[(encode(v) >> shift) & (kRadix - 1)]++, i, v);
             }
-        } else if (t == 0) {  // first pass packs on the fly
+            return nullptr;
+        }
+        if (t == 0) {  // the first pass packs on the fly
             for (uint32_t i = 0; i < n; ++i) {
                 const uint32_t k = encode(keys[i]);
                 dst[h[(k >> shift) & (kRadix - 1)]++] = ((uint64_t)k << 32) | i;
             }
-        } else if (last) {  // last pass: ranks instead of a sorted array
+        } else if (EmitLast && last) {  // the last pass hands out ranks instead of writing a sorted array
             for (uint32_t i = 0; i < n; ++i) {
                 const uint64_t v = src[i];
                 const uint32_t k = (uint32_t)(v >> 32);
                 emit(h[(k >> shift) & (kRadix - 1)]++, (uint32_t)v, decode(k));
             }
+            return nullptr;
         } else {
             for (uint32_t i = 0; i < n; ++i) {
                 const uint64_t v = src[i];
@@ -114,32 +116,46 @@ static inline void sort_emit_f32(const float* keys, uint32_t n, Workspace& ws, E
         }
         std::swap(src, dst);
     }
+    return src;
 }
 
-// perm[r] = index of the r-th smallest key (stable); sorted[r] = keys[perm[r]] (either may be nullptr)
+template <class Emit>
+static inline void sort_emit_f32(const float* keys, uint32_t n, Workspace& ws, Emit&& emit) {
+    packed_passes<true>(keys, n, ws, emit);
+}
+
+// perm[r] = index of the r-th smallest key (stable); sorted[r] = keys[perm[r]] (either may be nullptr). The sorted
+// packed array is split sequentially: two scattered 4-byte streams in the last pass cost more than that.
 static inline void argsort_f32(const float* keys, uint32_t n, uint32_t* perm, float* sorted, Workspace& ws) {
-    sort_emit_f32(keys, n, ws, [&](uint32_t r, uint32_t i, float v) {
-        if (perm) perm[r] = i;
-        if (sorted) sorted[r] = v;
-    });
+    const uint64_t* v = packed_passes<false>(keys, n, ws, [](uint32_t, uint32_t, float) {});
+    for (uint32_t r = 0; r < n; ++r) {
+        if (perm) perm[r] = (uint32_t)v[r];
+        if (sorted) sorted[r] = decode((uint32_t)(v[r] >> 32));
+    }
 }
 
-// sorted[r] = r-th smallest key
+// sorted[r] = r-th smallest key. Like sort_emit_f32, the first pass encodes straight from the keys and the last
+// pass decodes straight into sorted.
 static inline void sort_keys_f32(const float* keys, uint32_t n, float* sorted, Workspace& ws) {
     if (n < kSmall) { argsort_f32(keys, n, nullptr, sorted, ws); return; }
     int todo[kPasses];
     const int np = plan_passes(keys, n, ws, todo);
+    if (np == 0) { std::copy(keys, keys + n, sorted); return; }
     if (ws.ka.size() < n) { ws.ka.resize(n); ws.kb.resize(n); }
-    uint32_t* a = ws.ka.data();
-    uint32_t* b = ws.kb.data();
-    for (uint32_t i = 0; i < n; ++i) a[i] = encode(keys[i]);
+    uint32_t* src = ws.ka.data();
+    uint32_t* dst = ws.kb.data();
     for (int t = 0; t < np; ++t) {
         uint32_t* h = ws.hist.data() + (size_t)todo[t] * kRadix;
         const int shift = todo[t] * kBits;
-        for (uint32_t i = 0; i < n; ++i) { const uint32_t k = a[i]; b[h[(k >> shift) & (kRadix - 1)]++] = k; }
-        std::swap(a, b);
+        const bool first = (t == 0), last = (t == np - 1);
+        for (uint32_t i = 0; i < n; ++i) {
+            const uint32_t k = first ? encode(keys[i]) : src[i];
+            const uint32_t pos = h[(k >> shift) & (kRadix - 1)]++;
+            if (last) sorted[pos] = decode(k);
+            else dst[pos] = k;
+        }
+        std::swap(src, dst);
     }
-    for (uint32_t i = 0; i < n; ++i) sorted[i] = decode(a[i]);
 }
 
 }  // namespace radix

@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--epochs", type=float, default=d.epochs, help="passes over the private data: T = epochs·n/B")
     f.add_argument("--batch-size", type=int, default=d.batch_size, help="B private rows per step")
     f.add_argument("--num-particles", type=int, default=None, help="N (default: size of the real test set)")
-    f.add_argument("--num-projections", type=int, default=None, help="k (default 70 for d=8, 300 for d=48)")
-    f.add_argument("--step-size", type=float, default=None, help="h (default 0.3 for d=8, 5 for d=48)")
+    f.add_argument("--num-projections", type=int, default=None, help="k (default d = 8 for d=8, 300 for d=48)")
+    f.add_argument("--step-size", type=float, default=None, help="h (default 1 for d=8, 5 for d=48)")
     f.add_argument("--latent-dim", type=int, default=None, help="d (default 8 for 28/32 px, 48 for 64 px)")
     f.add_argument("--reg", type=float, default=d.reg, help="entropic regularisation λ (Brownian term)")
     f.add_argument("--unconditional", action="store_true", help="one flow for all classes (ignore labels)")
@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--fid-samples", type=int, default=d.fid_samples, help="generated images in FID")
     f.add_argument("--fid-real", type=int, default=d.fid_real, help="real test images in FID (statistics cached)")
     f.add_argument("--max-train", type=int, default=None, help="use only the first N training images")
+    f.add_argument("--directions", default=d.directions, choices=["orthogonal", "uniform"],
+                   help="orthogonal: blocks of d orthonormal directions per step, deterministic sensitivity "
+                        "2·sqrt(ceil(k/d)); uniform: i.i.d. directions (the papers'), sensitivity from --bound")
     f.add_argument("--bound", default="chernoff", choices=["chernoff", "bernstein", "clt"],
                    help="sensitivity tail bound over the directions (chernoff and bernstein are proven; clt is only "
                         "an approximation, no guarantee)")
@@ -84,7 +87,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          class_conditional=not args.unconditional, ae_epochs=args.ae_epochs,
                          fid_samples=args.fid_samples, fid_real=args.fid_real, max_train=args.max_train,
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
-                         checkpoint_every=args.checkpoint_every, bound=args.bound,
+                         checkpoint_every=args.checkpoint_every, bound=args.bound, directions=args.directions,
                          decode_on_sphere=not args.decode_off_sphere, spread=args.spread)
     if args.device.startswith("cuda"):
         import torch

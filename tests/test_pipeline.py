@@ -64,6 +64,8 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     assert m["spread"] == "public" and len(m["spread_scales"]) == 2 and all(v > 0 for v in m["spread_scales"])
     text = (run / "privacy.md").read_text()
     assert "ε spent" in text and "public by assumption" in text and "without replacement" in text
+    # default directions: orthogonal blocks, deterministic Δ = 2·sqrt(⌈k/d⌉), all of δ to the accountant
+    assert "orthogonal directions" in text and "no tail is spent" in text
     from PIL import Image
 
     assert Image.open(run / "samples.png").size[0] > 50
@@ -161,8 +163,17 @@ def test_samples_grid_rows_are_classes():
 
 def test_config_errors():
     for bad in [dict(epsilon=-1.0), dict(delta=1.5), dict(device="tpu"), dict(batch_size=0), dict(reg=-1.0),
-                dict(spread="test")]:
+                dict(spread="test"), dict(directions="sobol")]:
         with pytest.raises(ValueError):
             PipelineConfig(**bad).resolved()
     with pytest.raises(SystemExit):
         cli.main(["flow", "--epsilon", "nan"])
+
+
+def test_uniform_directions_spend_a_tail(idx_dir, tmp_path):
+    assert cli.main(_args(idx_dir, tmp_path, "--directions", "uniform", "--spread", "flow")) == 0
+    run = tmp_path / "runs" / "r"
+    text = (run / "privacy.md").read_text()
+    assert "uniform directions" in text and "δ_tail" in text and "chernoff" in text
+    m = json.loads((run / "metrics.json").read_text())
+    assert 0 < m["epsilon_spent"] <= 10.0 + 1e-9
