@@ -144,39 +144,38 @@ static inline void normal_batch4(uint64_t seed, uint64_t stream, uint64_t blk0, 
     for (int i = 0; i < 4 * kLanes; ++i) out[i] = (T)(sc * z[i]);
 }
 
-// out[j] = scale · N_{offset + j}(seed, stream), j in [0, n): common.h's normal_at stream (2 normals per block,
-// 64-bit radius: the privacy-grade noise), single-precision transform.
-template <typename T>
-static inline void fill_normal_fast(T* out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
-                                    double scale) {
+// out[j] = scale · normal number (offset + j) of (seed, stream), PerBlock normals per Philox block:
+// PerBlock = 2: common.h's normal_at stream (64-bit radius: the privacy-grade noise), via normal_batch;
+// PerBlock = 4: common.h's normal4_at stream (32-bit radius uniforms, so the draws stop at 6.76σ; twice as fast),
+// via normal_batch4 -- for noise that is not a privacy mechanism: the particles' smoothing noise and the Brownian
+// term (particles are synthetic, never private data).
+template <int PerBlock, typename T>
+static inline void fill_normal_blocks(T* out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
+                                      double scale) {
+    static_assert(PerBlock == 2 || PerBlock == 4, "two or four normals per Philox block");
     int64_t j = 0;
-    T buf[2 * kLanes];
+    T buf[PerBlock * kLanes];
     while (j < n) {
         const uint64_t idx = offset + (uint64_t)j;
-        const int64_t skip = (int64_t)(idx & 1);
-        normal_batch<T>(seed, stream, idx >> 1, scale, buf);
-        const int64_t take = std::min<int64_t>(2 * kLanes - skip, n - j);
+        const int64_t skip = (int64_t)(idx % PerBlock);
+        if constexpr (PerBlock == 2) normal_batch<T>(seed, stream, idx / PerBlock, scale, buf);
+        else normal_batch4<T>(seed, stream, idx / PerBlock, scale, buf);
+        const int64_t take = std::min<int64_t>(PerBlock * kLanes - skip, n - j);
         for (int64_t t = 0; t < take; ++t) out[j + t] = buf[skip + t];
         j += take;
     }
 }
 
-// out[j] = scale · N4_{offset + j}(seed, stream): common.h's normal4_at stream (4 normals per block, 32-bit radius
-// uniforms, so the draws stop at 6.76σ) -- twice as fast as fill_normal_fast, for noise that is not a privacy
-// mechanism: the particles' smoothing noise and the Brownian term (particles are synthetic, never private data).
+template <typename T>
+static inline void fill_normal_fast(T* out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
+                                    double scale) {
+    fill_normal_blocks<2>(out, n, seed, stream, offset, scale);
+}
+
 template <typename T>
 static inline void fill_normal_smooth(T* out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
                                       double scale) {
-    int64_t j = 0;
-    T buf[4 * kLanes];
-    while (j < n) {
-        const uint64_t idx = offset + (uint64_t)j;
-        const int64_t skip = (int64_t)(idx & 3);
-        normal_batch4<T>(seed, stream, idx >> 2, scale, buf);
-        const int64_t take = std::min<int64_t>(4 * kLanes - skip, n - j);
-        for (int64_t t = 0; t < take; ++t) out[j + t] = buf[skip + t];
-        j += take;
-    }
+    fill_normal_blocks<4>(out, n, seed, stream, offset, scale);
 }
 
 }  // namespace flowrng
