@@ -56,6 +56,12 @@ def random_directions(num_projections: int, dim: int, generator: Optional[torch.
     the signs of R's diagonal folded in; Mezzadri, Notices AMS 2007); every direction is marginally uniform, rows
     within a block are orthonormal, so :func:`fastdpot.privacy.orthogonal_sliced_sensitivity` bounds the
     projection's sensitivity deterministically. Computed in float64, returned in ``dtype``.
+
+    Shape:
+        returns (k, d), k = ``num_projections``, d = ``dim``; unit rows.
+
+    Raises:
+        ValueError: k < 1 or d < 1.
     """
     k, d = int(num_projections), int(dim)
     if k < 1 or d < 1:
