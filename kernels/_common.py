@@ -13,6 +13,11 @@ step, per private row), comparable to the delta = 1e-5 budgets of the papers ove
 ``randn_wide`` builds the radius uniform from 64 random bits, so its support reaches |z| = 9.49 (Gaussian tail
 beyond: < 5e-21 per draw), and the angle from 32 more bits. The same ``seed`` therefore gives the same noise whatever the chunk size, and a
 ``return_noise`` path stores exactly these draws so the torch reference can replay them.
+
+The particles' smoothing noise (stream "particles": synthetic rows, no privacy rests on it; also the generated
+side of the DP-SWD loss) takes ``randn_fast`` instead: four normals per Philox call (counter
+``i * ceil(k/4) + j // 4``, lane ``j % 4``, 32-bit Box--Muller uniforms, support |z| <= 6.8), a quarter of the
+Philox work -- the same choice as the C++ kernels' ``normal4`` (csrc/flow_normal.h). Also independent of chunking.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from fastdpot._ext import BackendUnavailableError, triton_interpret
 
 __all__ = ["STREAM_PARTICLES", "STREAM_PRIVATE", "STREAM_BROWNIAN", "stream_seed", "direction_chunk",
            "check_launchable", "device_guard", "proj_tile", "randn_wide", "normal_from_uints",
-           "DEFAULT_CHUNK_ELEMS"]
+           "DEFAULT_CHUNK_ELEMS", "randn_fast", "fast_noise_stream", "fast_noise_mode"]
 
 STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN = 0, 1, 2
 _MASK62 = (1 << 62) - 1
@@ -44,6 +49,13 @@ def stream_seed(seed: int, stream: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return (z ^ (z >> 31)) & _MASK62
+
+
+def fast_noise_mode(fast: bool, j0: int, block_k: int) -> int:
+    """FAST_NOISE constexpr of :func:`proj_tile`: 0 (wide normals), 1 (cheap, aligned tiles), 2 (cheap, unaligned)."""
+    if not fast:
+        return 0
+    return 1 if j0 % 4 == 0 and block_k % 4 == 0 else 2
 
 
 def direction_chunk(num_rows: int, k: int, chunk_elems: int = None) -> int:
@@ -103,6 +115,51 @@ def randn_wide(seed, offset):
     return normal_from_uints(i1, i2, i3)
 
 
+def fast_noise_stream(stream: int) -> bool:
+    """Whether noise stream ``stream`` takes the cheap normals of :func:`randn_fast`: the particles' (synthetic
+    rows: their smoothing noise protects nothing). The private rows' stream -- the Gaussian mechanism -- always
+    takes ``randn_wide``."""
+    return stream == STREAM_PARTICLES
+
+
+@triton.jit
+def _box_muller32(ia, ib):
+    """Two standard normals from two uint32 blocks (32-bit radius uniform: support |z| <= 6.8)."""
+    two_m32: tl.constexpr = 2.3283064365386963e-10
+    u1 = (ia.to(tl.uint32, bitcast=True).to(tl.float32) + 0.5) * two_m32
+    u1 = tl.minimum(u1, 1.0)
+    u2 = ib.to(tl.uint32, bitcast=True).to(tl.float32) * two_m32
+    r = tl.sqrt(-2.0 * tl.log(u1))
+    a = 6.283185307179586 * u2
+    return r * tl.cos(a), r * tl.sin(a)
+
+
+@triton.jit
+def randn_fast(seed, rows, col0, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ALIGNED: tl.constexpr):
+    """(BLOCK_N, BLOCK_K) standard normals for rows ``rows`` (int64, (BLOCK_N,)) and global columns
+    ``col0 + arange(BLOCK_K)``: four per Philox4x32-10 call. Column ``j`` of row ``i`` is lane ``j % 4`` of the
+    block with counter ``i * ceil(K/4) + j // 4`` (lanes 0, 1: Box--Muller of words 1, 2; lanes 2, 3: of words
+    3, 4). With ``ALIGNED`` (``col0 % 4 == 0`` and ``BLOCK_K % 4 == 0``) one call serves four columns; otherwise
+    every entry draws its own block and keeps its lane (same values, four times the Philox work).
+    For the particles' noise only (synthetic rows; the 32-bit radius cuts the tail at 6.8σ)."""
+    K4 = (K + 3) // 4
+    if ALIGNED:
+        q = col0 // 4 + tl.arange(0, BLOCK_K // 4)
+        i1, i2, i3, i4 = tl.randint4x(seed, rows[:, None] * K4 + q[None, :])
+        z0, z1 = _box_muller32(i1, i2)
+        z2, z3 = _box_muller32(i3, i4)
+        # interleave so that column 4q + l holds z_l: join -> (BN, BK/4, 2, 2) with [.., q, a, b] = z_{2a + b}
+        z = tl.join(tl.join(z0, z2), tl.join(z1, z3))
+        return tl.reshape(z, (BLOCK_N, BLOCK_K))
+    else:
+        cols = col0 + tl.arange(0, BLOCK_K)
+        i1, i2, i3, i4 = tl.randint4x(seed, rows[:, None] * K4 + (cols // 4)[None, :])
+        z0, z1 = _box_muller32(i1, i2)
+        z2, z3 = _box_muller32(i3, i4)
+        lane = (cols % 4)[None, :]
+        return tl.where(lane == 0, z0, tl.where(lane == 1, z1, tl.where(lane == 2, z2, z3)))
+
+
 def acc_dtype(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
 
@@ -111,11 +168,13 @@ def acc_dtype(dtype: torch.dtype):
 def proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
               stride_xn, stride_xd, stride_tk, stride_td, seed, noise_std_ptr,
               HAS_NOISE: tl.constexpr, STORE_NOISE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr):
+              BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr, FAST_NOISE: tl.constexpr = 0):
     """(BLOCK_N, BLOCK_K) tile of ``x[offs_n] @ theta[j0 + offs_c].T + noise_std * randn``; masked entries are 0.
 
+    ``offs_c`` must be ``c_start + arange(BLOCK_K)`` (a tile of consecutive directions of the chunk).
     ``noise_std_ptr`` points to sigma in the data dtype. With STORE_NOISE the scaled noise is written to
-    ``noise_ptr`` in (N, K) row-major layout (global direction).
+    ``noise_ptr`` in (N, K) row-major layout (global direction). FAST_NOISE: 0 = ``randn_wide`` (privacy-grade),
+    1 = ``randn_fast`` with aligned tiles, 2 = ``randn_fast`` per entry (unaligned ``j0``).
     """
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC)
     rows = offs_n.to(tl.int64)
@@ -133,7 +192,11 @@ def proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K,
             acc += tl.sum(xt[:, :, None] * tt[None, :, :], axis=1)
     if HAS_NOISE:
         offs = rows[:, None] * K + dirs[None, :]
-        z = randn_wide(seed, offs).to(ACC) * tl.load(noise_std_ptr).to(ACC)
+        if FAST_NOISE == 0:
+            z = randn_wide(seed, offs)
+        else:
+            z = randn_fast(seed, rows, j0 + tl.min(offs_c, axis=0), K, BLOCK_N, BLOCK_K, FAST_NOISE == 1)
+        z = z.to(ACC) * tl.load(noise_std_ptr).to(ACC)
         acc += z
         if STORE_NOISE:
             tl.store(noise_ptr + offs, z, mask=mask_n[:, None] & mask_c[None, :])

@@ -24,7 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, device_guard, direction_chunk, stream_seed
+from ._common import (STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, device_guard, direction_chunk,
+                      fast_noise_stream, stream_seed)
 from fastdpot.sliced import GradientInForward
 
 from .drift import accumulate_drift
@@ -136,7 +137,8 @@ class SlicedWassersteinTriton(GradientInForward):
         for j0 in range(0, k, kc):
             c = min(kc, k - j0)
             px = project_noise(xd, th, j0, c, seed_x, noise_std, noise_x, out=bx[:c])
-            py = project_noise(yd, th, j0, c, seed_y, noise_std, noise_y, out=by[:c])
+            py = project_noise(yd, th, j0, c, seed_y, noise_std, noise_y, out=by[:c],
+                               fast_noise=fast_noise_stream(STREAM_PARTICLES))
             total += _w1d_chunk(px, py, p, need_gx, need_gy)
             last = j0 + c >= k
             if need_gx:

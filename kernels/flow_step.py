@@ -33,7 +33,7 @@ import math
 import torch
 
 from ._common import (STREAM_BROWNIAN, STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, device_guard,
-                      direction_chunk, stream_seed)
+                      direction_chunk, fast_noise_stream, stream_seed)
 from .drift import accumulate_drift
 from . import histogram
 from .projection_noise import project_noise
@@ -100,7 +100,8 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
         qs = torch.sort(project_noise(y, theta, 0, k, seed_q, sigma, noise_q), dim=1).values
         histogram.histogram_step_fused(x, theta, seed_p, sigma, qs, 1024 if num_quantiles is None else
                                        int(num_quantiles), drift, new, float(step_size), brown_std, seed_b,
-                                       noise_out=noise_p, brownian_out=brown)
+                                       noise_out=noise_p, brownian_out=brown,
+                                       fast_noise=fast_noise_stream(STREAM_PARTICLES))
         noise = dict(particles=noise_p, private=noise_q, brownian=brown) if return_noise else None
         return new, drift, noise
     kc = direction_chunk(n, k)
@@ -111,9 +112,11 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
         qs = torch.sort(project_noise(y, theta, j0, c, seed_q, sigma, noise_q), dim=1).values
         if quantiles == "histogram":
             bins = 1024 if num_quantiles is None else int(num_quantiles)
-            histogram.histogram_coef(x, theta, j0, c, seed_p, sigma, qs, bins, coef, noise_p)
+            histogram.histogram_coef(x, theta, j0, c, seed_p, sigma, qs, bins, coef, noise_p,
+                                     fast_noise=fast_noise_stream(STREAM_PARTICLES))
         else:
-            project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef)
+            project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
+                          fast_noise=fast_noise_stream(STREAM_PARTICLES))
             ps, idx = torch.sort(coef, dim=1)
             if quantiles == "exact":
                 transport_exact(ps, idx, qs, coef)

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import acc_dtype, proj_tile, randn_wide
+from ._common import acc_dtype, fast_noise_mode, proj_tile, randn_wide
 from .projection_noise import tile_config
 
 __all__ = ["histogram_coef", "histogram_step_fused", "bin_geometry", "FUSED_MAX_D"]
@@ -33,7 +33,8 @@ __all__ = ["histogram_coef", "histogram_step_fused", "bin_geometry", "FUSED_MAX_
 def _minmax_kernel(x_ptr, theta_ptr, noise_ptr, min_ptr, max_ptr, N, D, K, j0, KC,
                    stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                    HAS_NOISE: tl.constexpr, STORE_NOISE: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr):
+                   BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr,
+                   FAST_NOISE: tl.constexpr):
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_c = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -41,7 +42,7 @@ def _minmax_kernel(x_ptr, theta_ptr, noise_ptr, min_ptr, max_ptr, N, D, K, j0, K
     mask_c = offs_c < KC
     s = proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                   stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                  HAS_NOISE, STORE_NOISE, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
+                  HAS_NOISE, STORE_NOISE, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC, FAST_NOISE)
     mn = tl.min(tl.where(mask_n[:, None], s, float("inf")), axis=0)
     mx = tl.max(tl.where(mask_n[:, None], s, float("-inf")), axis=0)
     tl.store(min_ptr + pid_n * KC + offs_c, mn, mask=mask_c)
@@ -82,14 +83,15 @@ def _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c,
 def _hist_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, N, D, K, j0, KC,
                  stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                  HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr):
+                 BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr,
+                 FAST_NOISE: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_c = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask_n = offs_n < N
     mask_c = offs_c < KC
     s = proj_tile(x_ptr, theta_ptr, x_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                   stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                  HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
+                  HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC, FAST_NOISE)
     b, _ = _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, NUM_BINS)
     ones = tl.full(b.shape, 1, tl.int32)
     tl.atomic_add(hist_ptr + offs_c[None, :] * NUM_BINS + b, ones, mask=mask_n[:, None] & mask_c[None, :])
@@ -99,7 +101,8 @@ def _hist_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, N, D, K, j0, KC,
 def _hist_transport_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, coef_ptr,
                            N, M, D, K, j0, KC, stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                            HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr):
+                           BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr,
+                 FAST_NOISE: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_c = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask_n = offs_n < N
@@ -107,7 +110,7 @@ def _hist_transport_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_pt
     mask = mask_n[:, None] & mask_c[None, :]
     s = proj_tile(x_ptr, theta_ptr, x_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                   stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                  HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
+                  HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC, FAST_NOISE)
     t = _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c, mask, N, M, NUM_BINS, ACC)
     tl.store(coef_ptr + offs_c.to(tl.int64)[None, :] * N + offs_n[:, None], s - t, mask=mask)
 
@@ -117,7 +120,7 @@ def _hist_drift_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q
                        N, M, D, K, stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr, scalars_ptr, seed_b,
                        HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BROWNIAN: tl.constexpr,
                        STORE_BROWN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr):
+                       BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr, FAST_NOISE: tl.constexpr):
     """Pass 3 fused with the drift and the Euler--Maruyama update (d <= BLOCK_D): a block of particles loops over
     all k directions, keeping its (BLOCK_N, d) drift in registers; nothing of size N k is stored."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -131,7 +134,7 @@ def _hist_drift_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q
         mask = mask_n[:, None] & mask_c[None, :]
         s = proj_tile(x_ptr, theta_ptr, x_ptr, offs_n, offs_c, mask_n, mask_c, D, K, 0,
                       stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                      HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
+                      HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC, FAST_NOISE)
         t = _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c, mask, N, M, NUM_BINS, ACC)
         coef = tl.where(mask, s - t, 0.0)
         th = tl.load(theta_ptr + offs_c.to(tl.int64)[:, None] * stride_tk + offs_d[None, :] * stride_td,
@@ -162,7 +165,7 @@ def bin_geometry(col_min: torch.Tensor, col_max: torch.Tensor, num_bins: int):
     return col_min.contiguous(), width.contiguous()
 
 
-def _histogram_pass12(x, projections, j0, kc, seed, noise_std, num_bins, noise_out):
+def _histogram_pass12(x, projections, j0, kc, seed, noise_std, num_bins, noise_out, fast_noise=False):
     """Passes 1 and 2: bin geometry, counts and exclusive cumulative counts of directions j0..j0+kc-1."""
     n, d = x.shape
     k = projections.shape[0]
@@ -171,7 +174,8 @@ def _histogram_pass12(x, projections, j0, kc, seed, noise_std, num_bins, noise_o
     has_noise = noise_std > 0
     sig = torch.tensor([float(noise_std)], dtype=x.dtype, device=x.device)
     common = (n, d, k, j0, kc, x.stride(0), x.stride(1), projections.stride(0), projections.stride(1), seed, sig)
-    meta = dict(BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=use_dot, ACC=acc_dtype(x.dtype))
+    meta = dict(BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=use_dot, ACC=acc_dtype(x.dtype),
+                FAST_NOISE=fast_noise_mode(fast_noise, j0, bk))
     pmin = torch.empty((grid[0], kc), dtype=x.dtype, device=x.device)
     pmax = torch.empty_like(pmin)
     _minmax_kernel[grid](x, projections, noise_out if noise_out is not None else x, pmin, pmax, *common,
@@ -183,17 +187,18 @@ def _histogram_pass12(x, projections, j0, kc, seed, noise_std, num_bins, noise_o
     return lo, width, hist, cum, grid, common, meta
 
 
-def histogram_coef(x, projections, j0, kc, seed, noise_std, sorted_target, num_bins, coef, noise_out=None):
+def histogram_coef(x, projections, j0, kc, seed, noise_std, sorted_target, num_bins, coef, noise_out=None,
+                   fast_noise=False):
     """Fill ``coef`` (kc, N) with ``s - T_hist(s)`` for the particles ``x`` (N, d) on directions j0..j0+kc-1.
 
     ``sorted_target`` (kc, M) holds the sorted noisy private projections of the chunk; ``noise_out`` (N, k)
-    receives the particle noise draws when given.
+    receives the particle noise draws when given; ``fast_noise``: the particles' cheap normals (``randn_fast``).
     """
     n, d = x.shape
     k = projections.shape[0]
     m = sorted_target.shape[1]
     lo, width, hist, cum, grid, common, meta = _histogram_pass12(x, projections, j0, kc, seed, noise_std, num_bins,
-                                                                 noise_out)
+                                                                 noise_out, fast_noise)
     _hist_transport_kernel[grid](x, projections, lo, width, hist, cum, sorted_target, coef,
                                  n, m, d, k, j0, kc, *common[5:], HAS_NOISE=noise_std > 0, NUM_BINS=num_bins, **meta)
     return coef
@@ -204,7 +209,7 @@ FUSED_MAX_D = 128
 
 
 def histogram_step_fused(x, projections, seed, noise_std, sorted_target, num_bins, drift, new, step_size,
-                         brown_std, seed_b, noise_out=None, brownian_out=None):
+                         brown_std, seed_b, noise_out=None, brownian_out=None, fast_noise=False):
     """Whole histogram-mode step for d <= FUSED_MAX_D: passes 1-2 over all k directions (only k * num_bins
     counters), then one fused pass computing the transport, the drift and the Euler--Maruyama update.
 
@@ -214,7 +219,7 @@ def histogram_step_fused(x, projections, seed, noise_std, sorted_target, num_bin
     k = projections.shape[0]
     m = sorted_target.shape[1]
     lo, width, hist, cum, _, common, meta = _histogram_pass12(x, projections, 0, k, seed, noise_std, num_bins,
-                                                              noise_out)
+                                                              noise_out, fast_noise)
     bd = max(16, triton.next_power_of_2(d))
     if x.dtype == torch.float32:
         bn, bk, use_dot = 64, 32, True
@@ -225,4 +230,5 @@ def histogram_step_fused(x, projections, seed, noise_std, sorted_target, num_bin
         x, projections, lo, width, hist, cum, sorted_target, drift, new,
         brownian_out if brownian_out is not None else drift, n, m, d, k, *common[5:], scalars, seed_b,
         HAS_NOISE=noise_std > 0, NUM_BINS=num_bins, BROWNIAN=brown_std > 0, STORE_BROWN=brownian_out is not None,
-        BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=use_dot, ACC=meta["ACC"], num_warps=8 if bd >= 64 else 4)
+        BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=use_dot, ACC=meta["ACC"],
+        FAST_NOISE=fast_noise_mode(fast_noise, 0, bk), num_warps=8 if bd >= 64 else 4)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import acc_dtype, proj_tile
+from ._common import acc_dtype, fast_noise_mode, proj_tile
 
 __all__ = ["project_noise", "tile_config"]
 
@@ -28,7 +28,8 @@ def tile_config(dtype: torch.dtype, d: int):
 def _project_noise_kernel(x_ptr, theta_ptr, out_ptr, noise_ptr, N, D, K, j0, KC,
                           stride_xn, stride_xd, stride_tk, stride_td, seed, noise_std_ptr,
                           HAS_NOISE: tl.constexpr, STORE_NOISE: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr):
+                          BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr,
+                          FAST_NOISE: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -37,15 +38,17 @@ def _project_noise_kernel(x_ptr, theta_ptr, out_ptr, noise_ptr, N, D, K, j0, KC,
     mask_c = offs_c < KC
     acc = proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                     stride_xn, stride_xd, stride_tk, stride_td, seed, noise_std_ptr,
-                    HAS_NOISE, STORE_NOISE, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC)
+                    HAS_NOISE, STORE_NOISE, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC, FAST_NOISE)
     out = out_ptr + offs_c.to(tl.int64)[None, :] * N + offs_n[:, None]
     tl.store(out, acc, mask=mask_n[:, None] & mask_c[None, :])
 
 
 def project_noise(x: torch.Tensor, projections: torch.Tensor, j0: int, kc: int, seed: int, noise_std: float,
-                  noise_out: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+                  noise_out: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
+                  fast_noise: bool = False) -> torch.Tensor:
     """Projections of the rows of ``x`` (N, d) on directions ``j0 .. j0+kc-1`` of ``projections`` (k, d), plus
-    ``noise_std`` times the standard normals of the fastdpot Triton noise convention (kernels/_common.py).
+    ``noise_std`` times the standard normals of the fastdpot Triton noise convention (kernels/_common.py):
+    ``randn_wide`` (privacy-grade, private rows) or, with ``fast_noise``, ``randn_fast`` (particles).
 
     Returns a (kc, N) tensor. With ``noise_out`` (N, k) the scaled noise of these directions is written into it.
     """
@@ -61,5 +64,5 @@ def project_noise(x: torch.Tensor, projections: torch.Tensor, j0: int, kc: int, 
         x.stride(0), x.stride(1), projections.stride(0), projections.stride(1), seed,
         torch.tensor([float(noise_std)], dtype=x.dtype, device=x.device),
         HAS_NOISE=has_noise, STORE_NOISE=has_noise and noise_out is not None, BLOCK_N=bn, BLOCK_K=bk,
-        BLOCK_D=bd, USE_DOT=use_dot, ACC=acc_dtype(x.dtype))
+        BLOCK_D=bd, USE_DOT=use_dot, ACC=acc_dtype(x.dtype), FAST_NOISE=fast_noise_mode(fast_noise, j0, bk))
     return out

@@ -18,7 +18,8 @@ python -c "import triton" || { echo "gpu_check: triton is not installed (pip ins
 # build: the C++ extension and any csrc/cuda sources, against the installed (CUDA) torch; --no-deps keeps torch
 python -m pip install -q --no-build-isolation --no-deps -e . \
     || FASTDPOT_SKIP_CPP_BUILD=1 python -m pip install -q --no-build-isolation --no-deps -e .
-python -m pip install -q dp-accounting tqdm scipy pytest POT 2>/dev/null \
+python -c "import dp_accounting, scipy, tqdm, pytest" 2>/dev/null \
+    || timeout 120 python -m pip install -q dp-accounting tqdm scipy pytest 2>/dev/null \
     || echo "gpu_check: could not install test dependencies (offline?); using what is installed"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 python -m fastdpot.env || true
@@ -27,7 +28,11 @@ status=0
 python -m pytest -q -ra -p no:cacheprovider tests/test_gpu.py tests/test_triton_flow.py tests/test_triton_dpswd.py \
     tests/test_triton_compile.py || status=$?
 
+python -m bench.gpu_profile || status=$?  # per-kernel device time of one step at N = 1e7, d = 48, k = 128
 python -m bench.gpu_flow "$@" --table bench/gpu_flow_table.md --note "scripts/gpu_check.sh" || status=$?
+# a private CelebA-latent-shaped flow of 10^7 particles through the public API (exact and histogram modes)
+python -m bench.gpu_flow --api-run "${GPU_CHECK_API_RUN:-1e7,48,128,20}" --note "scripts/gpu_check.sh api run" \
+    || status=$?
 
 if [ -n "${OUT:-}" ]; then
     cp bench/gpu_flow_table.md "$OUT/" 2>/dev/null || true

@@ -51,9 +51,10 @@ def _compile(kernel, dt, consts, target):
     return triton.compile(src, target=target, options=options)
 
 
-def _proj_consts(dt, store=True):
+def _proj_consts(dt, store=True, fast_noise=1):
+    """FAST_NOISE 1: the particles' cheap normals on aligned tiles (the hot path); 0: randn_wide; 2: unaligned."""
     bn, bk, bd, dot = projection_noise.tile_config(torch.float32 if dt == "fp32" else torch.float64, 48)
-    return dict(HAS_NOISE=True, BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=dot, ACC=_FP[dt])
+    return dict(HAS_NOISE=True, BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=dot, ACC=_FP[dt], FAST_NOISE=fast_noise)
 
 
 CASES = [
@@ -61,6 +62,10 @@ CASES = [
      lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
     ("project_noise", projection_noise._project_noise_kernel, "fp64",
      lambda dt: dict(_proj_consts(dt), STORE_NOISE=True)),
+    ("project_noise_wide", projection_noise._project_noise_kernel, "fp32",
+     lambda dt: dict(_proj_consts(dt, fast_noise=0), STORE_NOISE=True)),
+    ("project_noise_unaligned", projection_noise._project_noise_kernel, "fp32",
+     lambda dt: dict(_proj_consts(dt, fast_noise=2), STORE_NOISE=False)),
     ("transport_exact", quantile._transport_exact_kernel, "fp32", lambda dt: dict(BLOCK=1024)),
     ("transport_grid", quantile._transport_grid_kernel, "fp32", lambda dt: dict(BLOCK=1024)),
     ("drift_update", drift._drift_kernel, "fp32",
@@ -74,10 +79,10 @@ CASES = [
     ("hist_transport", histogram._hist_transport_kernel, "fp32", lambda dt: dict(_proj_consts(dt), NUM_BINS=1024)),
     ("hist_drift_fused", histogram._hist_drift_kernel, "fp32",
      lambda dt: dict(HAS_NOISE=True, NUM_BINS=1024, BROWNIAN=True, STORE_BROWN=True, BLOCK_N=64, BLOCK_K=32,
-                     BLOCK_D=64, USE_DOT=True, ACC=tl.float32, _num_warps=8)),
+                     BLOCK_D=64, USE_DOT=True, ACC=tl.float32, FAST_NOISE=1, _num_warps=8)),
     ("hist_drift_fused", histogram._hist_drift_kernel, "fp64",
      lambda dt: dict(HAS_NOISE=True, NUM_BINS=64, BROWNIAN=False, STORE_BROWN=False, BLOCK_N=16, BLOCK_K=8,
-                     BLOCK_D=16, USE_DOT=False, ACC=tl.float64)),
+                     BLOCK_D=16, USE_DOT=False, ACC=tl.float64, FAST_NOISE=1)),
     ("w1d_p2", dpswd._w1d_kernel, "fp32", lambda dt: dict(P_MODE=2, NEED_GL=True, NEED_GS=True, BLOCK=1024)),
     ("w1d_pany", dpswd._w1d_kernel, "fp64", lambda dt: dict(P_MODE=0, NEED_GL=True, NEED_GS=True, BLOCK=1024)),
     ("w1d_p1", dpswd._w1d_kernel, "fp32", lambda dt: dict(P_MODE=1, NEED_GL=False, NEED_GS=True, BLOCK=1024)),

@@ -82,6 +82,34 @@ def test_noise_distribution_and_replay():
     assert torch.equal(part, out[5:12])
 
 
+@pytest.mark.parametrize("k", [16, 13])
+def test_fast_noise_distribution_and_chunk_independence(k):
+    """The particles' cheap normals (randn_fast, four per Philox call): N(0, 1), replayable, the same whatever the
+    chunk (aligned tiles and the per-entry path of an unaligned j0 give identical values), and not the wide
+    stream's values."""
+    n = 300
+    x = torch.zeros(n, 4, device=DEV)
+    th = torch.randn(k, 4, device=DEV)
+    noise = torch.zeros(n, k, device=DEV)
+    out = project_noise(x, th, 0, k, 77, 1.0, noise_out=noise, fast_noise=True)
+    torch.testing.assert_close(out.T, noise, rtol=0, atol=0)
+    z = noise.double().flatten().cpu()
+    assert abs(float(z.mean())) < 4.0 / math.sqrt(z.numel())
+    assert abs(float(z.var()) - 1.0) < 6.0 * math.sqrt(2.0 / z.numel())
+    from scipy import stats
+
+    assert stats.kstest(z.numpy(), "norm").pvalue > 1e-3
+    # lanes are not copies of each other (each of the four Box--Muller outputs is used once)
+    cols = noise[:, : k - k % 4].reshape(n, -1, 4)
+    for a in range(4):
+        for b in range(a):
+            assert not bool((cols[..., a] == cols[..., b]).any())
+    for j0, kc in ((4, 8), (5, 7), (1, 3)):  # aligned and unaligned chunk starts
+        part = project_noise(x, th, j0, kc, 77, 1.0, fast_noise=True)
+        assert torch.equal(part, out[j0:j0 + kc])
+    assert not torch.equal(project_noise(x, th, 0, k, 77, 1.0), out)
+
+
 def test_normal_sampler_tail_support():
     """randn_wide's Box--Muller radius uses a 64-bit uniform: the extreme draw is sqrt(130 ln 2) = 9.49 sigma (not
     tl.randn's 5.68 clamp, which truncates the Gaussian mechanism's noise), and no extreme input gives NaN/inf."""
