@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="public: rescale each class's particles about their mean to the spread of the public "
                         "latents of that class (post-processing with public statistics, no privacy cost); flow: "
                         "the particles as the flow left them")
+    f.add_argument("--init", default=d.init, choices=["gaussian", "sphere", "gaussian_scaled"],
+                   help="start of the flows' particles, drawn from the seeded generator independently of the data "
+                        "(no privacy cost): gaussian N(0, I_d), sphere uniform on the unit sphere (where the latents "
+                        "lie), gaussian_scaled N(0, I_d/d); all times --init-scale")
+    f.add_argument("--init-scale", type=float, default=d.init_scale,
+                   help="s > 0: gaussian N(0, s²I_d), sphere of radius s, gaussian_scaled N(0, s²I_d/d)")
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--device", default="cpu", help="cpu or cuda")
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
@@ -88,7 +94,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          fid_samples=args.fid_samples, fid_real=args.fid_real, max_train=args.max_train,
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
                          checkpoint_every=args.checkpoint_every, bound=args.bound, directions=args.directions,
-                         decode_on_sphere=not args.decode_off_sphere, spread=args.spread)
+                         decode_on_sphere=not args.decode_off_sphere, spread=args.spread, init=args.init,
+                         init_scale=args.init_scale)
     if args.device.startswith("cuda"):
         import torch
 

@@ -53,9 +53,47 @@ from ._validate import (check_choice, check_delta, check_epsilon, check_finite_t
                         check_positive, check_probability, check_tensor)
 from .reference import flow as _ref
 
-__all__ = ["DPSlicedWassersteinFlow", "ClassConditionalFlow", "NonFiniteParticlesError", "flow_step"]
+__all__ = ["DPSlicedWassersteinFlow", "ClassConditionalFlow", "NonFiniteParticlesError", "flow_step", "draw_init",
+           "INIT_KINDS"]
 
 _QUANTILE_MODES = ("exact", "grid", "histogram")
+INIT_KINDS = ("gaussian", "sphere", "gaussian_scaled")
+
+
+def draw_init(kind: str, num_particles: int, dim: int, generator: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    """Data-independent initial particles, drawn from ``generator`` only (no privacy cost).
+
+    Every kind is a fixed map of the same N·d standard normals drawn from ``generator`` (so the generator advances
+    identically, and ``"gaussian"`` with ``scale=1`` is the draw flows have always made):
+
+    * ``"gaussian"``: N(0, scale²·I_d) (the papers' start at scale 1: E‖x‖² = d, ‖x‖ ≈ sqrt(d)).
+    * ``"sphere"``: uniform on the sphere of radius ``scale`` centred at 0 (at scale 1 the sphere on which the
+      normalised private rows lie).
+    * ``"gaussian_scaled"``: N(0, (scale²/d)·I_d), so E‖x‖² = scale².
+
+    Args:
+        kind: one of :data:`INIT_KINDS`.
+        num_particles, dim: N >= 1, d >= 1.
+        generator: CPU ``torch.Generator``; the only source of randomness.
+        scale: > 0, a length in the particles' units (see the kinds above).
+
+    Shape:
+        returns (N, d) float32 on the CPU.
+
+    Raises:
+        ValueError: ``kind`` not in :data:`INIT_KINDS`, ``scale`` <= 0 or not finite, sizes < 1.
+    """
+    if not isinstance(kind, str) or kind not in INIT_KINDS:
+        raise ValueError(f"init must be one of {list(INIT_KINDS)} or a tensor, got {kind!r}")
+    n = check_int(num_particles, "num_particles", 1)
+    d = check_int(dim, "dim", 1)
+    scale = check_positive(scale, "init_scale")
+    x = torch.randn(n, d, generator=generator, dtype=torch.float32)
+    if kind == "sphere":
+        x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    elif kind == "gaussian_scaled":
+        x = x / math.sqrt(d)
+    return x * scale if scale != 1.0 else x
 
 
 class NonFiniteParticlesError(FloatingPointError):
@@ -248,7 +286,11 @@ class DPSlicedWassersteinFlow:
         directions: ``"uniform"`` (i.i.d. on the sphere, the papers') or ``"orthogonal"`` (blocks of d orthonormal
             directions, deterministic sensitivity ``2·radius·sqrt(⌈k/d⌉)``, see the module docstring; with
             ``"presampled"`` the pool is made of such blocks and each step takes ``⌈k/d⌉`` whole blocks).
-        init: initial particles (N, d); default N(0, I_d) from ``generator`` (float32).
+        init: initial particles: a tensor (N, d), or a data-independent kind drawn from ``generator``
+            (:func:`draw_init`, float32): ``"gaussian"`` (default, N(0, s²·I_d)), ``"sphere"`` (uniform on the
+            sphere of radius s) or ``"gaussian_scaled"`` (N(0, (s²/d)·I_d)), s = ``init_scale``. None means
+            ``"gaussian"``. The kind is not part of :meth:`state_dict`'s config: the particles are.
+        init_scale: s > 0 for a string ``init`` (default 1); must stay 1 with a tensor ``init``.
         generator: the ``torch.Generator`` (CPU) every draw comes from (directions, batches, noise seeds);
             default: a freshly seeded one.
         device: device of the particles.
@@ -260,7 +302,8 @@ class DPSlicedWassersteinFlow:
 
     Raises:
         ValueError: step_size <= 0, reg < 0, k < 1, N < 2, inconsistent privacy arguments, a private flow without
-            ``steps`` or without ``batch_size``/``sample_rate``, non-finite ``init``.
+            ``steps`` or without ``batch_size``/``sample_rate``, non-finite ``init`` or of the wrong shape, an ``init``
+            string not in :data:`INIT_KINDS`, ``init_scale`` <= 0 (or != 1 with a tensor ``init``).
 
     References:
         Sebag et al., TMLR, DPSWflow-r / DPSWflow; Rakotomamonjy & Ralaivola, ICML 2021, Lemma 2 (sensitivity);
@@ -272,7 +315,8 @@ class DPSlicedWassersteinFlow:
                  delta: float = 1e-5, radius: float = 1.0, batch_size: Optional[int] = None,
                  sample_rate: Optional[float] = None, steps: Optional[int] = None, variant: str = "resample",
                  pool_size: Optional[int] = None, quantiles: str = "exact", num_quantiles: Optional[int] = None,
-                 bound: str = "chernoff", directions: str = "uniform", init: Optional[torch.Tensor] = None,
+                 bound: str = "chernoff", directions: str = "uniform",
+                 init: Union[None, str, torch.Tensor] = None, init_scale: float = 1.0,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
                  backend: str = "auto", normalize: bool = False, accountant: str = "rdp"):
         n = check_int(num_particles, "num_particles", 2)
@@ -286,6 +330,12 @@ class DPSlicedWassersteinFlow:
         check_choice(quantiles, "quantiles", _QUANTILE_MODES)
         check_choice(bound, "bound", ("chernoff", "clt", "bernstein"))
         check_choice(directions, "directions", ("uniform", "orthogonal"))
+        if isinstance(init, str) and init not in INIT_KINDS:
+            raise ValueError(f"init must be one of {list(INIT_KINDS)} or a tensor, got {init!r}")
+        init_scale = check_positive(init_scale, "init_scale")
+        if isinstance(init, torch.Tensor) and init_scale != 1.0:
+            raise ValueError(f"init_scale only applies to a string init; scale the init tensor yourself (got "
+                             f"init_scale={init_scale!r})")
         if num_quantiles is not None:
             num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
         if quantiles == "histogram" and num_quantiles is None:
@@ -332,8 +382,8 @@ class DPSlicedWassersteinFlow:
             normalize=bool(normalize),
             accountant=accountant)
         self.backend = backend
-        if init is None:
-            x = torch.randn(n, d, generator=generator, dtype=torch.float32)
+        if init is None or isinstance(init, str):
+            x = draw_init("gaussian" if init is None else init, n, d, generator, init_scale)
         else:
             check_tensor(init, "init", 2)
             if tuple(init.shape) != (n, d):
@@ -731,17 +781,32 @@ class ClassConditionalFlow:
         particles_per_class: ``"proportional"`` (to the class counts of the private labels, largest-remainder
             rounding, at least 2 each), ``"equal"``, or a sequence of C integers (then ``num_particles`` is ignored).
         generator: master generator; each class flow gets its own generator seeded from it.
+        init, init_scale: data-independent start of every class flow, drawn from that class flow's generator
+            (:func:`draw_init`, s = ``init_scale`` > 0): ``"gaussian"`` (default, N(0, s²·I_d)), ``"sphere"``
+            (uniform on the sphere of radius s) or ``"gaussian_scaled"`` (N(0, (s²/d)·I_d)). Tensors are not accepted
+            here (give one to each :class:`DPSlicedWassersteinFlow` instead).
         **flow_kwargs: every other :class:`DPSlicedWassersteinFlow` argument (``target_epsilon``, ``steps``,
             ``batch_size``, ...), shared by all classes.
 
     Shape:
         private_data (n, d); labels (n,) integers in [0, C). :meth:`run` returns ``(samples (N, d), labels (N,))``.
+
+    Raises:
+        ValueError: bad sizes or ``particles_per_class``, ``init`` not one of :data:`INIT_KINDS`, ``init_scale``
+            <= 0, or one of
+            ``num_particles, dim, num_projections, step_size`` repeated in ``flow_kwargs``.
     """
 
     def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, *,
                  num_classes: Optional[int] = None,
                  particles_per_class: Union[str, Sequence[int]] = "proportional",
-                 generator: Optional[torch.Generator] = None, **flow_kwargs):
+                 generator: Optional[torch.Generator] = None, init: str = "gaussian", init_scale: float = 1.0,
+                 **flow_kwargs):
+        if not isinstance(init, str) or init not in INIT_KINDS:
+            raise ValueError(f"init of ClassConditionalFlow must be one of {list(INIT_KINDS)}, got "
+                             f"{type(init).__name__ if isinstance(init, torch.Tensor) else repr(init)}")
+        self.init = init
+        self.init_scale = check_positive(init_scale, "init_scale")
         self.num_particles = check_int(num_particles, "num_particles", 2)
         self.dim = check_int(dim, "dim", 1)
         self.num_projections = check_int(num_projections, "num_projections", 1)
@@ -752,7 +817,7 @@ class ClassConditionalFlow:
         else:
             particles_per_class = [check_int(v, "particles_per_class[i]", 2) for v in particles_per_class]
         self.particles_per_class = particles_per_class
-        for bad in ("init", "num_particles", "dim", "num_projections", "step_size"):
+        for bad in ("num_particles", "dim", "num_projections", "step_size"):
             if bad in flow_kwargs:
                 raise ValueError(f"{bad} cannot be passed through flow_kwargs of ClassConditionalFlow")
         self.flow_kwargs = flow_kwargs
@@ -787,7 +852,8 @@ class ClassConditionalFlow:
         sizes = self._counts_to_particles(counts)
         self.flows = [DPSlicedWassersteinFlow(sizes[c], self.dim, self.num_projections, self.step_size,
                                               generator=make_generator(draw_seed(self._generator)),
-                                              **self.flow_kwargs) for c in range(C)]
+                                              init=self.init, init_scale=self.init_scale, **self.flow_kwargs)
+                      for c in range(C)]
 
     def run(self, private_data: torch.Tensor, labels: torch.Tensor, steps: Optional[int] = None,
             progress: bool = True, checkpoint_path: Optional[str] = None, checkpoint_every: Optional[int] = None):
@@ -836,7 +902,8 @@ class ClassConditionalFlow:
     def state_dict(self):
         return dict(num_particles=self.num_particles, dim=self.dim, num_projections=self.num_projections,
                     step_size=self.step_size, num_classes=self.num_classes,
-                    particles_per_class=self.particles_per_class, flow_kwargs=dict(self.flow_kwargs),
+                    particles_per_class=self.particles_per_class, init=self.init, init_scale=self.init_scale,
+                    flow_kwargs=dict(self.flow_kwargs),
                     generator=self._generator.get_state(), flows=[f.state_dict() for f in self.flows])
 
     def save(self, path: str) -> None:
@@ -850,7 +917,8 @@ class ClassConditionalFlow:
         kw.update(device=device, backend=backend)
         obj = cls(st["num_particles"], st["dim"], st["num_projections"], st["step_size"],
                   num_classes=st["num_classes"], particles_per_class=st["particles_per_class"],
-                  generator=torch.Generator(device="cpu"), **kw)
+                  generator=torch.Generator(device="cpu"), init=st.get("init", "gaussian"),
+                  init_scale=st.get("init_scale", 1.0), **kw)
         obj._generator.set_state(st["generator"])
         obj.flows = [DPSlicedWassersteinFlow.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
         return obj

@@ -33,6 +33,7 @@ import torch
 from ._validate import check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive
 from .autoencoder import AutoEncoderConfig, decode, default_cache_dir, encode, train_autoencoder
 from .data import ImageData, load_dataset, public_private_split, to_float
+from .flow import INIT_KINDS
 
 __all__ = ["PipelineConfig", "run_pipeline", "stage_data", "stage_autoencoder", "stage_flow", "calibrate_spread",
            "stage_decode", "stage_metrics", "write_outputs", "samples_grid"]
@@ -70,6 +71,10 @@ class PipelineConfig:
             that their spread on the unit sphere matches the public half's latents of that class (post-processing
             with public statistics, no privacy cost; the spread of the samples then comes from public data, the
             class means and shapes from the private flow); ``"flow"``: the particles as the flow left them.
+        init, init_scale: the flows' data-independent start (:func:`fastdpot.flow.draw_init`, drawn from the
+            flow's seeded generator, no privacy cost), s = init_scale > 0 (latent units; the latents have norm 1):
+            ``"gaussian"`` N(0, s²·I_d), ``"sphere"`` uniform on the sphere of radius s, ``"gaussian_scaled"``
+            N(0, (s²/d)·I_d) (E‖x‖² = s²).
     """
     dataset: str = "auto"
     data_dir: Optional[str] = None
@@ -99,6 +104,8 @@ class PipelineConfig:
     directions: str = "orthogonal"
     decode_on_sphere: bool = True
     spread: str = "public"
+    init: str = "gaussian"
+    init_scale: float = 1.0
 
     def resolved(self) -> "PipelineConfig":
         """A copy with the --quick reductions and the data-dependent defaults applied, validated."""
@@ -126,6 +133,8 @@ class PipelineConfig:
         check_nonnegative(c.reg, "reg")
         check_choice(c.spread, "spread", ("public", "flow"))
         check_choice(c.directions, "directions", ("orthogonal", "uniform"))
+        check_choice(c.init, "init", INIT_KINDS)
+        c.init_scale = check_positive(c.init_scale, "init_scale")
         return c
 
 
@@ -219,9 +228,10 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
         resumed = True
     elif cond:
         flow = ClassConditionalFlow(num_particles, latents.shape[1], k, h, particles_per_class="proportional",
-                                    generator=gen, **kw)
+                                    generator=gen, init=cfg.init, init_scale=cfg.init_scale, **kw)
     else:
-        flow = DPSlicedWassersteinFlow(num_particles, latents.shape[1], k, h, generator=gen, **kw)
+        flow = DPSlicedWassersteinFlow(num_particles, latents.shape[1], k, h, generator=gen, init=cfg.init,
+                                       init_scale=cfg.init_scale, **kw)
     if cond:
         samples, sample_labels = flow.run(latents, labels, progress=progress, checkpoint_path=checkpoint_path,
                                           checkpoint_every=cfg.checkpoint_every)
@@ -244,7 +254,8 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
                              steps=steps, batch_size=batch, flows=per_flow, accountant="rdp",
                              sampling="uniform without replacement, fixed size B, fresh every step "
                                       "(substitution neighbours)",
-                             bound=kw["bound"], directions=cfg.directions),
+                             bound=kw["bound"], directions=cfg.directions, init=cfg.init,
+                             init_scale=cfg.init_scale),
                 resumed=resumed)
 
 
@@ -413,6 +424,13 @@ def _save_grid_png(grid: torch.Tensor, path: str, row_names=None, title: str = "
     plt.close(fig)
 
 
+def _init_text(kind: str, s: float) -> str:
+    """The start's law in words, e.g. ``N(0, 0.3²·I_d/d)``."""
+    f = "" if s == 1.0 else f"{s:g}²·"
+    return {"gaussian": f"N(0, {f}I_d)", "gaussian_scaled": f"N(0, {f}I_d/d)",
+            "sphere": f"uniform on the sphere of radius {s:g}"}[kind]
+
+
 def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
     p = result["privacy"]
     lines = ["# Privacy of this run", ""]
@@ -476,7 +494,9 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         "* The public half of the training set and everything trained on it: the auto-encoder (architecture, "
         "weights, latent space) is fitted on the public half only and is public.",
         "* The real test set, used for FID and downstream accuracy, is public.",
-        "* The particle initialisation N(0, I_d) and all randomness not applied to private data.",
+        f"* The particle initialisation `{cfg.init}` ({_init_text(cfg.init, cfg.init_scale)}), drawn from the "
+        "flow's seeded generator independently of the data (no privacy cost), and all randomness not applied to "
+        "private data.",
         "* Post-processing of the released particles (no privacy cost): "
         + ("each class's particles are rescaled about their own mean by a factor s_c chosen so that their spread "
            "on the unit sphere equals that of the PUBLIC half's latents of the class (s_c = "
@@ -561,7 +581,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     if os.path.isfile(ckpt):
         with open(cfg_path) as f:
             old = json.load(f)
-        if old != _finite(asdict(cfg)):
+        if {"init": "gaussian", "init_scale": 1.0, **old} != _finite(asdict(cfg)):  # folders older than `init`
             raise ValueError(f"{run_dir!r} holds a flow checkpoint of a different config; use another --name or "
                              f"delete the folder")
     with open(cfg_path, "w") as f:
@@ -605,9 +625,10 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         accountant="rdp (dp-accounting), sampled without replacement, substitution neighbours",
         class_conditional=p["class_conditional"], num_particles=int(fl["samples"].shape[0]),
         latent_dim=int(ae["latents"].shape[1]), num_projections=p["num_projections"], step_size=p["step_size"],
-        reg=cfg.reg, epochs=cfg.epochs, spread=cfg.spread, spread_scales=spread_scales, autoencoder=dict(ae["config"], cached=ae["info"]["cached"],
-                                                         train_bce=ae["info"]["train_loss"],
-                                                         test_recon_mse=ae["recon_mse"]),
+        reg=cfg.reg, epochs=cfg.epochs, init=cfg.init, init_scale=cfg.init_scale, spread=cfg.spread,
+        spread_scales=spread_scales, autoencoder=dict(ae["config"], cached=ae["info"]["cached"],
+                                                      train_bce=ae["info"]["train_loss"],
+                                                      test_recon_mse=ae["recon_mse"]),
         flow_resumed=fl["resumed"], wall_time_s=dict(times, total=round(sum(times.values()), 2)),
         device=cfg.device, torch_threads=torch.get_num_threads(), machine=platform.machine(),
         **met)

@@ -9,7 +9,7 @@ from dp_accounting.rdp import RdpAccountant
 from scipy.stats import norm
 
 import fastdpot
-from fastdpot.flow import ClassConditionalFlow, DPSlicedWassersteinFlow, NonFiniteParticlesError
+from fastdpot.flow import INIT_KINDS, ClassConditionalFlow, DPSlicedWassersteinFlow, NonFiniteParticlesError, draw_init
 from fastdpot.privacy import DEFAULT_ORDERS, BudgetExceededError
 from fastdpot.reference.sliced import sliced_wasserstein
 
@@ -308,6 +308,115 @@ def test_class_conditional_particles_as_given():
     assert torch.bincount(y).tolist() == [5, 7, 9]
     with pytest.raises(ValueError, match="labels"):
         cc.run(data, lab.float(), steps=1, progress=False)
+
+
+# ------------------------------------------------------------------------------------------------ init kinds
+def test_init_kinds_shapes_norms_and_generator():
+    n, d = 4000, 8
+    x = {k: draw_init(k, n, d, _gen(21)) for k in INIT_KINDS}
+    for k, v in x.items():
+        assert v.shape == (n, d) and v.dtype == torch.float32 and bool(torch.isfinite(v).all()), k
+    # every kind is a deterministic map of the same N·d normals (the generator advances identically)
+    z = torch.randn(n, d, generator=_gen(21))
+    torch.testing.assert_close(x["gaussian"], z, rtol=0, atol=0)
+    torch.testing.assert_close(x["sphere"], z / z.norm(dim=1, keepdim=True), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(x["gaussian_scaled"], z / math.sqrt(d), rtol=0, atol=0)
+    torch.testing.assert_close(x["sphere"].norm(dim=1), torch.ones(n), rtol=1e-5, atol=1e-5)
+    assert abs(float((x["gaussian_scaled"] ** 2).sum(1).mean()) - 1.0) < 0.05
+    assert abs(float((x["gaussian"] ** 2).sum(1).mean()) - d) < 0.4
+    # uniform on the sphere: mean ≈ 0, covariance ≈ I/d
+    s = x["sphere"].double()
+    assert float(s.mean(0).abs().max()) < 0.03
+    torch.testing.assert_close(s.T @ s / n, torch.eye(d, dtype=torch.float64) / d, rtol=0, atol=0.02)
+    # scale: a length (sphere radius, Gaussian standard deviation), applied to the same draw
+    torch.testing.assert_close(draw_init("sphere", 10, d, _gen(2), scale=3.0).norm(dim=1), torch.full((10,), 3.0))
+    for k in INIT_KINDS:
+        torch.testing.assert_close(draw_init(k, n, d, _gen(21), scale=0.3), 0.3 * x[k], rtol=1e-6, atol=1e-7)
+    # the flow's particles are the draw from its generator; None is the default "gaussian" (unchanged stream)
+    for k in INIT_KINDS:
+        f = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, generator=_gen(21))
+        torch.testing.assert_close(f.particles, x[k], rtol=0, atol=0)
+        small = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, init_scale=0.3, generator=_gen(21))
+        torch.testing.assert_close(small.particles, 0.3 * x[k], rtol=1e-6, atol=1e-7)
+        again = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, generator=_gen(21))
+        torch.testing.assert_close(again.particles, f.particles, rtol=0, atol=0)
+    torch.testing.assert_close(DPSlicedWassersteinFlow(n, d, 4, 0.5, generator=_gen(21)).particles, x["gaussian"],
+                               rtol=0, atol=0)
+
+
+def test_class_conditional_init_kinds_and_resume(tmp_path, monkeypatch):
+    data, lab = _mixture(900, seed=8)
+    kw = dict(radius=4.0, batch_size=30, steps=10, noise_multiplier=1.0, target_epsilon=50.0, directions="orthogonal",
+              normalize=True)
+    starts = {}
+    for k in INIT_KINDS:
+        cc = ClassConditionalFlow(120, 2, 2, 0.5, init=k, init_scale=4.0, generator=_gen(9), **kw)
+        cc._build(lab)
+        starts[k] = cc.samples()[0]
+        # each class flow starts from its own generator's draw: same seeds, so same normals under every kind
+        same = ClassConditionalFlow(120, 2, 2, 0.5, init=k, init_scale=4.0, generator=_gen(9), **kw)
+        same._build(lab)
+        torch.testing.assert_close(same.samples()[0], starts[k], rtol=0, atol=0)
+    torch.testing.assert_close(starts["sphere"].norm(dim=1), torch.full((120,), 4.0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(starts["sphere"], 4.0 * starts["gaussian"] / starts["gaussian"].norm(dim=1, keepdim=True),
+                               rtol=1e-5, atol=1e-5)
+    # checkpoint / resume with a non-default init is bit-equal to an uninterrupted run
+    full = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5, generator=_gen(9), **kw)
+    xf, _ = full.run(data, lab, progress=False)
+    path = str(tmp_path / "cc.pt")
+    part = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5, generator=_gen(9), **kw)
+    orig = DPSlicedWassersteinFlow.run
+
+    def run_then_kill(self, *args, callback=None, **kwargs):  # stop in the second class flow after its 5th step
+        def cb(flow):
+            callback(flow)
+            if flow is part.flows[1] and flow.steps_taken == 5:
+                raise _Kill()
+        return orig(self, *args, callback=cb, **kwargs)
+
+    monkeypatch.setattr(DPSlicedWassersteinFlow, "run", run_then_kill)
+    with pytest.raises(_Kill):
+        part.run(data, lab, progress=False, checkpoint_path=path, checkpoint_every=4)
+    monkeypatch.undo()
+    resumed = ClassConditionalFlow.load(path)
+    assert resumed.init == "sphere" and resumed.init_scale == 0.5 and [f.steps_taken for f in resumed.flows] == [10, 4, 0]
+    xr, _ = resumed.run(data, lab, progress=False, checkpoint_path=path)
+    torch.testing.assert_close(xr, xf, rtol=0, atol=0)
+    assert resumed.epsilon() == full.epsilon()
+    # checkpoints written before `init` existed load as "gaussian"
+    st = torch.load(path, weights_only=False)
+    del st["init"], st["init_scale"]
+    torch.save(st, path)
+    old = ClassConditionalFlow.load(path)
+    assert old.init == "gaussian" and old.init_scale == 1.0
+
+
+@pytest.mark.parametrize("init", ["uniform", "Sphere", "", 3])
+def test_bad_init_kinds(init):
+    with pytest.raises(ValueError, match="init must be one of"):
+        DPSlicedWassersteinFlow(16, 3, 4, 0.5, init=init) if isinstance(init, str) else draw_init(init, 16, 3, _gen(0))
+    with pytest.raises(ValueError, match="init of ClassConditionalFlow"):
+        ClassConditionalFlow(16, 3, 4, 0.5, init=init)
+
+
+def test_class_conditional_refuses_tensor_init():
+    with pytest.raises(ValueError, match="init of ClassConditionalFlow.*Tensor"):
+        ClassConditionalFlow(16, 3, 4, 0.5, init=torch.zeros(16, 3))
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, math.nan, math.inf])
+def test_bad_init_scale(scale):
+    with pytest.raises(ValueError, match="init_scale"):
+        DPSlicedWassersteinFlow(16, 3, 4, 0.5, init="sphere", init_scale=scale)
+    with pytest.raises(ValueError, match="init_scale"):
+        ClassConditionalFlow(16, 3, 4, 0.5, init="sphere", init_scale=scale)
+    with pytest.raises(ValueError, match="init_scale"):
+        draw_init("sphere", 16, 3, _gen(0), scale=scale)
+
+
+def test_tensor_init_refuses_init_scale():
+    with pytest.raises(ValueError, match="init_scale only applies"):
+        DPSlicedWassersteinFlow(16, 3, 4, 0.5, init=torch.zeros(16, 3), init_scale=2.0)
 
 
 # ------------------------------------------------------------------------------------------------ bad input

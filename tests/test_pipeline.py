@@ -62,7 +62,9 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     assert 0 <= m["accuracy_logreg"] <= 1 and 0 <= m["accuracy_mlp"] <= 1
     assert set(m["wall_time_s"]) == {"data", "autoencoder", "flow", "decode", "metrics", "total"}
     assert m["spread"] == "public" and len(m["spread_scales"]) == 2 and all(v > 0 for v in m["spread_scales"])
+    assert m["init"] == PipelineConfig().init
     text = (run / "privacy.md").read_text()
+    assert f"initialisation `{m['init']}`" in text and "independently of the data (no privacy cost)" in text
     assert "ε spent" in text and "public by assumption" in text and "without replacement" in text
     # default directions: orthogonal blocks, deterministic Δ = 2·sqrt(⌈k/d⌉), all of δ to the accountant
     assert "orthogonal directions" in text and "no tail is spent" in text
@@ -163,11 +165,14 @@ def test_samples_grid_rows_are_classes():
 
 def test_config_errors():
     for bad in [dict(epsilon=-1.0), dict(delta=1.5), dict(device="tpu"), dict(batch_size=0), dict(reg=-1.0),
-                dict(spread="test"), dict(directions="sobol")]:
+                dict(spread="test"), dict(directions="sobol"), dict(init="uniform"), dict(init=None),
+                dict(init_scale=0.0), dict(init_scale=-1.0)]:
         with pytest.raises(ValueError):
             PipelineConfig(**bad).resolved()
     with pytest.raises(SystemExit):
         cli.main(["flow", "--epsilon", "nan"])
+    with pytest.raises(SystemExit):
+        cli.main(["flow", "--init", "uniform"])
 
 
 def test_uniform_directions_spend_a_tail(idx_dir, tmp_path):
@@ -177,3 +182,32 @@ def test_uniform_directions_spend_a_tail(idx_dir, tmp_path):
     assert "uniform directions" in text and "δ_tail" in text and "chernoff" in text
     m = json.loads((run / "metrics.json").read_text())
     assert 0 < m["epsilon_spent"] <= 10.0 + 1e-9
+
+
+@pytest.mark.parametrize("init", ["gaussian", "sphere", "gaussian_scaled"])
+def test_init_option_reaches_the_flow_and_the_outputs(idx_dir, tmp_path, init):
+    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, init=init, num_particles=30).resolved()
+    data = stage_data(cfg)
+    ae = stage_autoencoder(cfg, data, progress=False, cache_dir=str(tmp_path))
+    fl = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False)
+    assert fl["privacy"]["init"] == init and fl["flow"].init == init
+    assert fl["samples"].shape == (30, 8) and bool(torch.isfinite(fl["samples"]).all())
+    assert 0 < fl["epsilon"] <= 10.0 + 1e-9  # data-independent start: the accounting does not change
+
+
+def test_init_cli_records_it_and_old_run_folders_resume(idx_dir, tmp_path):
+    assert cli.main(_args(idx_dir, tmp_path, "--init", "sphere", "--init-scale", "0.5")) == 0
+    run = tmp_path / "runs" / "r"
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["init"] == "sphere" and m["init_scale"] == 0.5
+    assert "initialisation `sphere` (uniform on the sphere of radius 0.5)" in (run / "privacy.md").read_text()
+    # a checkpoint of another init in the same folder is refused
+    assert cli.main(_args(idx_dir, tmp_path, "--init", "sphere")) == 2
+    # a run folder written before `init` existed (no key in config.json) meant N(0, I_d): it resumes as "gaussian"
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "old", "--init", "gaussian")) == 0
+    cfg_path = tmp_path / "runs" / "old" / "config.json"
+    old = json.loads(cfg_path.read_text())
+    del old["init"]
+    cfg_path.write_text(json.dumps(old))
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "old", "--init", "gaussian")) == 0
+    assert json.loads((tmp_path / "runs" / "old" / "metrics.json").read_text())["flow_resumed"]
