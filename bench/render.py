@@ -49,7 +49,7 @@ def latest_groups(rows):
     """{(suite, case, params_json, mode, device): [rows of the newest run_id]}."""
     groups = defaultdict(list)
     for r in rows:
-        if "error" in r and "median_s" not in r:
+        if "median_s" not in r:  # failed measurements and whole-run records (bench.gpu_flow --api-run)
             continue
         key = (r["suite"], r["case"], json.dumps(r["params"], sort_keys=True), r["mode"], r.get("device", "cpu"))
         groups[key].append(r)
