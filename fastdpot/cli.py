@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--batch-size", type=int, default=d.batch_size, help="B private rows per step")
     f.add_argument("--num-particles", type=int, default=None, help="N (default: size of the real test set)")
     f.add_argument("--num-projections", type=int, default=None, help="k (default d = 8 for d=8, 300 for d=48)")
-    f.add_argument("--step-size", type=float, default=None, help="h (default 1 for d=8, 5 for d=48)")
+    f.add_argument("--step-size", type=float, default=None, help="h (default 0.3 for d=8, 5 for d=48)")
     f.add_argument("--latent-dim", type=int, default=None, help="d (default 8 for 28/32 px, 48 for 64 px)")
     f.add_argument("--reg", type=float, default=d.reg, help="entropic regularisation λ (Brownian term)")
     f.add_argument("--unconditional", action="store_true", help="one flow for all classes (ignore labels)")

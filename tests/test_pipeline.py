@@ -61,8 +61,9 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     assert math.isfinite(m["fid"]) and m["fid"] > 0
     assert 0 <= m["accuracy_logreg"] <= 1 and 0 <= m["accuracy_mlp"] <= 1
     assert set(m["wall_time_s"]) == {"data", "autoencoder", "flow", "decode", "metrics", "total"}
-    assert m["spread"] == "public" and len(m["spread_scales"]) == 2 and all(v > 0 for v in m["spread_scales"])
-    assert m["init"] == PipelineConfig().init
+    d = PipelineConfig()
+    assert m["spread"] == d.spread == "flow" and m["spread_scales"] is None
+    assert m["init"] == d.init == "gaussian_scaled" and m["init_scale"] == d.init_scale == 0.3
     text = (run / "privacy.md").read_text()
     assert f"initialisation `{m['init']}`" in text and "independently of the data (no privacy cost)" in text
     assert "ε spent" in text and "public by assumption" in text and "without replacement" in text
@@ -176,11 +177,13 @@ def test_config_errors():
 
 
 def test_uniform_directions_spend_a_tail(idx_dir, tmp_path):
-    assert cli.main(_args(idx_dir, tmp_path, "--directions", "uniform", "--spread", "flow")) == 0
+    assert cli.main(_args(idx_dir, tmp_path, "--directions", "uniform", "--spread", "public")) == 0
     run = tmp_path / "runs" / "r"
     text = (run / "privacy.md").read_text()
     assert "uniform directions" in text and "δ_tail" in text and "chernoff" in text
+    assert "spread on the unit sphere equals that of the PUBLIC half" in text
     m = json.loads((run / "metrics.json").read_text())
+    assert m["spread"] == "public" and len(m["spread_scales"]) == 2 and all(v > 0 for v in m["spread_scales"])
     assert 0 < m["epsilon_spent"] <= 10.0 + 1e-9
 
 
