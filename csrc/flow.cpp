@@ -1,6 +1,6 @@
 // Fused CPU step of the (DP) sliced-Wasserstein particle flow -- PAPERS.md §2, fastdpot/reference/flow.py.
 //
-// For each chunk of C directions (C bounded so the chunk's projections take <= ~256 MB):
+// For each chunk of C directions (C bounded so the chunk's projections take <= ~FASTDPOT_FLOW_CHUNK_MB = 256 MB):
 //   a. projections s_ij = <x_i, θ_j> + σ·N4(seed, stream 2j, i) (Philox of common.h, four normals per block:
 //      the smoothing noise of the particles protects nothing, see flow_normal.h's fill_normal_smooth), blocked
 //      over particles, with a 4-particle x 64-byte register tile of directions;
@@ -14,8 +14,10 @@
 //                        T = interp(cdf; levels -> tq));
 //      residual s_ij - T_ij stored in place (the private rows' noise N(seed, 2j+1, m) is the privacy-grade stream,
 //      two normals per block with a 64-bit radius uniform);
-//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64-byte register tile of coordinates).
-// Finally drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N4(seed, stream 2k, i·d + c).
+//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64-byte register tile of coordinates;
+//      the first chunk writes the drift, so it needs no zero fill). In the last chunk each block of particles then
+//      takes drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N4(seed, stream 2k, i·d + c) while its
+//      drift rows are still in cache.
 // Noise element indices depend only on (seed, stream, index): results do not depend on threads or chunking.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -40,7 +42,10 @@ using namespace fastdpot;
 namespace {
 
 constexpr int64_t kBlock = 64;                          // particles per block (multiple of 4: aligned Philox)
-constexpr double kChunkBytes = 256.0 * 1024 * 1024;     // projections buffer per chunk of directions
+#ifndef FASTDPOT_FLOW_CHUNK_MB
+#define FASTDPOT_FLOW_CHUNK_MB 256
+#endif
+constexpr double kChunkBytes = FASTDPOT_FLOW_CHUNK_MB * 1024.0 * 1024;  // projections buffer per chunk of directions
 
 // linear-interpolation quantile of sorted v[0..n) at level u in [0, 1] (numpy "linear": position u(n-1))
 template <typename T>
@@ -86,9 +91,9 @@ static inline void project_tile(const T* X, int64_t d, int64_t i0, int64_t i1, c
     }
 }
 
-// drift_i[c0 + c] += Σ_jj P[jj][i] θ_jj[c0 + c] for i in [i0, i1), c < cn; thP is the chunk of Θ padded with zeros
-// to dpad columns (thP[jj * dpad + c]).
-template <typename T, int CT>
+// drift_i[c0 + c] (+)= Σ_jj P[jj][i] θ_jj[c0 + c] for i in [i0, i1), c < cn (First: = instead of +=, so the
+// drift needs no zero fill); thP is the chunk of Θ padded with zeros to dpad columns (thP[jj * dpad + c]).
+template <typename T, int CT, bool First>
 static inline void drift_tile(const T* P, int64_t N, int64_t cj, const T* thP, int64_t dpad, int64_t c0, int64_t cn,
                               int64_t i0, int64_t i1, T* D, int64_t d) {
     for (int64_t i = i0; i < i1; i += kIT) {
@@ -104,7 +109,10 @@ static inline void drift_tile(const T* P, int64_t N, int64_t cj, const T* thP, i
             }
         }
         for (int64_t ii = 0; ii < ni; ++ii)
-            for (int64_t c = 0; c < cn; ++c) D[(i + ii) * d + c0 + c] += acc[ii][c];
+            for (int64_t c = 0; c < cn; ++c) {
+                if constexpr (First) D[(i + ii) * d + c0 + c] = acc[ii][c];
+                else D[(i + ii) * d + c0 + c] += acc[ii][c];
+            }
     }
 }
 
@@ -140,8 +148,24 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     }
     const int64_t nblocks = (N + kBlock - 1) / kBlock;
 
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int64_t i = 0; i < N * d; ++i) out_drift[i] = (T)0;
+    const T inv_k = (T)(1.0 / (double)K);
+    const double bscale = std::sqrt(2.0 * lam * h);
+    // drift /= k and the Euler--Maruyama update of particles [i0, i1), while their drift rows are hot in cache
+    auto update_block = [&](int64_t i0, int64_t i1, T* xi) {
+        const int64_t cnt = (i1 - i0) * d;
+        if (lam > 0) {
+            flowrng::fill_normal_smooth(xi, cnt, seed, (uint64_t)(2 * K), (uint64_t)(i0 * d), 1.0);
+            if (br_out) std::copy(xi, xi + cnt, br_out + i0 * d);
+        }
+        for (int64_t t = 0; t < cnt; ++t) {
+            const int64_t e = i0 * d + t;
+            const T dr = out_drift[e] * inv_k;
+            out_drift[e] = dr;
+            double v = (double)X[e] - h * (double)dr;
+            if (lam > 0) v += bscale * (double)xi[t];
+            out_new[e] = (T)v;
+        }
+    };
 
     for (int64_t j0 = 0; j0 < K; j0 += C) {
         const int64_t cj = std::min(C, K - j0);
@@ -245,37 +269,22 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             }
         }
 
-        // c. drift accumulation
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-        for (int64_t b = 0; b < nblocks; ++b) {
-            const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
-            for (int64_t c0 = 0; c0 < d; c0 += JT)
-                drift_tile<T, JT>(P.get(), N, cj, thP.data(), dpad, c0, std::min<int64_t>(JT, d - c0), i0, i1,
-                                  out_drift, d);
-        }
-    }
-
-    // drift /= k; Euler--Maruyama update
-    const T inv_k = (T)(1.0 / (double)K);
-    const double bscale = std::sqrt(2.0 * lam * h);
+        // c. drift accumulation (the first chunk writes, later ones add); the last chunk also updates the particles
+        const bool first = (j0 == 0), last = (j0 + cj >= K);
 #pragma omp parallel num_threads(nthreads)
-    {
-        std::vector<T> xi((size_t)kBlock * d);
+        {
+            std::vector<T> xi(last && lam > 0 ? (size_t)kBlock * d : 0);
 #pragma omp for schedule(static)
-        for (int64_t b = 0; b < nblocks; ++b) {
-            const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
-            const int64_t cnt = (i1 - i0) * d;
-            if (lam > 0) {
-                flowrng::fill_normal_smooth(xi.data(), cnt, seed, (uint64_t)(2 * K), (uint64_t)(i0 * d), 1.0);
-                if (br_out) std::copy(xi.data(), xi.data() + cnt, br_out + i0 * d);
-            }
-            for (int64_t t = 0; t < cnt; ++t) {
-                const int64_t e = i0 * d + t;
-                const T dr = out_drift[e] * inv_k;
-                out_drift[e] = dr;
-                double v = (double)X[e] - h * (double)dr;
-                if (lam > 0) v += bscale * (double)xi[t];
-                out_new[e] = (T)v;
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
+                for (int64_t c0 = 0; c0 < d; c0 += JT) {
+                    const int64_t cn = std::min<int64_t>(JT, d - c0);
+                    if (first)
+                        drift_tile<T, JT, true>(P.get(), N, cj, thP.data(), dpad, c0, cn, i0, i1, out_drift, d);
+                    else
+                        drift_tile<T, JT, false>(P.get(), N, cj, thP.data(), dpad, c0, cn, i0, i1, out_drift, d);
+                }
+                if (last) update_block(i0, i1, xi.data());
             }
         }
     }
