@@ -88,11 +88,11 @@ def test_stages_non_private(idx_dir, tmp_path):
     assert len(data["public"]) + len(data["private"]) == 200
     assert not set(data["public_index"].tolist()) & set(data["private_index"].tolist())
     ae = stage_autoencoder(cfg, data, progress=False, cache_dir=str(tmp_path))
-    assert ae["latents"].shape == (len(data["private"]), 8)
+    assert ae["latents"].shape == (len(data["private"]), 16)  # conv AE default d = 16
     torch.testing.assert_close(ae["latents"].norm(dim=1), torch.ones(len(data["private"])), rtol=1e-5, atol=1e-5)
     fl = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False)
     assert fl["epsilon"] == math.inf and not fl["privacy"]["private"]
-    assert fl["samples"].shape == (30, 8) and torch.isfinite(fl["samples"]).all()
+    assert fl["samples"].shape == (30, 16) and torch.isfinite(fl["samples"]).all()
     assert sorted(fl["sample_labels"].unique().tolist()) == [0, 1]
     imgs = stage_decode(ae["model"], fl["samples"])
     assert imgs.shape == (30, 1, 28, 28) and float(imgs.min()) >= 0 and float(imgs.max()) <= 1
@@ -194,7 +194,7 @@ def test_init_option_reaches_the_flow_and_the_outputs(idx_dir, tmp_path, init):
     ae = stage_autoencoder(cfg, data, progress=False, cache_dir=str(tmp_path))
     fl = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False)
     assert fl["privacy"]["init"] == init and fl["flow"].init == init
-    assert fl["samples"].shape == (30, 8) and bool(torch.isfinite(fl["samples"]).all())
+    assert fl["samples"].shape == (30, 16) and bool(torch.isfinite(fl["samples"]).all())
     assert 0 < fl["epsilon"] <= 10.0 + 1e-9  # data-independent start: the accounting does not change
 
 
