@@ -169,15 +169,19 @@ def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5
             "repeats": len(times), "peak_mem_mb": peak}
 
 
+def _run_fields(note, timing):
+    """Fields shared by every row of one run: a fresh run id, machine, versions, git revision."""
+    return {"run_id": time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6], "suite": SUITE,
+            "git_rev": harness.git_rev(), "machine": harness.machine_info(), "threads": torch.get_num_threads(),
+            "versions": harness.versions(), "note": note, "timing": timing}
+
+
 def run_events(sizes, results_path, device, note="", budget_s=None):
     """In-process measurement with CUDA events (CPU: perf_counter, smoke only); appends rows, returns them.
 
     ``budget_s``: stop starting new sizes once this many seconds have passed (the rows so far are kept)."""
     t_begin = time.time()
-    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    common = {"run_id": run_id, "suite": SUITE, "git_rev": harness.git_rev(), "machine": harness.machine_info(),
-              "threads": torch.get_num_threads(), "versions": harness.versions(), "note": note,
-              "timing": "cuda_events" if device == "cuda" else "perf_counter (TRITON_INTERPRET smoke run)"}
+    common = _run_fields(note, "cuda_events" if device == "cuda" else "perf_counter (TRITON_INTERPRET smoke run)")
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -244,14 +248,12 @@ def api_run(N, d, k, steps, results_path, device, note="", quantiles="exact", nu
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     done = flow.steps_taken - 1
-    row = {"run_id": time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6], "suite": SUITE,
-           "git_rev": harness.git_rev(), "machine": harness.machine_info(), "versions": harness.versions(),
-           "note": note, "case": "api_run", "impl": f"DPSlicedWassersteinFlow({quantiles})", "device": device,
-           "params": dict(N=N, d=d, k=k, steps=done), "timing": "perf_counter + synchronize",
-           "ms_per_step": round(wall / max(done, 1) * 1e3, 2), "wall_s": round(wall, 3),
-           "peak_mem_mb": round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if device == "cuda" else None,
-           "epsilon": flow.epsilon(), "finite": bool(torch.isfinite(flow.particles).all()),
-           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    row = dict(_run_fields(note, "perf_counter + synchronize"), case="api_run",
+               impl=f"DPSlicedWassersteinFlow({quantiles})", device=device, params=dict(N=N, d=d, k=k, steps=done))
+    row.update(ms_per_step=round(wall / max(done, 1) * 1e3, 2), wall_s=round(wall, 3),
+               peak_mem_mb=round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if device == "cuda" else None,
+               epsilon=flow.epsilon(), finite=bool(torch.isfinite(flow.particles).all()),
+               timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     with open(results_path, "a") as f:
         f.write(json.dumps(row) + "\n")
     print(f"[{SUITE}] api_run N={N} d={d} k={k} {quantiles}: {done} steps, {row['ms_per_step']} ms/step, "
@@ -299,6 +301,8 @@ def main(argv=None):
                     help="measure only these sizes (repeatable) instead of the issue's list")
     ap.add_argument("--api-run", default=None, metavar="N,d,k,steps",
                     help="instead of the table: a private flow through the public API at these sizes")
+    ap.add_argument("--api-modes", default="exact,histogram",
+                    help="quantile modes of --api-run, comma-separated (exact, histogram)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="stop starting new sizes after this many seconds (keeps what was measured)")
     args = ap.parse_args(argv)
@@ -314,22 +318,20 @@ def main(argv=None):
         return 0
     else:
         device = "cuda"
+    if args.results is None:
+        args.results = os.path.join(tempfile.gettempdir(), "fastdpot_gpu_flow_smoke.jsonl") if args.smoke \
+            else harness.RESULTS
     if args.api_run:
         n, d, k, steps = (int(float(v)) for v in args.api_run.split(","))
-        results = args.results or (os.path.join(tempfile.gettempdir(), "fastdpot_gpu_flow_smoke.jsonl")
-                                   if args.smoke else harness.RESULTS)
-        modes = (("exact", None), ("histogram", NUM_BINS))
-        if os.environ.get("GPU_FLOW_API_MODES"):
-            modes = [m for m in modes if m[0] in os.environ["GPU_FLOW_API_MODES"].split(",")]
-        for q, nb in modes:
-            api_run(n, d, k, steps, results, device, note=args.note, quantiles=q, num_bins=nb)
+        for q in args.api_modes.split(","):
+            if q not in ("exact", "histogram"):
+                ap.error(f"--api-modes takes exact and/or histogram, got {q!r}")
+            api_run(n, d, k, steps, args.results, device, note=args.note, quantiles=q,
+                    num_bins=NUM_BINS if q == "histogram" else None)
         return 0
     sizes = _sizes(args.quick, args.smoke)
     if args.only:
         sizes = [dict(zip("Ndk", (int(float(v)) for v in o.split(",")))) for o in args.only]
-    if args.results is None:
-        args.results = os.path.join(tempfile.gettempdir(), "fastdpot_gpu_flow_smoke.jsonl") if args.smoke \
-            else harness.RESULTS
     if args.isolated:
         runs = [dict(case=c, impl=i, params=dict(p, device=device), mode="full" if c == "dpswd" else "forward",
                      anchor="reference_hist" if i == "triton_hist" else "reference", repeats=10, warmup=2)

@@ -22,6 +22,7 @@ def _epsilon(s: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .flow import INIT_KINDS
     from .pipeline import PipelineConfig
 
     d = PipelineConfig()  # one set of defaults, shared with the Python API
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="public: rescale each class's particles about their mean to the spread of the public "
                         "latents of that class (post-processing with public statistics, no privacy cost); flow: "
                         "the particles as the flow left them")
-    f.add_argument("--init", default=d.init, choices=["gaussian", "sphere", "gaussian_scaled"],
+    f.add_argument("--init", default=d.init, choices=list(INIT_KINDS),
                    help="start of the flows' particles, drawn from the seeded generator independently of the data "
                         "(no privacy cost): gaussian N(0, I_d), sphere uniform on the unit sphere (where the latents "
                         "lie), gaussian_scaled N(0, I_d/d); all times --init-scale")

@@ -60,6 +60,11 @@ _QUANTILE_MODES = ("exact", "grid", "histogram")
 INIT_KINDS = ("gaussian", "sphere", "gaussian_scaled")
 
 
+def _check_init_kind(kind) -> None:
+    if not isinstance(kind, str) or kind not in INIT_KINDS:
+        raise ValueError(f"init must be one of {list(INIT_KINDS)} or a tensor, got {kind!r}")
+
+
 def draw_init(kind: str, num_particles: int, dim: int, generator: torch.Generator, scale: float = 1.0) -> torch.Tensor:
     """Data-independent initial particles, drawn from ``generator`` only (no privacy cost).
 
@@ -83,8 +88,7 @@ def draw_init(kind: str, num_particles: int, dim: int, generator: torch.Generato
     Raises:
         ValueError: ``kind`` not in :data:`INIT_KINDS`, ``scale`` <= 0 or not finite, sizes < 1.
     """
-    if not isinstance(kind, str) or kind not in INIT_KINDS:
-        raise ValueError(f"init must be one of {list(INIT_KINDS)} or a tensor, got {kind!r}")
+    _check_init_kind(kind)
     n = check_int(num_particles, "num_particles", 1)
     d = check_int(dim, "dim", 1)
     scale = check_positive(scale, "init_scale")
@@ -330,8 +334,8 @@ class DPSlicedWassersteinFlow:
         check_choice(quantiles, "quantiles", _QUANTILE_MODES)
         check_choice(bound, "bound", ("chernoff", "clt", "bernstein"))
         check_choice(directions, "directions", ("uniform", "orthogonal"))
-        if isinstance(init, str) and init not in INIT_KINDS:
-            raise ValueError(f"init must be one of {list(INIT_KINDS)} or a tensor, got {init!r}")
+        if isinstance(init, str):
+            _check_init_kind(init)
         init_scale = check_positive(init_scale, "init_scale")
         if isinstance(init, torch.Tensor) and init_scale != 1.0:
             raise ValueError(f"init_scale only applies to a string init; scale the init tensor yourself (got "

@@ -175,7 +175,8 @@ def stage_autoencoder(cfg: PipelineConfig, data: Dict[str, Any], progress: bool 
 
     Returns:
         dict with ``model``, ``info`` (cache hit, key, train loss, seconds), ``latents`` (n, d) float32,
-        ``labels`` (n,) or None, ``public_latents`` / ``public_labels`` (the public half, encoded),
+        ``labels`` (n,) or None, ``public_latents`` / ``public_labels`` (the public half, encoded; only with
+        ``cfg.spread == "public"``, which uses them, else None),
         ``recon_mse`` (mean squared reconstruction error on up to 1000 test images).
     """
     arch, d = _ae_defaults(data["public"].images)
@@ -188,7 +189,7 @@ def stage_autoencoder(cfg: PipelineConfig, data: Dict[str, Any], progress: bool 
     test = data["test"].images[:1000]
     recon = decode(model, encode(model, test, device=cfg.device), device=cfg.device)
     mse = float(((recon - to_float(test)) ** 2).mean())
-    public = encode(model, data["public"].images, device=cfg.device)
+    public = encode(model, data["public"].images, device=cfg.device) if cfg.spread == "public" else None
     return dict(model=model, info=info, latents=latents, labels=data["private"].labels, public_latents=public,
                 public_labels=data["public"].labels, recon_mse=mse, config=asdict(ae_cfg))
 
@@ -266,9 +267,10 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
 def _flow_defaults(cfg: PipelineConfig, dim: int) -> Tuple[int, float]:
     """(k, h): the configured values, else d < 32: k = d, h = 0.3 (the ε = 10 sweeps of docs/mainjob/README.md, at
     d = 8; d = 16 and 32 were run with the same rule): with orthogonal directions one full block per step has
-    sensitivity 2 -- the least noise per projected value, while the information per step, k/Δ², does not depend on the number of blocks -- and beat k = 70 uniform
-    directions at σ ≈ 10.5 by 16 points of latent-space MLP accuracy; h = 0.3 from a small start keeps the particles'
-    random walk under the noisy quantiles near the class spread, where h = 1 leaves them ≈ 1.6 times too spread);
+    sensitivity 2 -- the least noise per projected value, while the information per step, k/Δ², does not depend on
+    the number of blocks -- and beat k = 70 uniform directions at σ ≈ 10.5 by 16 points of latent-space MLP accuracy;
+    h = 0.3 from a small start keeps the particles' random walk under the noisy quantiles near the class spread,
+    where h = 1 leaves them ≈ 1.6 times too spread);
     d = 48: k = 300, h = 5 (PAPERS.md §2, not swept)."""
     k_def, h_def = (300, 5.0) if dim >= 32 else (dim, 0.3)
     return cfg.num_projections or k_def, cfg.step_size or h_def

@@ -102,7 +102,7 @@ def _hist_transport_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_pt
                            N, M, D, K, j0, KC, stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                            HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr,
-                 FAST_NOISE: tl.constexpr):
+                           FAST_NOISE: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_c = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask_n = offs_n < N
