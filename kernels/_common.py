@@ -187,7 +187,7 @@ def proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K,
         tt = tl.load(theta_ptr + dirs[None, :] * stride_tk + offs_d[:, None] * stride_td,
                      mask=mask_c[None, :] & mask_d[:, None], other=0.0).to(ACC)
         if USE_DOT:
-            acc += tl.dot(xt, tt, input_precision="ieee")
+            acc += tl.dot(xt, tt, input_precision="tf32x3")
         else:
             acc += tl.sum(xt[:, :, None] * tt[None, :, :], axis=1)
     if HAS_NOISE:

@@ -38,7 +38,7 @@ def _drift_kernel(coef_ptr, theta_ptr, drift_ptr, x_ptr, new_ptr, brown_ptr, N, 
         th = tl.load(theta_ptr + (j0 + offs_c).to(tl.int64)[:, None] * stride_tk + offs_d[None, :] * stride_td,
                      mask=mask_c[:, None] & mask_d[None, :], other=0.0).to(ACC)
         if USE_DOT:
-            acc += tl.dot(g, th, input_precision="ieee")
+            acc += tl.dot(g, th, input_precision="tf32x3")
         else:
             acc += tl.sum(g[:, :, None] * th[None, :, :], axis=1)
     # scalars in the data dtype (a Python float argument would be rounded to float32)

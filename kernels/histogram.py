@@ -140,7 +140,7 @@ def _hist_drift_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q
         th = tl.load(theta_ptr + offs_c.to(tl.int64)[:, None] * stride_tk + offs_d[None, :] * stride_td,
                      mask=mask_c[:, None] & mask_d[None, :], other=0.0).to(ACC)
         if USE_DOT:
-            acc += tl.dot(coef, th, input_precision="ieee")
+            acc += tl.dot(coef, th, input_precision="tf32x3")
         else:
             acc += tl.sum(coef[:, :, None] * th[None, :, :], axis=1)
     acc = acc * tl.load(scalars_ptr).to(ACC)
