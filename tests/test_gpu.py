@@ -1,8 +1,8 @@
 """CUDA checks of the compiled Triton kernels against the torch references (skipped without a CUDA GPU).
 
 Run by ``scripts/gpu_check.sh`` with ``TRITON_INTERPRET`` unset (compiled kernels). Sizes are moderate so that the
-chunking over directions, many thread blocks and the float32 tensor-core (tf32x3: float32-level accuracy) paths are exercised;
-the references are evaluated in float64 on the same GPU from the exact noise the kernels return.
+chunking over directions, many thread blocks and the float32 tensor-core paths (tf32x3: float32-level accuracy) are
+exercised; the references are evaluated in float64 on the same GPU from the exact noise the kernels return.
 """
 import math
 import os
