@@ -143,6 +143,21 @@ def test_cpu_ties_keep_input_order_like_the_reference(dtype, n):
 
 
 @needs_cpu
+@pytest.mark.parametrize("n", [5000, 3_000_001])
+def test_cpu_float32_three_pass_ties_keep_input_order(n):
+    # float32 keys whose three 11-bit digits all vary, with many exact ties, and indices above 2^21: radix_f32.h's
+    # three-pass packed sort must give the reference's stable ranks
+    g = torch.Generator().manual_seed(12)
+    values = torch.randn(97, generator=g) * 3.0
+    x = values[torch.randint(0, 97, (n,), generator=g)].reshape(n, 1)
+    y = torch.randn(40, 1, generator=g)
+    th = torch.ones(1, 1)
+    _, drift, _ = F.flow_step(x, y, th, noise_std=0.0, step_size=1.0, backend="cpu")
+    _, rd = ref_step(x, y, th, None, None, 1.0)
+    torch.testing.assert_close(drift, rd, **_tol(torch.float32))
+
+
+@needs_cpu
 def test_cpu_float32_error_is_that_of_float32_arithmetic():
     # both float32 paths are compared to the float64 reference on the same (float32-representable) draws
     x, y, th, _, _, _ = _inputs(2000, 250, 8, 70, dtype=torch.float32, seed=4)
