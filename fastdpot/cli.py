@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="public: rescale each class's particles about their mean to the spread of the public "
                         "latents of that class (post-processing with public statistics, no privacy cost); flow: "
                         "the particles as the flow left them")
+    f.add_argument("--center", default=d.center, choices=["public", "none"],
+                   help="public: shift each private latent by the public half's mean latent of its class and clip "
+                        "it to radius --clip-radius inside the flow (sensitivity 2r); none: latents on the unit "
+                        "sphere (the papers', sensitivity 2)")
+    f.add_argument("--clip-radius", type=float, default=d.clip_radius,
+                   help="r > 0 for --center public (default: the median distance of the public latents to their "
+                        "class mean)")
     f.add_argument("--init", default=d.init, choices=list(INIT_KINDS),
                    help="start of the flows' particles, drawn from the seeded generator independently of the data "
                         "(no privacy cost): gaussian N(0, I_d), sphere uniform on the unit sphere (where the latents "
@@ -96,7 +103,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
                          checkpoint_every=args.checkpoint_every, bound=args.bound, directions=args.directions,
                          decode_on_sphere=not args.decode_off_sphere, spread=args.spread, init=args.init,
-                         init_scale=args.init_scale)
+                         init_scale=args.init_scale, center=args.center, clip_radius=args.clip_radius)
     if args.device.startswith("cuda"):
         import torch
 

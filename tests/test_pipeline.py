@@ -214,3 +214,88 @@ def test_init_cli_records_it_and_old_run_folders_resume(idx_dir, tmp_path):
     cfg_path.write_text(json.dumps(old))
     assert cli.main(_args(idx_dir, tmp_path, "--name", "old", "--init", "gaussian")) == 0
     assert json.loads((tmp_path / "runs" / "old" / "metrics.json").read_text())["flow_resumed"]
+
+
+def test_public_centers_are_public_class_means_and_median_radius():
+    from fastdpot.pipeline import public_centers
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.nn.functional.normalize(torch.randn(300, 6, generator=g), dim=1)
+    y = torch.arange(300) % 3
+    c, r = public_centers(z, y)
+    assert c.shape == (3, 6)
+    for k in range(3):
+        torch.testing.assert_close(c[k], z[y == k].mean(0), rtol=1e-5, atol=1e-6)
+    dist = (z - c[y]).norm(dim=1)
+    assert r == pytest.approx(float(dist.median()), rel=1e-5)
+    c1, r1 = public_centers(z, None, clip_radius=0.25)
+    torch.testing.assert_close(c1, z.mean(0, keepdim=True), rtol=1e-5, atol=1e-6)
+    assert r1 == 0.25
+    with pytest.raises(ValueError, match="no public rows"):
+        public_centers(z, y, num_classes=4)
+    for bad in (dict(clip_radius=0.0), dict(clip_radius=-1.0)):
+        with pytest.raises(ValueError):
+            public_centers(z, y, **bad)
+    with pytest.raises(ValueError):
+        public_centers(z[:0], None)
+    with pytest.raises(ValueError):
+        public_centers(torch.full((4, 6), float("nan")), None)
+
+
+def test_centered_flow_clips_to_r_and_adds_the_centres_back(idx_dir, tmp_path):
+    from fastdpot.pipeline import public_centers
+
+    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, num_particles=30, center="public").resolved()
+    data = stage_data(cfg)
+    ae = stage_autoencoder(cfg, data, progress=False, cache_dir=str(tmp_path))
+    assert ae["public_latents"] is not None  # center="public" needs them
+    c, r = public_centers(ae["public_latents"], ae["public_labels"])
+    assert 0 < r < 2
+    fl = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, centers=c, clip_radius=r)
+    for f in fl["flow"].flows:
+        assert f.config["radius"] == r and not f.config["normalize"]
+        assert f.sensitivity == pytest.approx(2 * r)  # one orthogonal block of k = d directions
+    assert fl["privacy"]["center"] == "public" and fl["privacy"]["clip_radius"] == r
+    assert 0 < fl["epsilon"] <= 10.0 + 1e-9
+    # translating latents and centres together moves the samples by exactly that: the flow runs on y − c
+    v = torch.linspace(-1, 1, c.shape[1])
+    fl2 = stage_flow(cfg, ae["latents"] + v, ae["labels"], 30, progress=False, centers=c + v, clip_radius=r)
+    torch.testing.assert_close(fl2["samples"], fl["samples"] + v, rtol=1e-5, atol=1e-5)
+    assert torch.equal(fl2["sample_labels"], fl["sample_labels"])
+    # without centres: the authors' unit sphere (Δ = 2)
+    fl0 = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False)
+    assert all(f.config["normalize"] and f.sensitivity == pytest.approx(2.0) for f in fl0["flow"].flows)
+    assert fl0["privacy"]["center"] == "none"
+    with pytest.raises(ValueError, match="clip_radius"):
+        stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, centers=c)
+    with pytest.raises(ValueError, match="centers must be"):
+        stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, centers=c[:, :3], clip_radius=r)
+    with pytest.raises(ValueError, match="has no centre"):
+        stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, centers=c[:1], clip_radius=r)
+
+
+def test_center_cli_and_privacy_md(idx_dir, tmp_path):
+    assert cli.main(_args(idx_dir, tmp_path, "--center", "public", "--clip-radius", "0.3")) == 0
+    run = tmp_path / "runs" / "r"
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["center"] == "public" and m["clip_radius"] == 0.3
+    assert m["sensitivity"] == pytest.approx(0.6)
+    text = (run / "privacy.md").read_text()
+    assert "shifted by the PUBLIC half's mean latent of its class" in text and "r = 0.3" in text
+    assert "Δ = 2r (r = 0.3)·sqrt(⌈k/d⌉) = 0.6" in text
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "none")) == 0  # the default: the papers' unit sphere
+    m0 = json.loads((tmp_path / "runs" / "none" / "metrics.json").read_text())
+    assert m0["center"] == PipelineConfig().center == "none" and m0["clip_radius"] is None and m0["sensitivity"] == pytest.approx(2.0)
+    assert "scaled onto the unit sphere inside the flow step" in (tmp_path / "runs" / "none" / "privacy.md").read_text()
+    # a run folder written before `center` existed (unit-sphere latents) resumes as --center none
+    cfg_path = tmp_path / "runs" / "none" / "config.json"
+    old = json.loads(cfg_path.read_text())
+    del old["center"], old["clip_radius"]
+    cfg_path.write_text(json.dumps(old))
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "none", "--center", "none")) == 0
+    assert json.loads((tmp_path / "runs" / "none" / "metrics.json").read_text())["flow_resumed"]
+    with pytest.raises(SystemExit):
+        cli.main(["flow", "--center", "private"])
+    for bad in (dict(center="x"), dict(clip_radius=0.0), dict(clip_radius=-0.5)):
+        with pytest.raises(ValueError):
+            PipelineConfig(**bad).resolved()
