@@ -155,6 +155,9 @@ class PipelineConfig:
         check_choice(c.center, "center", ("public", "none"))
         if c.clip_radius is not None:
             c.clip_radius = check_positive(c.clip_radius, "clip_radius")
+            if c.center != "public":
+                raise ValueError("clip_radius applies to center='public' (with center='none' the latents are scaled "
+                                 "onto the unit sphere, r = 1)")
         return c
 
 

@@ -296,6 +296,7 @@ def test_center_cli_and_privacy_md(idx_dir, tmp_path):
     assert json.loads((tmp_path / "runs" / "none" / "metrics.json").read_text())["flow_resumed"]
     with pytest.raises(SystemExit):
         cli.main(["flow", "--center", "private"])
-    for bad in (dict(center="x"), dict(clip_radius=0.0), dict(clip_radius=-0.5)):
+    for bad in (dict(center="x"), dict(center="public", clip_radius=0.0), dict(center="public", clip_radius=-0.5),
+                dict(clip_radius=0.5)):  # a radius without center="public" would be silently ignored
         with pytest.raises(ValueError):
             PipelineConfig(**bad).resolved()
