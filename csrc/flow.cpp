@@ -14,10 +14,10 @@
 //                        T = interp(cdf; levels -> tq));
 //      residual s_ij - T_ij stored in place (the private rows' noise N(seed, 2j+1, m) is the privacy-grade stream,
 //      two normals per block with a 64-bit radius uniform);
-//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64- or 96-byte register tile of coordinates;
-//      the first chunk writes the drift, so it needs no zero fill). In the last chunk each block of particles then
-//      takes drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N4(seed, stream 2k, i·d + c) while its
-//      drift rows are still in cache.
+//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64- or 96-byte register tile of
+//      coordinates; the first chunk writes the drift, so it needs no zero fill). In the last chunk each block of
+//      particles then takes drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N4(seed, stream 2k,
+//      i·d + c) while its drift rows are still in cache.
 // Noise element indices depend only on (seed, stream, index): results do not depend on threads or chunking.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -135,8 +135,8 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     std::unique_ptr<T[]> P(new T[(size_t)C * (size_t)N]);  // uninitialised: pass a writes every element first
     constexpr int JT = 64 / sizeof(T);  // directions (projection) / coordinates (drift) per register tile
     // The drift tile takes 1.5 times as many coordinates (24 float / 12 double: twelve accumulators of the 4-particle
-    // tile, two column tiles instead of three at d = 48) when that pads d no further; measured ≈ 5-8 % off a step at
-    // N = 1e6, d = 48, k = 300 (the drift pass ≈ 0.4 s instead of ≈ 0.6 s).
+    // tile, two column tiles instead of three at d = 48) when that pads d no further; ≈ 3-5 % off a step at N = 1e6,
+    // d = 48, k = 300 in interleaved A/B runs (the drift pass ≈ 0.4 s instead of ≈ 0.6 s).
     constexpr int JW = JT + JT / 2;
     const int64_t cpad = ((C + JT - 1) / JT) * JT, dpad_plain = ((d + JT - 1) / JT) * JT;
     const int64_t dpad_wide = ((d + JW - 1) / JW) * JW;

@@ -302,7 +302,8 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
         shift = centers.to(latents.dtype)
         latents = latents - (shift[labels] if cond else shift[0])
     kw = dict(reg=cfg.reg, target_epsilon=cfg.epsilon if private else None, delta=cfg.delta,
-              radius=1.0 if shift is None else clip_radius, normalize=shift is None, batch_size=batch, steps=steps, variant="resample", quantiles="exact",
+              radius=1.0 if shift is None else clip_radius, normalize=shift is None, batch_size=batch, steps=steps,
+              variant="resample", quantiles="exact",
               bound=cfg.bound, directions=cfg.directions, device=cfg.device, backend=cfg.backend)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     resumed = False
@@ -589,13 +590,11 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         "* The public half of the training set and everything trained on it: the auto-encoder (architecture, "
         "weights, latent space) is fitted on the public half only and is public.",
         "* The real test set, used for FID and downstream accuracy, is public.",
-        ("* The centres (the public half's mean latent of each class) and the clipping radius r (the median distance "
-         "of the public latents to their class centre, unless given) are public statistics; the released particles "
-         "live in the shifted space and get their class's centre added back (post-processing)."
-         if p.get("center") == "public" and cfg.clip_radius is None else
-         "* The centres (the public half's mean latent of each class) are public statistics and r was given; the "
-         "released particles live in the shifted space and get their class's centre added back (post-processing)."
-         if p.get("center") == "public" else None),
+        ("* The centres (the public half's mean latent of each class) are public statistics, and r "
+         + ("is one too (the median distance of the public latents to their class centre)" if cfg.clip_radius is None
+            else "was given")
+         + "; the released particles live in the shifted space and get their class's centre added back "
+           "(post-processing)." if p.get("center") == "public" else None),
         f"* The particle initialisation `{cfg.init}` ({_init_text(cfg.init, cfg.init_scale)}), drawn from the "
         "flow's seeded generator independently of the data (no privacy cost), and all randomness not applied to "
         "private data.",
