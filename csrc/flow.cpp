@@ -66,26 +66,27 @@ static inline double value_at_position(const T* v, int64_t n, double pos) {
     return (double)v[lo] + (pos - (double)lo) * ((double)v[lo + 1] - (double)v[lo]);
 }
 
-constexpr int kIT = 4;  // particles per register tile
+constexpr int kIT = 4;  // particles per register tile of the drift
+constexpr int kPT = 8;  // particles per register tile of the projection (8 x one 64-byte vector: eight accumulators)
 
-// P[jt + jj][i] += <x_i, θ_{jt + jj}> for i in [i0, i1), jj < jn, with a kIT x JT register tile; thT is the chunk of
+// P[jt + jj][i] += <x_i, θ_{jt + jj}> for i in [i0, i1), jj < jn, with a kPT x JT register tile; thT is the chunk of
 // Θ transposed and padded with zeros to a multiple of JT columns (thT[c * cpad + jj]).
 template <typename T, int JT>
 static inline void project_tile(const T* X, int64_t d, int64_t i0, int64_t i1, const T* thT, int64_t cpad,
                                 int64_t jt, int64_t jn, T* P, int64_t N) {
-    for (int64_t i = i0; i < i1; i += kIT) {
-        const T* xr[kIT];
-        for (int ii = 0; ii < kIT; ++ii) xr[ii] = X + std::min(i + ii, i1 - 1) * d;  // tail rows: read, discard
-        T acc[kIT][JT] = {};
+    for (int64_t i = i0; i < i1; i += kPT) {
+        const T* xr[kPT];
+        for (int ii = 0; ii < kPT; ++ii) xr[ii] = X + std::min(i + ii, i1 - 1) * d;  // tail rows: read, discard
+        T acc[kPT][JT] = {};
         for (int64_t c = 0; c < d; ++c) {
             const T* tc = thT + c * cpad + jt;
-            for (int ii = 0; ii < kIT; ++ii) {
+            for (int ii = 0; ii < kPT; ++ii) {
                 const T xv = xr[ii][c];
-#pragma omp simd
+#pragma omp simd simdlen(JT)
                 for (int jj = 0; jj < JT; ++jj) acc[ii][jj] += xv * tc[jj];
             }
         }
-        const int64_t ni = std::min<int64_t>(kIT, i1 - i);
+        const int64_t ni = std::min<int64_t>(kPT, i1 - i);
         for (int64_t jj = 0; jj < jn; ++jj)
             for (int64_t ii = 0; ii < ni; ++ii) P[(size_t)(jt + jj) * N + i + ii] += acc[ii][jj];
     }
