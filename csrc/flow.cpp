@@ -32,6 +32,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "common.h"
 #include "flow_normal.h"
 #include "radix_f32.h"
@@ -69,6 +73,42 @@ static inline double value_at_position(const T* v, int64_t n, double pos) {
 constexpr int kIT = 4;  // particles per register tile of the drift
 constexpr int kPT = 8;  // particles per register tile of the projection (8 x one 64-byte vector: eight accumulators)
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+// rows[j * ld + p] += acc[p][j] for 8 particles p and 16 directions j: the projection tile (particles x directions,
+// one 16-float vector per particle) transposed in registers (unpack, shuffle, lane permute: 24 shuffles) instead of
+// 128 scalar read-modify-writes, which cost about as much as the tile's 384 FMAs.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm512_undefined_* (__m512 __Y = __Y)
+static inline void add_transposed_8x16(const float (*acc)[16], float* rows, int64_t ld) {
+    __m512 r[8];
+    for (int p = 0; p < 8; ++p) r[p] = _mm512_loadu_ps(acc[p]);
+    __m512 t[8], u[8];
+    for (int q = 0; q < 4; ++q) {  // t[2q], t[2q+1]: particles 2q, 2q+1 interleaved, per 128-bit lane
+        t[2 * q] = _mm512_unpacklo_ps(r[2 * q], r[2 * q + 1]);
+        t[2 * q + 1] = _mm512_unpackhi_ps(r[2 * q], r[2 * q + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {  // u[4h + m], lane L: particles 4h .. 4h + 3 of direction 4L + m
+        u[4 * h + 0] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        u[4 * h + 1] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+        u[4 * h + 2] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        u[4 * h + 3] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+    }
+    const __m512i lanes01 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i lanes23 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int m = 0; m < 4; ++m) {
+        const __m512 a = _mm512_permutex2var_ps(u[m], lanes01, u[4 + m]);  // directions m | 4 + m
+        const __m512 b = _mm512_permutex2var_ps(u[m], lanes23, u[4 + m]);  // directions 8 + m | 12 + m
+        const __m256 row[4] = {_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1), _mm512_castps512_ps256(b),
+                               _mm512_extractf32x8_ps(b, 1)};
+        for (int q = 0; q < 4; ++q) {
+            float* dst = rows + (size_t)(4 * q + m) * ld;
+            _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), row[q]));
+        }
+    }
+}
+#pragma GCC diagnostic pop
+#endif
+
 // P[jt + jj][i] += <x_i, θ_{jt + jj}> for i in [i0, i1), jj < jn, with a kPT x JT register tile; thT is the chunk of
 // Θ transposed and padded with zeros to a multiple of JT columns (thT[c * cpad + jj]).
 template <typename T, int JT>
@@ -87,6 +127,14 @@ static inline void project_tile(const T* X, int64_t d, int64_t i0, int64_t i1, c
             }
         }
         const int64_t ni = std::min<int64_t>(kPT, i1 - i);
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+        if constexpr (std::is_same_v<T, float> && kPT == 8 && JT == 16) {
+            if (ni == kPT && jn == JT) {  // full tile: transposed in registers, 16 row updates of 8 particles
+                add_transposed_8x16(acc, P + (size_t)jt * N + i, N);
+                continue;
+            }
+        }
+#endif
         for (int64_t jj = 0; jj < jn; ++jj)
             for (int64_t ii = 0; ii < ni; ++ii) P[(size_t)(jt + jj) * N + i + ii] += acc[ii][jj];
     }
@@ -147,6 +195,17 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     std::vector<T> thP((size_t)C * (size_t)dpad);   // chunk of Θ, zero-padded: thP[jj*dpad + c]
     // small problems run on one thread: OpenMP barriers cost more than the work (and much more on a busy machine)
     const int nthreads = ((double)N * (double)K * (double)(d + 8) < 4.0e6) ? 1 : omp_get_max_threads();
+    // The outputs are first-touched here, one write per 4 KiB page, in parallel: callers hand in freshly allocated
+    // arrays, and a page first written late in the step can cost far more than one written now. On the 2-core VM
+    // of the benchmarks the guest returns freed memory to the host within ~2 s (free page reporting), so the drift
+    // rows first written in pass c, 0.5-2 s into the step, took host faults: ≈ 0.25 s per step at N = 1e6, d = 48
+    // (fresh processes, steps 2-5, four interleaved rounds: 2.54 s without this, 2.29 s with it; it costs 25 ms).
+    {
+        constexpr int64_t kPage = 4096 / sizeof(T);
+        const int64_t nd = N * d;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (int64_t e = 0; e < nd; e += kPage) { out_new[e] = (T)0; out_drift[e] = (T)0; }
+    }
     std::vector<DirScratch<T>> scratch(nthreads);
     std::vector<double> levels;
     if (Q >= 2) {
