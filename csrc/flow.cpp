@@ -3,7 +3,7 @@
 // For each chunk of C directions (C bounded so the chunk's projections take <= ~FASTDPOT_FLOW_CHUNK_MB = 256 MB):
 //   a. projections s_ij = <x_i, θ_j> + σ·N4(seed, stream 2j, i) (Philox of common.h, four normals per block:
 //      the smoothing noise of the particles protects nothing, see flow_normal.h's fill_normal_smooth), blocked
-//      over particles, with a 4-particle x 64-byte register tile of directions;
+//      over particles, with an 8-particle x 64-byte register tile of directions (AVX-512: transposed in registers);
 //   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections (float32: packed
 //      key|index sort of radix_f32.h, whose last pass hands each rank straight to the transport in exact mode;
 //      float64: common.h's argsort); the noisy private
@@ -14,7 +14,7 @@
 //                        T = interp(cdf; levels -> tq));
 //      residual s_ij - T_ij stored in place (the private rows' noise N(seed, 2j+1, m) is the privacy-grade stream,
 //      two normals per block with a 64-bit radius uniform);
-//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64- or 96-byte register tile of
+//   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64-, 96- or 192-byte register tile of
 //      coordinates; the first chunk writes the drift, so it needs no zero fill). In the last chunk each block of
 //      particles then takes drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N4(seed, stream 2k,
 //      i·d + c) while its drift rows are still in cache.
@@ -153,7 +153,7 @@ static inline void drift_tile(const T* P, int64_t N, int64_t cj, const T* thP, i
             const T* pr = P + (size_t)jj * N + i;
             for (int ii = 0; ii < kIT; ++ii) {
                 const T r = pr[ii < ni ? ii : 0];
-#pragma omp simd
+#pragma omp simd simdlen(64 / sizeof(T))
                 for (int c = 0; c < CT; ++c) acc[ii][c] += r * tv[c];
             }
         }
@@ -183,14 +183,17 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     C = std::max<int64_t>(1, std::min<int64_t>(C, K));
     std::unique_ptr<T[]> P(new T[(size_t)C * (size_t)N]);  // uninitialised: pass a writes every element first
     constexpr int JT = 64 / sizeof(T);  // directions (projection) / coordinates (drift) per register tile
-    // The drift tile takes 1.5 times as many coordinates (24 float / 12 double: twelve accumulators of the 4-particle
-    // tile, two column tiles instead of three at d = 48) when that pads d no further; ≈ 3-5 % off a step at N = 1e6,
-    // d = 48, k = 300 in interleaved A/B runs (the drift pass ≈ 0.4 s instead of ≈ 0.6 s).
-    constexpr int JW = JT + JT / 2;
-    const int64_t cpad = ((C + JT - 1) / JT) * JT, dpad_plain = ((d + JT - 1) / JT) * JT;
-    const int64_t dpad_wide = ((d + JW - 1) / JW) * JW;
-    const bool wide = dpad_wide <= dpad_plain;
-    const int64_t dpad = wide ? dpad_wide : dpad_plain;
+    // The drift tile spans 3, 1.5 or 1 times JT coordinates (48 / 24 / 16 float): the widest that pads d least.
+    // Four particles x 48 float coordinates is twelve 64-byte accumulators, one column tile at d = 48: each
+    // residual is read once instead of two or three times (interleaved A/B at N = 1e6, d = 48, k = 300: the drift
+    // pass 0.34 -> 0.30 s against 24 coordinates, which had taken it from ≈ 0.6 s against 16).
+    constexpr int JW3 = 3 * JT, JW2 = JT + JT / 2;
+    auto padded = [d](int64_t w) { return ((d + w - 1) / w) * w; };
+    const int64_t cpad = ((C + JT - 1) / JT) * JT;
+    const int width = padded(JW3) <= padded(JW2) && padded(JW3) <= padded(JT) ? JW3
+                      : padded(JW2) <= padded(JT)                            ? JW2
+                                                                             : JT;
+    const int64_t dpad = padded(width);
     std::vector<T> thT((size_t)d * (size_t)cpad);   // chunk of Θ transposed, zero-padded: thT[c*cpad + jj]
     std::vector<T> thP((size_t)C * (size_t)dpad);   // chunk of Θ, zero-padded: thP[jj*dpad + c]
     // small problems run on one thread: OpenMP barriers cost more than the work (and much more on a busy machine)
@@ -353,7 +356,8 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                         else drift_tile<T, CT, false>(P.get(), N, cj, tp, dpad, c0, cn, i0, i1, out_drift, d);
                     }
                 };
-                if (wide) columns(std::integral_constant<int, JW>{});
+                if (width == JW3) columns(std::integral_constant<int, JW3>{});
+                else if (width == JW2) columns(std::integral_constant<int, JW2>{});
                 else columns(std::integral_constant<int, JT>{});
                 if (last) update_block(i0, i1, xi.data());
             }
