@@ -398,6 +398,21 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double 
     const T* pt = th.data();
     T* po = out_new.mutable_data();
     T* pd = out_drift.mutable_data();
+    // outputs are written from the first moment of the step (their pages are first-touched at once): none may share
+    // memory with an input or with another output
+    struct Span { const void* p; int64_t n; };
+    const Span ins[] = {{px, N * d}, {py_, M * d}, {pt, K * d}};
+    const Span outs[] = {{po, N * d}, {pd, N * d}, {pn, pn ? N * K : 0}, {pm, pm ? M * K : 0}, {pb, pb ? N * d : 0}};
+    auto overlap = [](const Span& a, const Span& b) {
+        const char *pa = (const char*)a.p, *pb_ = (const char*)b.p;
+        return a.n > 0 && b.n > 0 && pa < pb_ + b.n * (int64_t)sizeof(T) && pb_ < pa + a.n * (int64_t)sizeof(T);
+    };
+    for (int o = 0; o < 5; ++o) {
+        for (const Span& in : ins)
+            if (overlap(outs[o], in)) throw std::invalid_argument("flow_step outputs must not share memory with inputs");
+        for (int o2 = o + 1; o2 < 5; ++o2)
+            if (overlap(outs[o], outs[o2])) throw std::invalid_argument("flow_step outputs must not share memory");
+    }
     {
         py::gil_scoped_release nogil;
         flow_step_impl<T>(px, N, d, py_, M, pt, K, sigma, h, lam, (uint64_t)seed, Q, po, pd, pn, pm, pb, max_chunk);
@@ -431,7 +446,8 @@ PYBIND11_MODULE(_C_flow, m) {
     const char* doc =
         "flow_step(x (N,d), y (M,d), theta (k,d), sigma, step_size, reg, seed, Q, out_new (N,d), out_drift (N,d), "
         "noise_particles (N,k)|None, noise_private (M,k)|None, brownian (N,d)|None, max_chunk=0). Q = 0: exact sort-based "
-        "transport; Q >= 2: the authors' Q-level grid. Writes the outputs in place; releases the GIL.";
+        "transport; Q >= 2: the authors' Q-level grid. Writes the outputs in place (they must not share memory with the "
+        "inputs or with each other: ValueError); releases the GIL.";
     m.def("flow_step", &flow_step_py<float>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
           py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
           py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),

@@ -281,3 +281,21 @@ def test_flow_step_bad_shapes_and_values():
         ref_step(x, y, th, None, None, 0.5, reg=0.1)
     with pytest.raises(BackendUnavailableError):
         F.flow_step(x, y, th, noise_std=0.1, step_size=0.5, backend="keops")
+
+
+@needs_cpu
+def test_cpu_step_refuses_outputs_that_share_memory():
+    # the kernel first-touches its outputs at the start of the step: an output aliasing an input would corrupt it
+    mod = load_cpp("flow")
+    x, y, th, _, _, _ = _inputs(40, 5, 3, 4)
+    xn, yn, tn = x.numpy(), y.numpy(), th.numpy()
+    keep = xn.copy()
+    drift = np.empty_like(xn)
+    with pytest.raises(ValueError, match="share memory with inputs"):
+        mod.flow_step(xn, yn, tn, 0.1, 0.5, 0.0, 1, 0, xn, drift, None, None, None)
+    assert np.array_equal(xn, keep)  # refused before anything was written
+    new = np.empty_like(xn)
+    with pytest.raises(ValueError, match="must not share memory"):
+        mod.flow_step(xn, yn, tn, 0.1, 0.5, 0.0, 1, 0, new, new, None, None, None)
+    mod.flow_step(xn, yn, tn, 0.1, 0.5, 0.0, 1, 0, new, drift, None, None, None)  # distinct outputs: fine
+    assert np.isfinite(new).all()
