@@ -76,7 +76,7 @@ constexpr int kPT = 8;  // particles per register tile of the projection (8 x on
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
 // rows[j * ld + p] += acc[p][j] for 8 particles p and 16 directions j: the projection tile (particles x directions,
 // one 16-float vector per particle) transposed in registers (unpack, shuffle, lane permute: 24 shuffles) instead of
-// 128 scalar read-modify-writes, which cost about as much as the tile's 384 FMAs.
+// 128 scalar read-modify-writes (interleaved A/B at N = 1e6, d = 48, k = 300: the projection pass 0.51 -> 0.49 s).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm512_undefined_* (__m512 __Y = __Y)
 static inline void add_transposed_8x16(const float (*acc)[16], float* rows, int64_t ld) {

@@ -7,8 +7,8 @@
 // (radius from the 64-bit uniform (r0, r1), angle from r2) -> (a cos 2πt, a sin 2πt), with float-precision log /
 // sin / cos polynomials (Cephes single-precision logf, sinf, cosf) instead of double libm calls, which cannot
 // vectorise. The radius uniform u = (r0 + (r1 + 0.5)·2^-32)·2^-32 keeps 56 bits where they matter (the Gaussian
-// tail reaches 8.9σ here, 9.5σ in common.h's double-precision normal2; see there why the tail matters) and, for u within 2^-10 of 1, a series in v = 1 − u computed from the
-// integer, so the radius is accurate near 0 too.
+// tail reaches 8.9σ here, 9.5σ in common.h's double-precision normal2; see there why the tail matters) and, for u
+// within 2^-10 of 1, a series in v = 1 − u computed from the integer, so the radius is accurate near 0 too.
 #pragma once
 
 #include <cstdint>
