@@ -205,7 +205,9 @@ def test_cpu_noise_is_replayable_and_gaussian():
 
 @needs_cpu
 @pytest.mark.parametrize("smoothing", [False, True])
-@pytest.mark.parametrize("seed,stream,offset", [(0, 0, 0), (2 ** 61 + 5, 9, 3), (123, 600, 1_000_001)])
+# the last offset makes the 64-bit Philox block counter carry from its low into its high 32-bit word inside the draws
+@pytest.mark.parametrize("seed,stream,offset", [(0, 0, 0), (2 ** 61 + 5, 9, 3), (123, 600, 1_000_001),
+                                                (7, 3, 2 ** 34 - 40_003)])
 def test_fast_normals_are_common_h_philox_normals(seed, stream, offset, smoothing):
     # the C++ step's vectorised single-precision Box-Muller (csrc/flow_normal.h) reproduces common.h's
     # double-precision normals on the same Philox stream: the privacy-grade stream (fill_normal; 300k draws exercise
