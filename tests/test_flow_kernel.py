@@ -112,7 +112,7 @@ def _tol(dtype):
     (300, 20, 5, 9, "grid", None, 0.3),   # Q defaults to N
     (2, 1, 1, 1, "exact", None, 0.0),
     (513, 1, 3, 3, "grid", 5, 0.0),
-    (600, 50, 48, 20, "exact", None, 0.1),  # d = 48, 20: the drift's wider register tile (24 float / 12 double)
+    (600, 50, 48, 20, "exact", None, 0.1),  # d = 48, 20: the drift's wider register tiles (48 / 24 coordinates)
     (300, 40, 20, 9, "grid", 37, 0.0),
 ])
 def test_cpu_matches_reference_with_replayed_noise(dtype, n, m, d, k, mode, Q, reg):
