@@ -134,11 +134,18 @@ def test_cpu_matches_reference_with_replayed_noise(dtype, n, m, d, k, mode, Q, r
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("n", [40, 700])  # below and above the radix-sort threshold
 def test_cpu_ties_keep_input_order_like_the_reference(dtype, n):
-    # repeated particles and no noise: tied projections; both sorts are stable, so the rank map agrees exactly
+    # repeated particles and no noise: tied projections; both sorts are stable, so the rank map agrees exactly.
+    # Ties must be ties in every arithmetic: the oblique direction is (0.6, 0.8, 0) rounded to multiples of 2^-21
+    # (unit to 1e-13), so its projections of integers in [-3, 3] are exact in float32 whatever the summation order
+    # or FMA contraction (|p|, |q| < 2^21 and |value| < 2^3 need at most 24 bits). With (0.6, 0.8, 0) itself the
+    # mathematically tied values 0.6·a + 0.8·b = 0.6·(a+4) + 0.8·(b−3) round differently in torch's matmul and in
+    # the kernel's FMA tiles on some CPUs, and stable ranks flip between values that are not ties in float32.
     g = torch.Generator().manual_seed(11)
     x = torch.randint(-3, 4, (n, 3), generator=g).to(dtype)
     y = torch.randn(57, 3, generator=g, dtype=dtype)
-    th = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.6, 0.8, 0.0]], dtype=dtype)
+    p, q = 1258292 / 2**21, 1677721 / 2**21
+    th = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [p, q, 0.0]], dtype=dtype)
+    assert (x @ th.t()).double().equal(x.double() @ th.double().t())  # every projection exact in this dtype
     new, drift, _ = F.flow_step(x, y, th, noise_std=0.0, step_size=1.0, backend="cpu")
     rn, rd = ref_step(x, y, th, None, None, 1.0)
     torch.testing.assert_close(drift, rd, **_tol(dtype))
@@ -157,6 +164,27 @@ def test_cpu_float32_three_pass_ties_keep_input_order(n):
     _, drift, _ = F.flow_step(x, y, th, noise_std=0.0, step_size=1.0, backend="cpu")
     _, rd = ref_step(x, y, th, None, None, 1.0)
     torch.testing.assert_close(drift, rd, **_tol(torch.float32))
+
+
+@needs_cpu
+@pytest.mark.parametrize("n,d,k", [(37, 3, 5), (1000, 48, 300), (999, 20, 17), (2001, 8, 70)])
+def test_cpu_float32_projections_are_float32_accurate(n, d, k):
+    # The kernel's projections, isolated from ranks: with every private row the same point c, every target quantile
+    # is θ_jᵀc, so drift_i = (1/k) Σ_j θ_jᵀ(x_i − c) θ_j whatever the order of the projected values (no tie or
+    # near-tie can move it). The float32 kernel must then be as close to float64 as float32 torch itself is: a
+    # projection error (not a rank flip) fails this on any CPU, with or without FMA or AVX-512.
+    x, _, th, _, _, _ = _inputs(n, 1, d, k, dtype=torch.float32, seed=5)
+    c = torch.randn(1, d, generator=torch.Generator().manual_seed(6)) * 0.3
+    y = c.expand(13, d).contiguous()
+    _, drift, _ = F.flow_step(x, y, th, noise_std=0.0, step_size=1.0, backend="cpu")
+    _, d64 = ref_step(x.double(), y.double(), th.double(), None, None, 1.0)
+    _, d32 = ref_step(x, y, th, None, None, 1.0)
+    err_cpu = (drift.double() - d64).abs().max().item()
+    err_torch = (d32.double() - d64).abs().max().item()
+    scale = d64.abs().max().item()
+    # float32 rounding of a length-d dot and a length-k sum is a few ulps of the largest term; 4x torch's own
+    # error (or 64 ulps of the drift's scale, if torch happens to be exact) leaves room for another summation order
+    assert err_cpu <= 4 * err_torch + 64 * 2.0**-24 * scale, (err_cpu, err_torch, scale)
 
 
 @needs_cpu
