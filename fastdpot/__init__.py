@@ -15,6 +15,23 @@ from .privacy import (BudgetExceededError, FixedSizeSampler, PoissonSampler, Pri
                       PrivacyBudget, calibrate_noise_multiplier, sliced_sensitivity)
 # op "sinkhorn" (keops, reference); the function stays fastdpot.sinkhorn.sinkhorn so the submodule is not shadowed
 from .sinkhorn import SinkhornLoss, entropic_wasserstein, semi_debiased_sinkhorn_loss  # noqa: F401,E402
-# the main job (fastdpot flow): data loaders, auto-encoders, metrics, pipeline
-from . import data, metrics  # noqa: F401,E402
-from .pipeline import PipelineConfig, run_pipeline  # noqa: F401,E402
+
+# The main job (`fastdpot flow`: data loaders, auto-encoders, metrics, pipeline, CLI) is not imported with the
+# package: it is loaded on first use, so `import fastdpot` costs only the library (PEP 562 module __getattr__).
+_LAZY = {"data": (".data", None), "metrics": (".metrics", None), "pipeline": (".pipeline", None),
+         "autoencoder": (".autoencoder", None), "cli": (".cli", None),
+         "PipelineConfig": (".pipeline", "PipelineConfig"), "run_pipeline": (".pipeline", "run_pipeline")}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module, __name__)
+        return mod if attr is None else getattr(mod, attr)
+    raise AttributeError(f"module 'fastdpot' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -161,3 +161,19 @@ def test_env_report_runs():
     for name in _dispatch.registered_ops():
         if not name.startswith("_test_"):
             assert name in text
+
+
+# ---------------------------------------------------------------- import cost
+def test_import_loads_no_main_job_module():
+    # `import fastdpot` is the library only; the main job (data, auto-encoders, metrics, pipeline, CLI) loads on use
+    code = ("import sys, fastdpot; print(' '.join(sorted(m for m in sys.modules if m.startswith('fastdpot'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    loaded = set(out.stdout.split())
+    main_job = {"fastdpot.data", "fastdpot.metrics", "fastdpot.pipeline", "fastdpot.autoencoder", "fastdpot.cli"}
+    assert not loaded & main_job, sorted(loaded & main_job)
+    # the public names keep working, loaded on first access
+    assert fastdpot.PipelineConfig.__name__ == "PipelineConfig" and callable(fastdpot.run_pipeline)
+    assert fastdpot.data.load_digits is not None and "metrics" in dir(fastdpot)
+    with pytest.raises(AttributeError):
+        fastdpot.no_such_name
