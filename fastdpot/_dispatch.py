@@ -5,7 +5,6 @@ Each op (``"sliced_wasserstein"``, ``"flow_step"``, ``"sinkhorn"``, ...) maps ba
 * ``reference`` -- pure torch (``fastdpot.reference``), always available, any device;
 * ``cpu``       -- the C++/OpenMP extension ``fastdpot._C_<name>`` (CPU tensors);
 * ``triton``    -- Triton kernels (CUDA tensors; CPU tensors under ``TRITON_INTERPRET=1``);
-* ``cuda``      -- hand-written CUDA extension ``fastdpot._cuda_<name>``;
 * ``keops``     -- pykeops symbolic reductions.
 
 ``backend="auto"`` asks each registered ``auto`` rule (an ordered list of backends per device type, optionally with
@@ -21,7 +20,7 @@ from ._ext import BackendUnavailableError
 
 __all__ = ["BACKENDS", "register", "set_auto", "dispatch", "available_backends", "registered_ops"]
 
-BACKENDS = ("reference", "cpu", "triton", "cuda", "keops")
+BACKENDS = ("reference", "cpu", "triton", "keops")
 
 
 @dataclass

@@ -10,7 +10,7 @@ import importlib
 import os
 from functools import lru_cache
 
-__all__ = ["BackendUnavailableError", "load_cpp", "load_cuda", "triton_status", "keops_status", "cpp_status"]
+__all__ = ["BackendUnavailableError", "load_cpp", "triton_status", "keops_status", "cpp_status"]
 
 
 class BackendUnavailableError(RuntimeError):
@@ -19,8 +19,6 @@ class BackendUnavailableError(RuntimeError):
 
 _CPP_HINT = ("the C++ extension is not built: run `pip install -e .` (needs gcc and pybind11) "
              "or `FASTDPOT_EXT={name} python setup.py build_ext --inplace`")
-_CUDA_HINT = ("the CUDA extension is not built: on a machine with a CUDA toolkit and a CUDA build of torch, run "
-              "`pip install --no-build-isolation -e .`")
 
 
 @lru_cache(maxsize=None)
@@ -38,13 +36,6 @@ def load_cpp(name: str):
         raise BackendUnavailableError(f"backend 'cpu' for '{name}' is unavailable ({err}); " + _CPP_HINT.format(name=name))
     return mod
 
-
-def load_cuda(name: str):
-    """Return the compiled CUDA module ``fastdpot._cuda_<name>`` or raise :class:`BackendUnavailableError`."""
-    mod, err = _try_import(f"fastdpot._cuda_{name}")
-    if mod is None:
-        raise BackendUnavailableError(f"backend 'cuda' for '{name}' is unavailable ({err}); " + _CUDA_HINT)
-    return mod
 
 
 def cpp_status(name: str):

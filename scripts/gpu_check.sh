@@ -15,7 +15,7 @@ if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 
 fi
 python -c "import triton" || { echo "gpu_check: triton is not installed (pip install triton)"; exit 1; }
 
-# build: the C++ extension and any csrc/cuda sources, against the installed (CUDA) torch; --no-deps keeps torch
+# build: the C++ extension (Triton needs no build); --no-deps keeps the installed (CUDA) torch
 python -m pip install -q --no-build-isolation --no-deps -e . \
     || FASTDPOT_SKIP_CPP_BUILD=1 python -m pip install -q --no-build-isolation --no-deps -e .
 python -c "import dp_accounting, scipy, tqdm, pytest" 2>/dev/null \

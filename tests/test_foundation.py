@@ -9,7 +9,7 @@ import torch
 
 import fastdpot
 from fastdpot import _dispatch
-from fastdpot._ext import BackendUnavailableError, cpp_status, load_cpp, load_cuda
+from fastdpot._ext import BackendUnavailableError, cpp_status, load_cpp
 from fastdpot._validate import (check_choice, check_delta, check_epsilon, check_finite_tensor, check_int,
                                 check_nonnegative, check_positive, check_probability, check_same_dim, check_tensor)
 
@@ -69,8 +69,6 @@ def test_op_without_reference_and_nothing_available():
 def test_missing_extension_errors_name_what_to_install():
     with pytest.raises(BackendUnavailableError, match=r"FASTDPOT_EXT=_definitely_missing"):
         load_cpp("_definitely_missing")
-    with pytest.raises(BackendUnavailableError, match="CUDA"):
-        load_cuda("_definitely_missing")
     ok, reason = cpp_status("_definitely_missing")
     assert not ok and "ModuleNotFoundError" in reason
 
