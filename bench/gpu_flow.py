@@ -70,29 +70,25 @@ def _inputs(n, m, d, k, device, seed=0):
 
 
 def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):
-    import fastdpot.flow  # noqa: F401  (registers the flow_step backends)
-    from fastdpot._dispatch import dispatch
+    from fastdpot.flow import flow_step
 
     backend = "triton" if impl.startswith("triton") else "reference"
     quantiles = "histogram" if impl.endswith("_hist") else "exact"
-    _, fn = dispatch("flow_step", backend, device)
 
     def setup():
         return _inputs(N, M, d, k, device)
 
     def forward(state):
         x, y, th = state
-        return fn(x, y, th, noise_std=0.5, step_size=1.0, reg=0.0, seed=1234, quantiles=quantiles,
-                  num_quantiles=NUM_BINS if quantiles == "histogram" else None, return_noise=False)
+        return flow_step(x, y, th, noise_std=0.5, step_size=1.0, reg=0.0, seed=1234, quantiles=quantiles,
+                         num_quantiles=NUM_BINS if quantiles == "histogram" else None, backend=backend)
 
     return Case(setup=setup, forward=forward, device=device)
 
 
 def _dpswd_case(impl, N, d, k, M=None, device="cuda"):
-    import fastdpot.sliced  # noqa: F401  (registers the sliced_wasserstein backends)
-    from fastdpot._dispatch import dispatch
+    from fastdpot.sliced import dp_sliced_wasserstein
 
-    _, fn = dispatch("sliced_wasserstein", impl, device)
     m = N if M is None else M
 
     def setup():
@@ -101,7 +97,8 @@ def _dpswd_case(impl, N, d, k, M=None, device="cuda"):
 
     def forward(state):
         x, y, th = state
-        return fn(x, y, th, 2, 0.5, 1234, False)
+        return dp_sliced_wasserstein(x, y, 0.5, p=2, projections=th, generator=torch.Generator().manual_seed(1234),
+                                     backend=impl)
 
     def backward(state, loss):
         loss.backward()

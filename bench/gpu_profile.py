@@ -14,15 +14,13 @@ import torch
 def profile_mode(n, d, k, quantiles, steps):
     from torch.profiler import ProfilerActivity, profile
 
-    import fastdpot.flow  # noqa: F401  (registers the backends)
-    from fastdpot._dispatch import dispatch
+    from fastdpot.flow import flow_step as fn
 
     from .gpu_flow import M_PRIVATE, NUM_BINS, _inputs
 
-    _, fn = dispatch("flow_step", "triton", "cuda")
     x, y, th = _inputs(n, M_PRIVATE, d, k, "cuda")
     kw = dict(noise_std=0.5, step_size=1.0, reg=1e-3, seed=1234, quantiles=quantiles,
-              num_quantiles=NUM_BINS if quantiles == "histogram" else None, return_noise=False)
+              num_quantiles=NUM_BINS if quantiles == "histogram" else None, backend="triton")
     for _ in range(2):
         fn(x, y, th, **kw)
     torch.cuda.synchronize()
