@@ -47,7 +47,7 @@ def make_generator(seed: Optional[int] = None, *, secure_mode: bool = False, dev
 
 
 
-def random_directions(num_projections: int, dim: int, generator: Optional[torch.Generator] = None, *,
+def random_directions(num_projections: int, dim: int, generator=None, *,
                       orthogonal: bool = False, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Directions θ_1..θ_k on the unit sphere S^{d-1}, as rows of a (k, d) tensor.
 
@@ -56,6 +56,10 @@ def random_directions(num_projections: int, dim: int, generator: Optional[torch.
     the signs of R's diagonal folded in; Mezzadri, Notices AMS 2007); every direction is marginally uniform, rows
     within a block are orthonormal, so :func:`fastdpot.privacy.orthogonal_sliced_sensitivity` bounds the
     projection's sensitivity deterministically. Computed in float64, returned in ``dtype``.
+
+    ``generator``: a ``torch.Generator`` (``None``: torch's global one) or a
+    :class:`fastdpot.privacy.randomness.PrivacyRandomness` (private directions: secret OS-random normals in secure
+    mode, the same draws as its ``torch.Generator`` in replayable mode).
 
     Shape:
         returns (k, d), k = ``num_projections``, d = ``dim``; unit rows.
@@ -66,11 +70,17 @@ def random_directions(num_projections: int, dim: int, generator: Optional[torch.
     k, d = int(num_projections), int(dim)
     if k < 1 or d < 1:
         raise ValueError(f"num_projections and dim must be >= 1, got {num_projections!r}, {dim!r}")
+    if generator is None or isinstance(generator, torch.Generator):
+        def normal(*shape):
+            return torch.randn(*shape, generator=generator, dtype=torch.float64)
+    else:
+        def normal(*shape):
+            return generator.normal(shape, dtype=torch.float64)
     if not orthogonal:
-        th = torch.randn(k, d, generator=generator, dtype=torch.float64)
+        th = normal(k, d)
         return (th / th.norm(dim=1, keepdim=True)).to(dtype)
     nb = -(-k // d)
-    g = torch.randn(nb, d, d, generator=generator, dtype=torch.float64)
+    g = normal(nb, d, d)
     q, r = torch.linalg.qr(g)
     q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)  # Haar: columns times sign(R_ii)
     return q.transpose(-2, -1).reshape(nb * d, d)[:k].to(dtype)
