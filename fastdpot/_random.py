@@ -1,6 +1,7 @@
-"""Injectable, replayable randomness.
+"""Injectable, replayable randomness for public draws and for the replayable mode.
 
-Every random op in fastdpot takes a ``torch.Generator``. Fused kernels (C++ Philox, Triton ``tl.randn``) take a
+Privacy draws of the private APIs go through :mod:`fastdpot.privacy.randomness` (secret OS randomness by default;
+a ``torch.Generator`` only with ``secure_mode=False``). Every random op in fastdpot takes a ``torch.Generator``. Fused kernels (C++ Philox, Triton ``tl.randn``) take a
 64-bit seed drawn from that generator with :func:`draw_seed`, so the same generator state gives the same noise on
 every backend run and a run can be replayed from a checkpointed generator state.
 """
@@ -26,10 +27,12 @@ def make_generator(seed: Optional[int] = None, *, secure_mode: bool = False, dev
 
     Args:
         seed: integer seed; ``None`` seeds from ``torch.seed()``-style entropy (non-deterministic).
-        secure_mode: seed from the operating system's CSPRNG (``os.urandom``); ``seed`` must then be None.
-            Caveat (as in Opacus' ``secure_mode``): the Gaussian noise is still produced by floating-point
-            sampling, whose low-order bits can leak information about the noiseless value (Mironov, CCS 2012);
-            secure_mode removes seed predictability, not that floating-point attack surface.
+        secure_mode: seed from the operating system's CSPRNG (``os.urandom``, 63 bits); ``seed`` must then be None.
+            The result is still an MT19937 ``torch.Generator`` (not a cryptographic generator, 63-bit seed): it is
+            NOT what protects the private APIs, whose privacy draws come from
+            :class:`fastdpot.privacy.randomness.PrivacyRandomness` (secure by default). Caveat (as in Opacus'
+            ``secure_mode``): noise is produced by floating-point sampling, whose low-order bits can leak
+            information about the noiseless value (Mironov, CCS 2012).
 
     Raises:
         ValueError: ``seed`` given together with ``secure_mode=True``.

@@ -668,7 +668,8 @@ class DPSlicedWassersteinFlow:
 
     def run(self, private_data: torch.Tensor, steps: Optional[int] = None, progress: bool = True,
             checkpoint_path: Optional[str] = None, checkpoint_every: Optional[int] = None,
-            callback: Optional[Callable[["DPSlicedWassersteinFlow"], None]] = None) -> torch.Tensor:
+            callback: Optional[Callable[["DPSlicedWassersteinFlow"], None]] = None,
+            progress_epsilon: bool = True) -> torch.Tensor:
         """Run the flow on ``private_data``: each step samples a fresh batch of B rows uniformly without
         replacement (:class:`fastdpot.privacy.FixedSizeSampler`), clips it and takes one step.
 
@@ -679,6 +680,7 @@ class DPSlicedWassersteinFlow:
             checkpoint_path: where :meth:`save` writes (atomically) every ``checkpoint_every`` steps and at the end.
             checkpoint_every: checkpoint period in steps (default: only at the end).
             callback: called with the flow after every step.
+            progress_epsilon: show the ε spent in the bar (False for class flows: ε_c depends on the private n_c).
 
         Returns the particles (N, d). Stops early, without error, when the next step would exceed the ε budget or
         the planned T private steps.
@@ -709,7 +711,7 @@ class DPSlicedWassersteinFlow:
             sampler = None
         bar = tqdm(total=steps, disable=not progress, desc="DP-SW flow" if self.private else "SW flow")
         every = max(1, steps // 5)  # ε for the bar is recomputed ~5 times per call (an RDP evaluation each)
-        eps = self.epsilon() if progress else 0.0
+        eps = self.epsilon() if progress and progress_epsilon else 0.0
         try:
             for it in range(steps):
                 if self.private:
@@ -723,10 +725,13 @@ class DPSlicedWassersteinFlow:
                 if checkpoint_path is not None and checkpoint_every is not None and self._step % checkpoint_every == 0:
                     self.save(checkpoint_path)
                 if progress:
-                    if it % every == 0 or it == steps - 1:
+                    if progress_epsilon and (it % every == 0 or it == steps - 1):
                         eps = self.epsilon()
                     bar.update(1)
-                    bar.set_postfix(step=self._step, eps=f"{eps:.3g}", drift=f"{self._last_drift_norm:.3g}")
+                    if progress_epsilon:
+                        bar.set_postfix(step=self._step, eps=f"{eps:.3g}", drift=f"{self._last_drift_norm:.3g}")
+                    else:
+                        bar.set_postfix(step=self._step, drift=f"{self._last_drift_norm:.3g}")
         finally:
             bar.close()
             if self.private and self._mode is not None:
@@ -926,7 +931,7 @@ class ClassConditionalFlow:
             part = private_data[labels.to(private_data.device) == c]
             if progress:  # nothing computed from the private class size n_c
                 print(f"class {c} of {len(self.flows)}", flush=True)
-            flow.run(part, steps=steps, progress=progress, callback=ckpt)
+            flow.run(part, steps=steps, progress=progress, callback=ckpt, progress_epsilon=False)
         if checkpoint_path is not None:
             self.save(checkpoint_path)
         return self.samples()
