@@ -1,9 +1,10 @@
 """Injectable, replayable randomness for public draws and for the replayable mode.
 
 Privacy draws of the private APIs go through :mod:`fastdpot.privacy.randomness` (secret OS randomness by default;
-a ``torch.Generator`` only with ``secure_mode=False``). Every random op in fastdpot takes a ``torch.Generator``. Fused kernels (C++ Philox, Triton ``tl.randn``) take a
-64-bit seed drawn from that generator with :func:`draw_seed`, so the same generator state gives the same noise on
-every backend run and a run can be replayed from a checkpointed generator state.
+a ``torch.Generator`` only with ``secure_mode=False``). Every random op in fastdpot takes a ``torch.Generator``.
+Fused kernels (C++ Philox, Triton) take a 62-bit seed; in replayable mode it is drawn from that generator with
+:func:`draw_seed`, so the same generator state gives the same noise on every backend run and a run can be replayed
+from a checkpointed generator state.
 """
 from __future__ import annotations
 

@@ -753,8 +753,9 @@ class DPSlicedWassersteinFlow:
             self._flush()
         return dict(
             config=dict(self._config), particles=self._particles.detach().cpu().clone(),
-            generator=self._generator.get_state(), secure_mode=self.secure_mode, step=self._step, pool=None if self._pool is None else
-            self._pool.cpu().clone(), noise_multiplier=self._noise_multiplier, mode=self._mode,
+            generator=self._generator.get_state(), secure_mode=self.secure_mode, step=self._step,
+            pool=None if self._pool is None else self._pool.cpu().clone(), noise_multiplier=self._noise_multiplier,
+            mode=self._mode,
             bound_n=self._bound_n, bound_batch=self._bound_batch, last_drift_norm=self._last_drift_norm,
             accountant=None if self._accountant is None else self._accountant.state_dict(),
             budget=None if self._budget is None else self._budget.state_dict())

@@ -337,7 +337,8 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
         resumed = True
     elif cond:
         flow = ClassConditionalFlow(num_particles, latents.shape[1], k, h, particles_per_class=per_class,
-                                    num_classes=n_classes, generator=gen, init=cfg.init, init_scale=cfg.init_scale, **kw)
+                                    num_classes=n_classes, generator=gen, init=cfg.init, init_scale=cfg.init_scale,
+                                    **kw)
     else:
         flow = DPSlicedWassersteinFlow(num_particles, latents.shape[1], k, h, generator=gen, init=cfg.init,
                                        init_scale=cfg.init_scale, **kw)

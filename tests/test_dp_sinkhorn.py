@@ -37,7 +37,8 @@ def test_sanitiser_clip_noise_and_debias_rows():
     grad = torch.randn(B + k, D, generator=g, dtype=F64)
     grad[B:] *= 5.0
     grad[:3] *= 0.01  # small rows are untouched by per-sample clipping
-    out, sigma, noise = sanitize_image_gradient(grad, B, C, z, "per_sample", secure_mode=False, generator=g, return_noise=True)
+    out, sigma, noise = sanitize_image_gradient(grad, B, C, z, "per_sample",
+                                                secure_mode=False, generator=g, return_noise=True)
     assert sigma == pytest.approx(z * C * 2 * math.sqrt(B))
     clipped = out[:B] - noise
     assert torch.allclose(clipped[:3], grad[:3]) and float(clipped.norm(dim=1).max()) <= C + 1e-12
@@ -47,7 +48,8 @@ def test_sanitiser_clip_noise_and_debias_rows():
     assert abs(float(noise.mean())) < 4 * sigma / math.sqrt(B * D)
     assert float(noise.std()) == pytest.approx(sigma, rel=0.08)
     # joint clipping: the whole private block to Frobenius norm C, σ = 2Cz
-    out, sigma, noise = sanitize_image_gradient(grad, B, C, z, "joint", secure_mode=False, generator=g, return_noise=True)
+    out, sigma, noise = sanitize_image_gradient(grad, B, C, z, "joint",
+                                                secure_mode=False, generator=g, return_noise=True)
     assert sigma == pytest.approx(2 * C * z)
     assert float((out[:B] - noise).norm()) == pytest.approx(C)
 

@@ -66,7 +66,8 @@ def test_conv_generator_non_private_digits():
     before = evaluate_sw(init, x, generator=torch.Generator().manual_seed(3))
     torch.manual_seed(0)
     res = train_dpswgen(x, math.inf, 1e-5, steps=60, batch_size=200, num_projections=50, latent_dim=8,
-                        model="conv", radius=8.0, secure_mode=False, generator=torch.Generator().manual_seed(2), lr=5e-3)
+                        model="conv", radius=8.0, secure_mode=False, generator=torch.Generator().manual_seed(2),
+                        lr=5e-3)
     assert math.isinf(res.epsilon) and res.noise_std == 0.0
     assert res.sample(5).shape == (5, 1, 8, 8)
     assert evaluate_sw(res, x, generator=torch.Generator().manual_seed(3)) < 0.5 * before

@@ -82,7 +82,8 @@ def test_default_bound_is_the_proven_chernoff_bound():
 
     k, d, T, delta = 70, 8, 20, 1e-5
     flows = {b: DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=1.0, delta=delta, batch_size=5, steps=T,
-                                        bound=b, secure_mode=False, generator=_gen(3)) for b in ("clt", "bernstein", "chernoff")}
+                                        bound=b, secure_mode=False, generator=_gen(3))
+             for b in ("clt", "bernstein", "chernoff")}
     default = DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=1.0, delta=delta, batch_size=5, steps=T,
                                       secure_mode=False, generator=_gen(3))
     dt = delta / (2 * T)
@@ -140,7 +141,8 @@ def test_presampled_variant_composes_every_step():
 def test_target_epsilon_calibrates_and_spends_the_budget():
     n, B, T = 400, 40, 15
     data = torch.randn(n, 8, generator=_gen(7))
-    f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, target_epsilon=4.0, batch_size=B, steps=T, secure_mode=False, generator=_gen(8))
+    f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, target_epsilon=4.0, batch_size=B, steps=T,
+                                secure_mode=False, generator=_gen(8))
     assert f.noise_multiplier is None  # calibrated at the first run(), when n is known
     f.run(data, progress=False)
     assert f.steps_taken == T
@@ -303,7 +305,8 @@ def test_class_conditional_flow(tmp_path):
 
 def test_class_conditional_particles_as_given():
     data, lab = _mixture(600, seed=6)
-    cc = ClassConditionalFlow(0 + 2, 2, 4, 1.0, particles_per_class=[5, 7, 9], radius=4.0, secure_mode=False, generator=_gen(7))
+    cc = ClassConditionalFlow(0 + 2, 2, 4, 1.0, particles_per_class=[5, 7, 9], radius=4.0,
+                              secure_mode=False, generator=_gen(7))
     x, y = cc.run(data, lab, steps=2, progress=False)
     assert torch.bincount(y).tolist() == [5, 7, 9]
     with pytest.raises(ValueError, match="labels"):
@@ -340,7 +343,8 @@ def test_init_kinds_shapes_norms_and_generator():
         torch.testing.assert_close(small.particles, 0.3 * x[k], rtol=1e-6, atol=1e-7)
         again = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, secure_mode=False, generator=_gen(21))
         torch.testing.assert_close(again.particles, f.particles, rtol=0, atol=0)
-    torch.testing.assert_close(DPSlicedWassersteinFlow(n, d, 4, 0.5, secure_mode=False, generator=_gen(21)).particles, x["gaussian"],
+    torch.testing.assert_close(DPSlicedWassersteinFlow(n, d, 4, 0.5,
+                                                       secure_mode=False, generator=_gen(21)).particles, x["gaussian"],
                                rtol=0, atol=0)
 
 
@@ -361,10 +365,12 @@ def test_class_conditional_init_kinds_and_resume(tmp_path, monkeypatch):
     torch.testing.assert_close(starts["sphere"], 4.0 * starts["gaussian"] / starts["gaussian"].norm(dim=1, keepdim=True),
                                rtol=1e-5, atol=1e-5)
     # checkpoint / resume with a non-default init is bit-equal to an uninterrupted run
-    full = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5, secure_mode=False, generator=_gen(9), **kw)
+    full = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5,
+                                secure_mode=False, generator=_gen(9), **kw)
     xf, _ = full.run(data, lab, progress=False)
     path = str(tmp_path / "cc.pt")
-    part = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5, secure_mode=False, generator=_gen(9), **kw)
+    part = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5,
+                                secure_mode=False, generator=_gen(9), **kw)
     orig = DPSlicedWassersteinFlow.run
 
     def run_then_kill(self, *args, callback=None, **kwargs):  # stop in the second class flow after its 5th step

@@ -128,7 +128,8 @@ def test_gaussian_local_mechanism():
     noise = (y0 / sigma).flatten().numpy()
     assert stats.kstest(noise, "norm").pvalue > 1e-3
     assert abs(noise.mean()) < 4 / math.sqrt(noise.size) and abs(noise.std() - 1) < 0.03
-    assert not torch.equal(y0, gaussian_local_mechanism(torch.zeros_like(x), eps, delta, r, _gen(4), secure_mode=False)[0])
+    assert not torch.equal(y0, gaussian_local_mechanism(torch.zeros_like(x), eps, delta, r, _gen(4),
+                                                        secure_mode=False)[0])
 
 
 def test_laplace_local_mechanism():

@@ -80,8 +80,8 @@ class PoissonSampler:
 class FixedSizeSampler:
     """Uniform sampling of exactly B of the n rows without replacement, fresh at every call.
 
-    Each call draws a new uniformly random B-subset (:meth:`PrivacyRandomness.subset`), independent of all previous calls
-    — the "sampled without replacement" event of dp-accounting (Wang, Balle & Kasiviswanathan 2019), which is
+    Each call draws a new uniformly random B-subset (:meth:`PrivacyRandomness.subset`), independent of all previous
+    calls — the "sampled without replacement" event of dp-accounting (Wang, Balle & Kasiviswanathan 2019), which is
     accounted with substitution (replace-one) neighbours. ``sample_rate = B/n``.
 
     Args:
