@@ -231,3 +231,30 @@ def test_secret_never_in_state_dict_or_checkpoint(monkeypatch, tmp_path):
     assert torch.equal(g.get_state(), _flow(True).state_dict()["generator"])
     # resuming keeps secure mode
     assert DPSlicedWassersteinFlow.load(str(tmp_path / "c.pt"), backend="reference").secure_mode
+
+
+def test_trainers_secure_by_default_replayable_on_request():
+    from fastdpot.dp_sinkhorn import DPSinkhornConfig, train_dp_sinkhorn
+    from fastdpot.dpswgen import train_dpswgen
+
+    x = torch.randn(60, 4, generator=_gen(0))
+
+    def swgen(secure):
+        torch.manual_seed(0)  # parameter initialisation (public)
+        # ε = inf keeps the test fast (no calibration); batches and directions still come from the source
+        res = train_dpswgen(x, math.inf, 1e-5, steps=2, batch_size=10, num_projections=5, latent_dim=2,
+                            generator=_gen(1), secure_mode=secure, backend="reference")
+        return torch.cat([p.detach().flatten() for p in res.generator.parameters()])
+
+    assert not torch.equal(swgen(True), swgen(True)) and torch.equal(swgen(False), swgen(False))
+    imgs = torch.rand(40, 1, 28, 28, generator=_gen(2))
+    labels = torch.arange(40) % 10
+
+    def sink(secure):
+        cfg = DPSinkhornConfig(expected_batch_size=8, generated_batch_size=8, noise_multiplier=5.0, max_steps=1,
+                               channels=4, latent_dim=4, ratio=0.25, accountant="rdp", blur=2.0, secure_mode=secure)
+        res = train_dp_sinkhorn(imgs, labels, cfg)
+        assert len(res.released_norms) == res.steps == 1
+        return torch.tensor(res.released_norms)
+
+    assert not torch.equal(sink(True), sink(True)) and torch.equal(sink(False), sink(False))
