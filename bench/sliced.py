@@ -69,12 +69,12 @@ def dp_case(impl, n, m, d, k, p=2, noise_std=0.5):
             from fastdpot.sliced import dp_sliced_wasserstein
 
             return dp_sliced_wasserstein(s["x"], s["y"], noise_std, projections=s["th"], p=p, generator=g,
-                                         backend="cpu")
+                                         secure_mode=False, backend="cpu")
         if impl == "reference":
             from fastdpot.sliced import dp_sliced_wasserstein
 
             return dp_sliced_wasserstein(s["x"], s["y"], noise_std, projections=s["th"], p=p, generator=g,
-                                         backend="reference")
+                                         secure_mode=False, backend="reference")
         raise ValueError(f"impl must be fastdpot or reference, got {impl!r}")
 
     def setup():

@@ -1,8 +1,10 @@
-"""Injectable, replayable randomness.
+"""Injectable, replayable randomness for public draws and for the replayable mode.
 
-Every random op in fastdpot takes a ``torch.Generator``. Fused kernels (C++ Philox, Triton ``tl.randn``) take a
-64-bit seed drawn from that generator with :func:`draw_seed`, so the same generator state gives the same noise on
-every backend run and a run can be replayed from a checkpointed generator state.
+Privacy draws of the private APIs go through :mod:`fastdpot.privacy.randomness` (secret OS randomness by default;
+a ``torch.Generator`` only with ``secure_mode=False``). Every random op in fastdpot takes a ``torch.Generator``.
+Fused kernels (C++ Philox, Triton) take a 62-bit seed; in replayable mode it is drawn from that generator with
+:func:`draw_seed`, so the same generator state gives the same noise on every backend run and a run can be replayed
+from a checkpointed generator state.
 """
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ def make_generator(seed: Optional[int] = None, *, secure_mode: bool = False, dev
 
     Args:
         seed: integer seed; ``None`` seeds from ``torch.seed()``-style entropy (non-deterministic).
-        secure_mode: seed from the operating system's CSPRNG (``os.urandom``); ``seed`` must then be None.
-            Caveat (as in Opacus' ``secure_mode``): the Gaussian noise is still produced by floating-point
-            sampling, whose low-order bits can leak information about the noiseless value (Mironov, CCS 2012);
-            secure_mode removes seed predictability, not that floating-point attack surface.
+        secure_mode: seed from the operating system's CSPRNG (``os.urandom``, 63 bits); ``seed`` must then be None.
+            The result is still an MT19937 ``torch.Generator`` (not a cryptographic generator, 63-bit seed): it is
+            NOT what protects the private APIs, whose privacy draws come from
+            :class:`fastdpot.privacy.randomness.PrivacyRandomness` (secure by default). Caveat (as in Opacus'
+            ``secure_mode``): noise is produced by floating-point sampling, whose low-order bits can leak
+            information about the noiseless value (Mironov, CCS 2012).
 
     Raises:
         ValueError: ``seed`` given together with ``secure_mode=True``.
@@ -47,7 +51,7 @@ def make_generator(seed: Optional[int] = None, *, secure_mode: bool = False, dev
 
 
 
-def random_directions(num_projections: int, dim: int, generator: Optional[torch.Generator] = None, *,
+def random_directions(num_projections: int, dim: int, generator=None, *,
                       orthogonal: bool = False, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Directions θ_1..θ_k on the unit sphere S^{d-1}, as rows of a (k, d) tensor.
 
@@ -56,6 +60,10 @@ def random_directions(num_projections: int, dim: int, generator: Optional[torch.
     the signs of R's diagonal folded in; Mezzadri, Notices AMS 2007); every direction is marginally uniform, rows
     within a block are orthonormal, so :func:`fastdpot.privacy.orthogonal_sliced_sensitivity` bounds the
     projection's sensitivity deterministically. Computed in float64, returned in ``dtype``.
+
+    ``generator``: a ``torch.Generator`` (``None``: torch's global one) or a
+    :class:`fastdpot.privacy.randomness.PrivacyRandomness` (private directions: secret OS-random normals in secure
+    mode, the same draws as its ``torch.Generator`` in replayable mode).
 
     Shape:
         returns (k, d), k = ``num_projections``, d = ``dim``; unit rows.
@@ -66,11 +74,17 @@ def random_directions(num_projections: int, dim: int, generator: Optional[torch.
     k, d = int(num_projections), int(dim)
     if k < 1 or d < 1:
         raise ValueError(f"num_projections and dim must be >= 1, got {num_projections!r}, {dim!r}")
+    if generator is None or isinstance(generator, torch.Generator):
+        def normal(*shape):
+            return torch.randn(*shape, generator=generator, dtype=torch.float64)
+    else:
+        def normal(*shape):
+            return generator.normal(shape, dtype=torch.float64)
     if not orthogonal:
-        th = torch.randn(k, d, generator=generator, dtype=torch.float64)
+        th = normal(k, d)
         return (th / th.norm(dim=1, keepdim=True)).to(dtype)
     nb = -(-k // d)
-    g = torch.randn(nb, d, d, generator=generator, dtype=torch.float64)
+    g = normal(nb, d, d)
     q, r = torch.linalg.qr(g)
     q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)  # Haar: columns times sign(R_ii)
     return q.transpose(-2, -1).reshape(nb * d, d)[:k].to(dtype)

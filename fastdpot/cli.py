@@ -75,7 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "lie), gaussian_scaled N(0, I_d/d); all times --init-scale")
     f.add_argument("--init-scale", type=float, default=d.init_scale,
                    help="s > 0: gaussian N(0, s²I_d), sphere of radius s, gaussian_scaled N(0, s²I_d/d)")
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--seed", type=int, default=0, help="seed of the public work (split, auto-encoder, initial "
+                   "particles, evaluation); the flow's privacy draws are secret unless --replayable-noise")
+    f.add_argument("--replayable-noise", action="store_true",
+                   help="draw the flow's batches, directions and noise from --seed (replayable: NO privacy guarantee "
+                        "against anyone who holds the seed or the checkpoint; privacy.md and metrics.json say so); "
+                        "default: secret randomness from the operating system")
     f.add_argument("--device", default="cpu", help="cpu or cuda")
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
     f.add_argument("--quick", action="store_true", help="a short run on a small part of the data")
@@ -103,7 +108,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
                          checkpoint_every=args.checkpoint_every, bound=args.bound, directions=args.directions,
                          decode_on_sphere=not args.decode_off_sphere, spread=args.spread, init=args.init,
-                         init_scale=args.init_scale, center=args.center, clip_radius=args.clip_radius)
+                         init_scale=args.init_scale, center=args.center, clip_radius=args.clip_radius,
+                         replayable_noise=args.replayable_noise)
     if args.device.startswith("cuda"):
         import torch
 
@@ -121,5 +127,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     keys = ["dataset", "epsilon_spent", "delta", "steps", "noise_multiplier", "fid", "fid_generated_samples",
             "fid_real_samples", "accuracy_logreg", "accuracy_mlp", "wall_time_s"]
     print(json.dumps({k: metrics.get(k) for k in keys if k in metrics}, indent=2))
-    print(f"outputs in {run_dir}/ (samples.png, metrics.json, privacy.md)")
+    print(f"outputs in {run_dir}/ (samples.png, metrics.json, privacy.md; private/ holds the flow checkpoint, a "
+          f"private artefact: do not publish it)")
     return 0

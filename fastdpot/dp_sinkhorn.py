@@ -17,6 +17,13 @@ Privacy argument, as enforced by :func:`train_dp_sinkhorn`:
 * the rB regenerated ("debiasing") rows enter only OT_ε(G, G'), never the real batch: their gradient is a
   function of generator outputs alone, so it is clipped (to C per row, for a consistent scale) but needs no noise.
   Their gradient still depends on G, which is fine: G is data-independent.
+* randomness (``DPSinkhornConfig.secure_mode``, default True): the Poisson batches and the sanitiser's noise come
+  from the operating system (:class:`~fastdpot.privacy.randomness.PrivacyRandomness`; secret, never stored, float64
+  wide-tail normals cast to float32); ``seed`` drives only the public draws (parameter initialisation, latents,
+  fake labels). ``secure_mode=False`` draws everything from ``seed`` (replayable; no guarantee against anyone who
+  holds the seed);
+* nothing computed from the private batch is returned unnoised: :class:`DPSinkhornResult` holds, per step, the
+  norm of the released (sanitised) gradient, not the loss OT(G, real) (which is private).
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from torch import nn
 from ._validate import check_choice, check_int, check_nonnegative, check_positive, check_probability, check_tensor
 from .privacy import BudgetExceededError, PoissonSampler, PrivacyAccountant, PrivacyBudget
 from .privacy import calibrate_noise_multiplier
+from .privacy.randomness import PrivacyRandomness, privacy_randomness
 from .sinkhorn import class_conditional, semi_debiased_sinkhorn_loss, sinkhorn, squared_euclidean_l1
 
 __all__ = ["sensitivity_factor", "sanitize_image_gradient", "ConditionalDCGANGenerator", "DPSinkhornConfig",
@@ -49,7 +57,7 @@ def sensitivity_factor(clipping: str, num_rows: int) -> float:
 
 def sanitize_image_gradient(grad: torch.Tensor, num_private_rows: int, clip_norm: float, noise_multiplier: float,
                             clipping: str = "joint", generator: Optional[torch.Generator] = None,
-                            return_noise: bool = False):
+                            return_noise: bool = False, *, secure_mode: bool = True):
     """Clip and noise the gradient of the loss w.r.t. the generated images (the DP-Sinkhorn release).
 
     Rows ``[:num_private_rows]`` touch the real data (they enter OT_ε(G, real)); they are clipped (``"joint"``:
@@ -59,11 +67,16 @@ def sanitize_image_gradient(grad: torch.Tensor, num_private_rows: int, clip_norm
 
     Shape: grad (B + rB, D) -> (B + rB, D). σ is a standard deviation per gradient entry.
 
+    Noise: float64 wide-tail normals (:meth:`~fastdpot.privacy.randomness.PrivacyRandomness.normal`) cast to the
+    gradient's dtype; from the operating system with ``secure_mode=True`` (default; a ``torch.Generator`` then
+    raises), from ``generator`` with ``secure_mode=False`` (replayable). ``generator`` may also be a
+    :class:`~fastdpot.privacy.randomness.PrivacyRandomness`.
+
     Returns:
         ``(sanitised, sigma)`` (plus the noise tensor if ``return_noise``, for replay in tests).
 
     Raises:
-        ValueError: bad shapes or parameters.
+        ValueError: bad shapes or parameters, a ``torch.Generator`` with ``secure_mode=True``.
 
     References:
         Cao et al. 2021, §4.3 and Algorithm 1 (PAPERS.md §3); the per-sample factor is derived in the module doc.
@@ -75,6 +88,7 @@ def sanitize_image_gradient(grad: torch.Tensor, num_private_rows: int, clip_norm
     C = check_positive(clip_norm, "clip_norm")
     z = check_nonnegative(noise_multiplier, "noise_multiplier")
     check_choice(clipping, "clipping", CLIPPINGS)
+    rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
     priv, extra = grad[:B], grad[B:]
     if clipping == "joint":
         priv = priv * (C / priv.norm().clamp_min(C))
@@ -82,7 +96,7 @@ def sanitize_image_gradient(grad: torch.Tensor, num_private_rows: int, clip_norm
         priv = priv * (C / priv.norm(dim=1, keepdim=True).clamp_min(C))
     extra = extra * (C / extra.norm(dim=1, keepdim=True).clamp_min(C))
     sigma = z * C * sensitivity_factor(clipping, B)
-    noise = torch.randn(priv.shape, generator=generator, dtype=priv.dtype, device=priv.device) * sigma
+    noise = (rng.normal(priv.shape, dtype=torch.float64, device=priv.device) * sigma).to(priv.dtype)
     out = torch.cat([priv + noise, extra], dim=0)
     return (out, sigma, noise) if return_noise else (out, sigma)
 
@@ -119,6 +133,8 @@ class DPSinkhornConfig:
     """Hyper-parameters of :func:`train_dp_sinkhorn` (defaults: a short CPU run on Fashion-MNIST).
 
     ``noise_multiplier=None`` calibrates z so that ``max_steps`` steps reach exactly ``target_epsilon``.
+    ``secure_mode`` (default True): batches and noise from the operating system, ``seed`` only for public draws;
+    False: everything replayable from ``seed`` (no guarantee against anyone who holds it).
     """
     target_epsilon: float = 10.0
     delta: float = 1e-5
@@ -138,6 +154,7 @@ class DPSinkhornConfig:
     channels: int = 64
     accountant: str = "pld"
     seed: int = 0
+    secure_mode: bool = True
 
 
 @dataclass
@@ -150,7 +167,7 @@ class DPSinkhornResult:
     epsilon: float
     delta: float
     stopped_by_budget: bool
-    losses: List[float] = field(default_factory=list)
+    released_norms: List[float] = field(default_factory=list)  # ‖Ĝ_private‖_F per step (post-processing)
     seconds: float = 0.0
 
     def summary(self) -> Dict:
@@ -162,14 +179,20 @@ class DPSinkhornResult:
 
 def dp_sinkhorn_step(gen: ConditionalDCGANGenerator, real: torch.Tensor, real_labels: torch.Tensor,
                      fake_labels: torch.Tensor, cfg: DPSinkhornConfig, noise_multiplier: float,
-                     generator: torch.Generator) -> Tuple[float, float]:
+                     generator: torch.Generator, noise_source: Optional[PrivacyRandomness] = None
+                     ) -> Tuple[float, float]:
     """One DP-Sinkhorn step: generate, compute the semi-debiased loss, sanitise ∂L/∂images, backpropagate the
     sanitised gradient into ``gen``'s parameters (post-processing). Leaves gradients in ``gen``'s ``.grad``.
 
     The caller must have recorded the release in the budget *before* calling. An empty Poisson batch releases
     pure noise on the private rows (the cross-term gradient is 0).
 
-    Shape: real (M, 784) flattened images in [0, 1], real_labels (M,), fake_labels (B,). Returns (loss, σ).
+    ``generator`` draws the public latents; the sanitiser's noise comes from ``noise_source`` (default: the OS
+    when ``cfg.secure_mode``, else ``generator``).
+
+    Shape: real (M, 784) flattened images in [0, 1], real_labels (M,), fake_labels (B,). Returns
+    ``(‖Ĝ_private‖_F, σ)``: the Frobenius norm of the released (noised) gradient rows, a function of the release
+    only. The loss itself is computed on the private batch without noise and is not returned.
     """
     B = fake_labels.shape[0]
     k = int(round(cfg.ratio * B))
@@ -189,9 +212,11 @@ def dp_sinkhorn_step(gen: ConditionalDCGANGenerator, real: torch.Tensor, real_la
         g_prime = torch.cat([fake_c[k:], extra_c], dim=0)
         loss = -sinkhorn(fake_c, g_prime, debias=False, **kw)
     (grad,) = torch.autograd.grad(loss, leaf)
-    released, sigma = sanitize_image_gradient(grad, B, cfg.clip_norm, noise_multiplier, cfg.clipping, generator)
+    if noise_source is None:
+        noise_source = PrivacyRandomness(True) if cfg.secure_mode else PrivacyRandomness(False, generator)
+    released, sigma = sanitize_image_gradient(grad, B, cfg.clip_norm, noise_multiplier, cfg.clipping, noise_source)
     images.backward(released)
-    return float(loss.detach()), sigma
+    return float(released[:B].detach().norm()), sigma
 
 
 def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, config: Optional[DPSinkhornConfig] = None,
@@ -233,7 +258,11 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, config: Option
     torch.manual_seed(cfg.seed)  # parameter initialisation only (data-independent)
     gen = ConditionalDCGANGenerator(cfg.latent_dim, num_classes, cfg.channels)
     opt = torch.optim.Adam(gen.parameters(), lr=cfg.lr, betas=(0.5, 0.999))
-    sampler = PoissonSampler(n, q, generator=g)
+    if not isinstance(cfg.secure_mode, bool):
+        raise ValueError(f"secure_mode must be a bool, got {cfg.secure_mode!r}")
+    # privacy draws (batches, noise): the OS in secure mode; g otherwise (replayable). g: public draws.
+    rng = PrivacyRandomness(True) if cfg.secure_mode else PrivacyRandomness(False, g)
+    sampler = PoissonSampler(n, q, generator=rng)
     B = check_int(cfg.generated_batch_size, "generated_batch_size")
     res = DPSinkhornResult(gen, cfg, z, z * cfg.clip_norm * sensitivity_factor(cfg.clipping, B), 0,
                            0.0, budget.delta, False)
@@ -252,9 +281,9 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, config: Option
             break
         fake_labels = torch.randint(0, num_classes, (B,), generator=g)
         opt.zero_grad(set_to_none=True)
-        loss, _ = dp_sinkhorn_step(gen, x[idx], labels[idx], fake_labels, cfg, z, g)
+        norm, _ = dp_sinkhorn_step(gen, x[idx], labels[idx], fake_labels, cfg, z, g, noise_source=rng)
         opt.step()
-        res.losses.append(loss)
+        res.released_norms.append(norm)
         res.steps += 1
     else:
         res.stopped_by_budget = not budget.can_spend(z, q, sampling="poisson")
@@ -306,14 +335,19 @@ def main(argv=None):
     p.add_argument("--ratio", type=float, default=0.2)
     p.add_argument("--eval-samples", type=int, default=2000)
     p.add_argument("--fid-samples", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the public draws (and of all draws with "
+                   "--replayable-noise)")
+    p.add_argument("--replayable-noise", action="store_true",
+                   help="draw batches and noise from --seed (replayable: NO privacy guarantee against anyone who "
+                        "holds the seed); default: secret noise from the operating system")
     p.add_argument("--out", default=None, help="write the summary JSON here")
     a = p.parse_args(argv)
     xtr, ytr = load_fashion_mnist("train")
     xte, yte = load_fashion_mnist("test")
     xtr, xte = to_float(xtr[:, None]), to_float(xte[:, None])
     cfg = DPSinkhornConfig(target_epsilon=a.epsilon, delta=a.delta, max_steps=a.steps, expected_batch_size=a.batch,
-                           generated_batch_size=a.batch, clipping=a.clipping, ratio=a.ratio, seed=a.seed)
+                           generated_batch_size=a.batch, clipping=a.clipping, ratio=a.ratio, seed=a.seed,
+                           secure_mode=not a.replayable_noise)
     res = train_dp_sinkhorn(xtr, ytr, cfg, progress=True)
     summary = res.summary()
     summary["eval"] = evaluate_generator(res.generator, xte, yte, a.eval_samples, a.fid_samples)

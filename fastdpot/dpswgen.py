@@ -75,7 +75,7 @@ class DPSWgenResult:
 
     ``epsilon`` is the ε spent (accountant's value at ``delta_accountant``, plus the sensitivity tails in δ: the
     run is (epsilon, delta)-DP); ``steps`` the number of private releases made; ``losses`` the DP loss per step
-    (itself a private, post-processed quantity).
+    (computed from that step's noisy release and the generated rows only: post-processing, publishable).
     """
     generator: nn.Module
     epsilon: float
@@ -103,7 +103,8 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
                   num_projections: int = 70, radius: float = 1.0, p: int = 2, latent_dim: int = 16,
                   model: str = "mlp", lr: float = 1e-3, bound: str = "chernoff", accountant: str = "rdp",
                   noise_std: Optional[float] = None, generator: Optional[torch.Generator] = None,
-                  backend: str = "auto", budget_checks: int = 10, log_every: int = 0) -> DPSWgenResult:
+                  backend: str = "auto", budget_checks: int = 10, log_every: int = 0,
+                  secure_mode: bool = True) -> DPSWgenResult:
     r"""Train a DPSWgen generator on private rows with the DP sliced Wasserstein loss.
 
     Per step: spend the step in the budget (before releasing), draw a fresh uniform batch of B rows without
@@ -125,7 +126,11 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         bound: sensitivity bound over Θ: "chernoff" (default, proven), "bernstein" or "clt" (approximation).
         accountant: "rdp" (sampling without replacement is accounted with RDP).
         noise_std: σ to use instead of the calibrated one (training then stops when the budget refuses a step).
-        generator: torch.Generator for batches, latents, directions and noise (replayable run).
+        generator: torch.Generator of the latents (public draws); with ``secure_mode=False`` also of the batches,
+            directions and noise keys (replayable run).
+        secure_mode: True (default): batches, directions and noise keys come from the operating system (secret,
+            never stored, not replayable). False: from ``generator`` (no guarantee against anyone who holds its
+            seed).
         backend: backend of the loss.
         budget_checks: the T steps are recorded in the budget in this many blocks, each *before* its steps run
             (a PLD/RDP evaluation per step would dominate the run time); a run cut short over-counts, never under.
@@ -193,7 +198,15 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
     else:
         sigma, details, budget, z = 0.0, dict(noise_multiplier=0.0, note="epsilon=inf: non-private run"), None, 0.0
 
-    sampler = FixedSizeSampler(n, B, generator=generator)
+    from .privacy.randomness import PrivacyRandomness
+
+    if not isinstance(secure_mode, bool):
+        raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
+    if generator is None:
+        generator = torch.Generator()
+        generator.seed()
+    rng = PrivacyRandomness(True) if secure_mode else PrivacyRandomness(False, generator)
+    sampler = FixedSizeSampler(n, B, generator=rng)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     losses: List[float] = []
     block = max(1, math.ceil(T / budget_checks))
@@ -215,7 +228,7 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         x = flat[idx]
         lat = torch.randn(B, net.latent_dim, generator=generator, dtype=private_data.dtype)
         y = net(lat).reshape(B, -1)
-        loss = dp_sliced_wasserstein(x, y, sigma, num_projections, p=p, generator=generator, backend=backend,
+        loss = dp_sliced_wasserstein(x, y, sigma, num_projections, p=p, generator=rng, backend=backend,
                                      radius=radius)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -34,6 +34,11 @@ Privacy guarantee (what the code enforces, and what it assumes)
 * The noisy particle projections use the same σ (the authors' smoothing); particles are public post-processing.
 * ``noise_multiplier=None`` with ``target_epsilon=None`` (or ``inf``) is the NON-PRIVATE flow: σ = 0 and
   :meth:`epsilon` returns ``inf``.
+* Randomness (``secure_mode``, :mod:`fastdpot.privacy.randomness`): by default every privacy draw of a private
+  flow (batches, directions, the per-step Philox key of the noise) comes from the operating system and is never
+  stored; ``generator`` then drives only the public initial particles. ``secure_mode=False`` replays every draw
+  from ``generator`` (tests, debugging): there is no guarantee against anyone who holds its seed or a checkpoint.
+  A checkpoint of a replayable flow holds that generator's state and is a private artefact.
 * Not covered: the diffusion term's amplification (paper Thm. 3) is not claimed; floating-point noise sampling
   (Mironov 2012) is not hardened.
 """
@@ -108,12 +113,17 @@ class NonFiniteParticlesError(FloatingPointError):
 # op "flow_step": backends
 # ------------------------------------------------------------------------------------------------------------
 def _draw_reference_noise(particles, private, projections, noise_std, reg, seed):
+    """Noise of one reference step from a ``torch.Generator`` keyed by ``seed``: particles' smoothing noise
+    (float-dtype ``randn``: protects nothing), then the private rows' noise through the privacy source (float64
+    wide-tail draws, then a cast: never float32 ``randn``, capped at 5.77σ), then the Brownian term."""
+    from .privacy.randomness import PrivacyRandomness
+
     n, d = particles.shape
     m, k = private.shape[0], projections.shape[0]
     g = torch.Generator(device="cpu").manual_seed(int(seed))
     dt = particles.dtype
     nx = torch.randn(n, k, generator=g, dtype=dt).to(particles.device)
-    ny = torch.randn(m, k, generator=g, dtype=dt).to(particles.device)
+    ny = PrivacyRandomness(False, g).normal((m, k), dtype=dt, device=particles.device)
     br = torch.randn(n, d, generator=g, dtype=dt).to(particles.device) if reg > 0 else None
     return nx * noise_std, ny * noise_std, br
 
@@ -121,8 +131,8 @@ def _draw_reference_noise(particles, private, projections, noise_std, reg, seed)
 @register("flow_step", "reference")
 def _flow_step_reference(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles,
                          num_quantiles, return_noise):
-    """Reference backend: noise from a ``torch.Generator`` seeded with ``seed`` (order: particles, private,
-    Brownian), then :func:`fastdpot.reference.flow.flow_step` (or the histogram reference)."""
+    """Reference backend: noise from a ``torch.Generator`` seeded with ``seed`` (order: particles, private (float64
+    draws, cast), Brownian), then :func:`fastdpot.reference.flow.flow_step` (or the histogram reference)."""
     private = private.to(particles.dtype)
     projections = projections.to(particles.dtype)
     nx, ny, br = _draw_reference_noise(particles, private, projections, float(noise_std), float(reg), seed)
@@ -295,8 +305,13 @@ class DPSlicedWassersteinFlow:
             sphere of radius s) or ``"gaussian_scaled"`` (N(0, (s²/d)·I_d)), s = ``init_scale``. None means
             ``"gaussian"``. The kind is not part of :meth:`state_dict`'s config: the particles are.
         init_scale: s > 0 for a string ``init`` (default 1); must stay 1 with a tensor ``init``.
-        generator: the ``torch.Generator`` (CPU) every draw comes from (directions, batches, noise seeds);
-            default: a freshly seeded one.
+        generator: CPU ``torch.Generator`` of the public draws (initial particles); with ``secure_mode=False`` (or
+            a non-private flow) also of every privacy draw (directions, batches, noise seeds). Default: a freshly
+            seeded one.
+        secure_mode: True (default): a private flow draws its batches, directions and per-step noise keys from the
+            operating system (:class:`fastdpot.privacy.randomness.PrivacyRandomness`; secret, never stored, not
+            replayable). False: from ``generator`` (replayable; no guarantee against anyone who holds its seed or a
+            checkpoint). Ignored by a non-private flow (everything from ``generator``).
         device: device of the particles.
         backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` for op ``flow_step``.
         accountant: accountant kind of :class:`fastdpot.privacy.PrivacyAccountant` (``"rdp"``).
@@ -322,7 +337,8 @@ class DPSlicedWassersteinFlow:
                  bound: str = "chernoff", directions: str = "uniform",
                  init: Union[None, str, torch.Tensor] = None, init_scale: float = 1.0,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
-                 backend: str = "auto", normalize: bool = False, accountant: str = "rdp"):
+                 backend: str = "auto", normalize: bool = False, accountant: str = "rdp",
+                 secure_mode: bool = True):
         n = check_int(num_particles, "num_particles", 2)
         d = check_int(dim, "dim", 1)
         k = check_int(num_projections, "num_projections", 1)
@@ -376,8 +392,15 @@ class DPSlicedWassersteinFlow:
             generator = make_generator()
         if not isinstance(generator, torch.Generator) or generator.device.type != "cpu":
             raise ValueError(f"generator must be a CPU torch.Generator, got {generator!r}")
+        if not isinstance(secure_mode, bool):
+            raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
         self.device = torch.device(device)
         self._generator = generator
+        from .privacy.randomness import PrivacyRandomness
+
+        self.secure_mode = secure_mode and self.private
+        # every privacy draw goes through self._rng (OS randomness in secure mode, `generator` otherwise)
+        self._rng = PrivacyRandomness(True) if self.secure_mode else PrivacyRandomness(False, generator)
         self._config: Dict[str, Any] = dict(
             num_particles=n, dim=d, num_projections=k, step_size=step_size, reg=reg,
             noise_multiplier=noise_multiplier, target_epsilon=target_epsilon, delta=delta, radius=radius,
@@ -579,7 +602,7 @@ class DPSlicedWassersteinFlow:
     # -- stepping -----------------------------------------------------------------------------------------
     def _draw_directions(self, k: int) -> torch.Tensor:
         c = self._config
-        return random_directions(k, c["dim"], self._generator, orthogonal=c["directions"] == "orthogonal",
+        return random_directions(k, c["dim"], self._rng, orthogonal=c["directions"] == "orthogonal",
                                  dtype=self._particles.dtype)
 
     def _directions(self) -> torch.Tensor:
@@ -588,9 +611,9 @@ class DPSlicedWassersteinFlow:
             return self._draw_directions(k)
         if self._config["directions"] == "orthogonal":  # ⌈k/d⌉ whole blocks of the pool, then the first k rows
             blocks = self._pool.reshape(-1, d, d)
-            idx = torch.randperm(blocks.shape[0], generator=self._generator)[:-(-k // d)]
+            idx = self._rng.subset(blocks.shape[0], -(-k // d))
             return blocks[idx].reshape(-1, d)[:k]
-        idx = torch.randperm(self._pool.shape[0], generator=self._generator)[:k]
+        idx = self._rng.subset(self._pool.shape[0], k)
         return self._pool[idx]
 
     def _clip(self, batch: torch.Tensor) -> torch.Tensor:
@@ -629,7 +652,7 @@ class DPSlicedWassersteinFlow:
             self._spend()  # counted before anything is computed: every release is accounted
         c = self._config
         theta = self._directions().to(self.device)
-        seed = draw_seed(self._generator)
+        seed = self._rng.seed()  # the step's Philox key: fresh OS bits in secure mode, never stored
         _, fn = dispatch("flow_step", self.backend, self.device.type, self._particles.shape[0] * theta.shape[0])
         new, drift, _ = fn(self._particles, batch, theta, noise_std=float(self.noise_std), step_size=c["step_size"],
                            reg=c["reg"], seed=seed, quantiles=c["quantiles"], num_quantiles=c["num_quantiles"],
@@ -645,7 +668,8 @@ class DPSlicedWassersteinFlow:
 
     def run(self, private_data: torch.Tensor, steps: Optional[int] = None, progress: bool = True,
             checkpoint_path: Optional[str] = None, checkpoint_every: Optional[int] = None,
-            callback: Optional[Callable[["DPSlicedWassersteinFlow"], None]] = None) -> torch.Tensor:
+            callback: Optional[Callable[["DPSlicedWassersteinFlow"], None]] = None,
+            progress_epsilon: bool = True) -> torch.Tensor:
         """Run the flow on ``private_data``: each step samples a fresh batch of B rows uniformly without
         replacement (:class:`fastdpot.privacy.FixedSizeSampler`), clips it and takes one step.
 
@@ -656,6 +680,7 @@ class DPSlicedWassersteinFlow:
             checkpoint_path: where :meth:`save` writes (atomically) every ``checkpoint_every`` steps and at the end.
             checkpoint_every: checkpoint period in steps (default: only at the end).
             callback: called with the flow after every step.
+            progress_epsilon: show the ε spent in the bar (False for class flows: ε_c depends on the private n_c).
 
         Returns the particles (N, d). Stops early, without error, when the next step would exceed the ε budget or
         the planned T private steps.
@@ -680,13 +705,13 @@ class DPSlicedWassersteinFlow:
             checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
         if sampled:
             self._bind("sampled", n)
-            sampler = _privacy().FixedSizeSampler(n, self._bound_batch, generator=self._generator)
+            sampler = _privacy().FixedSizeSampler(n, self._bound_batch, generator=self._rng)
         else:  # non-private flow without a batch size: the whole data set every step
             self._bind("full", None)
             sampler = None
         bar = tqdm(total=steps, disable=not progress, desc="DP-SW flow" if self.private else "SW flow")
         every = max(1, steps // 5)  # ε for the bar is recomputed ~5 times per call (an RDP evaluation each)
-        eps = self.epsilon() if progress else 0.0
+        eps = self.epsilon() if progress and progress_epsilon else 0.0
         try:
             for it in range(steps):
                 if self.private:
@@ -700,10 +725,13 @@ class DPSlicedWassersteinFlow:
                 if checkpoint_path is not None and checkpoint_every is not None and self._step % checkpoint_every == 0:
                     self.save(checkpoint_path)
                 if progress:
-                    if it % every == 0 or it == steps - 1:
+                    if progress_epsilon and (it % every == 0 or it == steps - 1):
                         eps = self.epsilon()
                     bar.update(1)
-                    bar.set_postfix(step=self._step, eps=f"{eps:.3g}", drift=f"{self._last_drift_norm:.3g}")
+                    if progress_epsilon:
+                        bar.set_postfix(step=self._step, eps=f"{eps:.3g}", drift=f"{self._last_drift_norm:.3g}")
+                    else:
+                        bar.set_postfix(step=self._step, drift=f"{self._last_drift_norm:.3g}")
         finally:
             bar.close()
             if self.private and self._mode is not None:
@@ -714,13 +742,20 @@ class DPSlicedWassersteinFlow:
 
     # -- checkpointing ------------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
-        """Everything needed to resume exactly: config, particles, generator state, step counter, accounting."""
+        """Everything needed to resume: config, particles, generator state, step counter, accounting.
+
+        Secure mode: ``generator`` is the public generator's state (it drew the initial particles); the privacy
+        draws came from the OS and nothing of them is stored. Replayable mode: ``generator`` is the state of the
+        privacy source itself, so the state dict (and every checkpoint) is a private artefact: keep it with the
+        private data, never with the published outputs.
+        """
         if self.private and self._mode is not None:
             self._flush()
         return dict(
             config=dict(self._config), particles=self._particles.detach().cpu().clone(),
-            generator=self._generator.get_state(), step=self._step, pool=None if self._pool is None else
-            self._pool.cpu().clone(), noise_multiplier=self._noise_multiplier, mode=self._mode,
+            generator=self._generator.get_state(), secure_mode=self.secure_mode, step=self._step,
+            pool=None if self._pool is None else self._pool.cpu().clone(), noise_multiplier=self._noise_multiplier,
+            mode=self._mode,
             bound_n=self._bound_n, bound_batch=self._bound_batch, last_drift_norm=self._last_drift_norm,
             accountant=None if self._accountant is None else self._accountant.state_dict(),
             budget=None if self._budget is None else self._budget.state_dict())
@@ -756,7 +791,9 @@ class DPSlicedWassersteinFlow:
     @classmethod
     def from_state_dict(cls, state: Dict[str, Any], *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
         gen = torch.Generator(device="cpu")
-        flow = cls(**state["config"], init=state["particles"], generator=gen, device=device, backend=backend)
+        # checkpoints older than secure mode were replayable
+        flow = cls(**state["config"], init=state["particles"], generator=gen, device=device, backend=backend,
+                   secure_mode=bool(state.get("secure_mode", False)))
         flow.load_state_dict(state)
         return flow
 
@@ -773,10 +810,12 @@ class ClassConditionalFlow:
     """One :class:`DPSlicedWassersteinFlow` per label, each on its own label partition of the private data.
 
     Guarantee: the partitions are disjoint, so by parallel composition the whole release is (ε, δ)-DP with the ε, δ
-    of one class flow, for neighbouring data sets that differ in one row's features with its label unchanged. The
-    labels are treated as public: the partition sizes n_c (which set each class's sample rate q_c = B/n_c and, with
-    ``particles_per_class="proportional"``, the particle counts) are not protected, and a row that changes class
-    is not covered.
+    of one class flow, for neighbouring data sets that differ in one row's features with its label unchanged
+    (label-preserving replace-one). The labels and the class sizes n_c are assumed PUBLIC: they set each class's
+    sample rate q_c = B/n_c, its noise multiplier and, with ``particles_per_class="proportional"``, its particle
+    count, none of which is noised. Under the standard relations (add/remove one (x, y) record, or replace one with
+    its label free to change) this class could reveal the labels and class sizes: that is NOT covered (ε = ∞ for
+    the label). :meth:`run` prints nothing computed from n_c.
 
     Args:
         num_particles: total N, split over classes by ``particles_per_class``.
@@ -784,7 +823,8 @@ class ClassConditionalFlow:
         num_classes: number of labels C (default: ``labels.max() + 1`` at the first run).
         particles_per_class: ``"proportional"`` (to the class counts of the private labels, largest-remainder
             rounding, at least 2 each), ``"equal"``, or a sequence of C integers (then ``num_particles`` is ignored).
-        generator: master generator; each class flow gets its own generator seeded from it.
+        generator: master generator of the public draws; each class flow gets its own generator seeded from it.
+        secure_mode: passed to every class flow (default True: privacy draws from the operating system).
         init, init_scale: data-independent start of every class flow, drawn from that class flow's generator
             (:func:`draw_init`, s = ``init_scale`` > 0): ``"gaussian"`` (default, N(0, s²·I_d)), ``"sphere"``
             (uniform on the sphere of radius s) or ``"gaussian_scaled"`` (N(0, (s²/d)·I_d)). Tensors are not accepted
@@ -805,7 +845,7 @@ class ClassConditionalFlow:
                  num_classes: Optional[int] = None,
                  particles_per_class: Union[str, Sequence[int]] = "proportional",
                  generator: Optional[torch.Generator] = None, init: str = "gaussian", init_scale: float = 1.0,
-                 **flow_kwargs):
+                 secure_mode: bool = True, **flow_kwargs):
         if not isinstance(init, str) or init not in INIT_KINDS:
             raise ValueError(f"init of ClassConditionalFlow must be one of {list(INIT_KINDS)}, got "
                              f"{type(init).__name__ if isinstance(init, torch.Tensor) else repr(init)}")
@@ -825,6 +865,9 @@ class ClassConditionalFlow:
             if bad in flow_kwargs:
                 raise ValueError(f"{bad} cannot be passed through flow_kwargs of ClassConditionalFlow")
         self.flow_kwargs = flow_kwargs
+        if not isinstance(secure_mode, bool):
+            raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
+        self.secure_mode = secure_mode
         self._generator = make_generator() if generator is None else generator
         self.flows: List[DPSlicedWassersteinFlow] = []
 
@@ -856,7 +899,8 @@ class ClassConditionalFlow:
         sizes = self._counts_to_particles(counts)
         self.flows = [DPSlicedWassersteinFlow(sizes[c], self.dim, self.num_projections, self.step_size,
                                               generator=make_generator(draw_seed(self._generator)),
-                                              init=self.init, init_scale=self.init_scale, **self.flow_kwargs)
+                                              init=self.init, init_scale=self.init_scale,
+                                              secure_mode=self.secure_mode, **self.flow_kwargs)
                       for c in range(C)]
 
     def run(self, private_data: torch.Tensor, labels: torch.Tensor, steps: Optional[int] = None,
@@ -886,9 +930,9 @@ class ClassConditionalFlow:
 
         for c, flow in enumerate(self.flows):
             part = private_data[labels.to(private_data.device) == c]
-            if progress:
-                print(f"class {c}: {part.shape[0]} private rows, {flow.particles.shape[0]} particles", flush=True)
-            flow.run(part, steps=steps, progress=progress, callback=ckpt)
+            if progress:  # nothing computed from the private class size n_c
+                print(f"class {c} of {len(self.flows)}", flush=True)
+            flow.run(part, steps=steps, progress=progress, callback=ckpt, progress_epsilon=False)
         if checkpoint_path is not None:
             self.save(checkpoint_path)
         return self.samples()
@@ -907,7 +951,7 @@ class ClassConditionalFlow:
         return dict(num_particles=self.num_particles, dim=self.dim, num_projections=self.num_projections,
                     step_size=self.step_size, num_classes=self.num_classes,
                     particles_per_class=self.particles_per_class, init=self.init, init_scale=self.init_scale,
-                    flow_kwargs=dict(self.flow_kwargs),
+                    secure_mode=self.secure_mode, flow_kwargs=dict(self.flow_kwargs),
                     generator=self._generator.get_state(), flows=[f.state_dict() for f in self.flows])
 
     def save(self, path: str) -> None:
@@ -922,7 +966,7 @@ class ClassConditionalFlow:
         obj = cls(st["num_particles"], st["dim"], st["num_projections"], st["step_size"],
                   num_classes=st["num_classes"], particles_per_class=st["particles_per_class"],
                   generator=torch.Generator(device="cpu"), init=st.get("init", "gaussian"),
-                  init_scale=st.get("init_scale", 1.0), **kw)
+                  init_scale=st.get("init_scale", 1.0), secure_mode=bool(st.get("secure_mode", False)), **kw)
         obj._generator.set_state(st["generator"])
         obj.flows = [DPSlicedWassersteinFlow.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
         return obj

@@ -106,9 +106,12 @@ def wasserstein2(x: torch.Tensor, y: torch.Tensor) -> float:
 def half_circle_experiment(num_points: int = 2000, epsilon: float = 5.0, delta: float = 1e-4, radius: float = 1.0,
                            steps: int = 300, batch_size: Optional[int] = None, eval_points: int = 2000,
                            losses=LOSSES, seed: int = 0, backend: str = "auto", lr: float = 5e-3,
-                           tiny_blur: float = 0.01) -> Dict:
+                           tiny_blur: float = 0.01, secure_mode: bool = True) -> Dict:
     """The half-circle experiment of PAPERS.md §4: privatise ``num_points`` clean points once with the Gaussian
     local mechanism (ε, δ; ℓ2 radius), train one generator per loss, report W₂ to fresh clean data.
+
+    ``seed`` drives the synthetic data and training; the mechanism's noise comes from the operating system unless
+    ``secure_mode=False`` (then from ``seed``: replayable, no guarantee against anyone who holds it).
 
     Returns:
         {"sigma", "reg", "w2": {loss: W₂(generated, clean)}, "w2_privatized": W₂(privatised data, clean),
@@ -116,7 +119,8 @@ def half_circle_experiment(num_points: int = 2000, epsilon: float = 5.0, delta: 
     """
     g = torch.Generator().manual_seed(seed)
     clean = half_circle(num_points, g)
-    priv, sigma = gaussian_local_mechanism(clean, epsilon, delta, radius, generator=g)
+    priv, sigma = gaussian_local_mechanism(clean, epsilon, delta, radius, generator=None if secure_mode else g,
+                                           secure_mode=secure_mode)
     test = half_circle(eval_points, g)
     out = {"num_points": num_points, "epsilon": epsilon, "delta": delta, "sigma": sigma,
            "reg": entropic_regularization_for_noise(sigma), "steps": steps, "w2": {}, "seconds": {},
@@ -142,8 +146,12 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--eval-points", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--replayable-noise", action="store_true",
+                   help="draw the mechanism's noise from --seed (replayable: NO privacy guarantee against anyone who "
+                        "holds the seed); default: secret noise from the operating system")
     a = p.parse_args(argv)
-    res = half_circle_experiment(a.points, steps=a.steps, batch_size=a.batch, eval_points=a.eval_points, seed=a.seed)
+    res = half_circle_experiment(a.points, steps=a.steps, batch_size=a.batch, eval_points=a.eval_points, seed=a.seed,
+                                 secure_mode=not a.replayable_noise)
     print(json.dumps(res, indent=1))
     return res
 

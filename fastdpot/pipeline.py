@@ -28,7 +28,7 @@ import os
 import platform
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -60,7 +60,12 @@ class PipelineConfig:
         class_conditional: one flow per label (parallel composition) when the data are labelled.
         ae_epochs, ae_max_train: auto-encoder training (public half only).
         fid_samples: generated images in FID; fid_real: real test images in FID (their statistics are cached).
-        seed: master seed (split, auto-encoder, flow); device: "cpu" or "cuda"; backend: flow backend.
+        seed: master seed of the public work (split, auto-encoder, the flows' initial particles, evaluation);
+            device: "cpu" or "cuda"; backend: flow backend.
+        replayable_noise: False (default): the flows' privacy draws (batches, directions, noise keys) come from the
+            operating system, secret and never stored (:mod:`fastdpot.privacy.randomness`). True: they come from
+            ``seed`` (replayable: NO guarantee against anyone who holds the seed or the checkpoint; privacy.md
+            and metrics.json say so).
         quick: a short run (small data, few steps, small FID) to check that everything works.
         checkpoint_every: flow checkpoint period in steps.
         directions: ``"orthogonal"`` (default): each step's k directions are ⌈k/d⌉ blocks of orthonormal directions,
@@ -123,6 +128,7 @@ class PipelineConfig:
     init_scale: float = 0.3
     center: str = "none"
     clip_radius: Optional[float] = None
+    replayable_noise: bool = False
 
     def resolved(self) -> "PipelineConfig":
         """A copy with the --quick reductions and the data-dependent defaults applied, validated."""
@@ -153,6 +159,8 @@ class PipelineConfig:
         check_choice(c.init, "init", INIT_KINDS)
         c.init_scale = check_positive(c.init_scale, "init_scale")
         check_choice(c.center, "center", ("public", "none"))
+        if not isinstance(c.replayable_noise, bool):
+            raise ValueError(f"replayable_noise must be a bool, got {c.replayable_noise!r}")
         if c.clip_radius is not None:
             c.clip_radius = check_positive(c.clip_radius, "clip_radius")
             if c.center != "public":
@@ -261,12 +269,17 @@ def _flow_steps(n: int, epochs: float, batch: int) -> int:
 
 def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torch.Tensor], num_particles: int,
                checkpoint_path: Optional[str] = None, progress: bool = True,
-               centers: Optional[torch.Tensor] = None, clip_radius: Optional[float] = None) -> Dict[str, Any]:
+               centers: Optional[torch.Tensor] = None, clip_radius: Optional[float] = None,
+               public_labels: Optional[torch.Tensor] = None) -> Dict[str, Any]:
     """The DP sliced-Wasserstein flow (DPSWflow-r) on the private latents.
 
     Class-conditional (one flow per label on its partition; parallel composition) when ``labels`` is given and
-    ``cfg.class_conditional``; T = round(epochs · n_c / B) with n_c the mean class size (one T shared by all class
-    flows, each calibrated to ε on its own n_c). Resumes from ``checkpoint_path`` when it exists.
+    ``cfg.class_conditional``; T = round(epochs · n̄ / B) with n̄ = n/C the mean class size (one T shared by all
+    class flows, each calibrated to ε on its own n_c). Only public quantities shape what is published: B =
+    min(batch_size, ⌊n/(2C)⌋), the particles per class proportional to the PUBLIC half's class counts
+    (``public_labels``; equal shares without them). The class flows' own z_c and q_c = B/n_c depend on the private
+    class sizes (assumed public by the label-preserving relation, but not published). Resumes from
+    ``checkpoint_path`` when it exists. Privacy draws are secret unless ``cfg.replayable_noise``.
 
     With ``centers`` ((C, d), or (1, d) for an unconditional flow; from :func:`public_centers`) each private latent
     is shifted by its class's centre and the flow clips it to the ball of radius ``clip_radius`` (required then)
@@ -284,10 +297,20 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
     cond = labels is not None and cfg.class_conditional
     if cond:
         counts = torch.bincount(labels, minlength=int(labels.max()) + 1)
-        n_ref = float(counts.double().mean())
+        n_classes = counts.numel()
+        if public_labels is not None:
+            n_classes = max(n_classes, int(public_labels.max()) + 1)
+            counts = torch.bincount(labels, minlength=n_classes)
+        n_ref = latents.shape[0] / n_classes  # n and C are public; the class sizes n_c are not published
+        batch = min(cfg.batch_size, max(1, latents.shape[0] // (2 * n_classes)))
+        if public_labels is not None:
+            pub = torch.bincount(public_labels.long(), minlength=n_classes)
+            per_class = _largest_remainder(pub, num_particles)
+        else:
+            per_class = "equal"
     else:
         n_ref = float(latents.shape[0])
-    batch = min(cfg.batch_size, int(counts.min()) if cond else latents.shape[0])
+        batch = min(cfg.batch_size, latents.shape[0])
     steps = _flow_steps(int(round(n_ref)), cfg.epochs, batch)
     shift = None
     if centers is not None:
@@ -304,16 +327,18 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
     kw = dict(reg=cfg.reg, target_epsilon=cfg.epsilon if private else None, delta=cfg.delta,
               radius=1.0 if shift is None else clip_radius, normalize=shift is None, batch_size=batch, steps=steps,
               variant="resample", quantiles="exact",
-              bound=cfg.bound, directions=cfg.directions, device=cfg.device, backend=cfg.backend)
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
+              bound=cfg.bound, directions=cfg.directions, device=cfg.device, backend=cfg.backend,
+              secure_mode=not cfg.replayable_noise)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)  # public: initial particles (and every draw if replayable)
     resumed = False
     if checkpoint_path is not None and os.path.isfile(checkpoint_path):
         flow = (ClassConditionalFlow if cond else DPSlicedWassersteinFlow).load(
             checkpoint_path, device=cfg.device, backend=cfg.backend)
         resumed = True
     elif cond:
-        flow = ClassConditionalFlow(num_particles, latents.shape[1], k, h, particles_per_class="proportional",
-                                    generator=gen, init=cfg.init, init_scale=cfg.init_scale, **kw)
+        flow = ClassConditionalFlow(num_particles, latents.shape[1], k, h, particles_per_class=per_class,
+                                    num_classes=n_classes, generator=gen, init=cfg.init, init_scale=cfg.init_scale,
+                                    **kw)
     else:
         flow = DPSlicedWassersteinFlow(num_particles, latents.shape[1], k, h, generator=gen, init=cfg.init,
                                        init_scale=cfg.init_scale, **kw)
@@ -343,8 +368,23 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
                                       "(substitution neighbours)",
                              bound=kw["bound"], directions=cfg.directions, init=cfg.init,
                              init_scale=cfg.init_scale, center="none" if shift is None else "public",
-                             clip_radius=None if shift is None else clip_radius),
+                             clip_radius=None if shift is None else clip_radius,
+                             replayable_noise=cfg.replayable_noise),
                 resumed=resumed)
+
+
+def _largest_remainder(counts: torch.Tensor, total: int) -> List[int]:
+    """``total`` split proportionally to ``counts`` (at least 2 each; largest-remainder rounding)."""
+    C = counts.numel()
+    if total < 2 * C:
+        raise ValueError(f"num_particles must be >= 2·num_classes = {2 * C}, got {total}")
+    w = counts.double().clamp_min(0)
+    w = w if float(w.sum()) > 0 else torch.ones(C, dtype=torch.float64)
+    share = w / w.sum() * (total - 2 * C)
+    base = share.floor().long()
+    order = torch.argsort(share - base.double(), descending=True, stable=True)
+    base[order[: total - 2 * C - int(base.sum())]] += 1
+    return [int(v) + 2 for v in base]
 
 
 def _flow_defaults(cfg: PipelineConfig, dim: int) -> Tuple[int, float]:
@@ -529,7 +569,17 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         lines += ["**Non-private run (`--epsilon inf`): no differential-privacy guarantee.** The flow used the "
                   "private latents without noise (σ = 0).", ""]
     f0 = p["flows"]
+    cond = p["class_conditional"]
     zs = sorted({round(f["noise_multiplier"], 6) for f in f0 if f["noise_multiplier"] is not None})
+    if p.get("replayable_noise"):
+        lines += ["**Replayable noise (`--replayable-noise`): the flow's batches, directions and noise were drawn from "
+                  f"seed {cfg.seed}. There is NO privacy guarantee against anyone who holds that seed (or the flow "
+                  "checkpoint): with it and the other rows, the noise can be recomputed and removed.** The "
+                  "statements below hold only against parties who know neither.", ""]
+    elif p["private"]:
+        lines += ["* Randomness: the flow's batches, directions and per-step noise keys were drawn from the operating "
+                  "system's CSPRNG (`fastdpot.privacy.randomness`); they were never stored. The seed "
+                  f"{cfg.seed} drove only the public work (split, auto-encoder, initial particles, evaluation).", ""]
     diam = f"2r (r = {p['clip_radius']:.4g})" if p.get("center") == "public" else "2"
     lines += [
         "## What was released",
@@ -556,8 +606,12 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
          f"* Sensitivity of one release (substitution of one row, probability ≥ 1 − δ_tail over Θ, {p['bound']} "
          f"bound): Δ = {diam}·sqrt(w(k, δ_tail)) = {f0[0]['sensitivity']:.6g}.") if p["private"] else
         "* Sensitivity: not applicable (no noise).",
-        f"* Noise multiplier z = σ/Δ: {zs} (calibrated by `fastdpot.privacy.calibrate_noise_multiplier` so that T "
-        f"steps spend the target ε); σ = {[round(f['noise_std'], 6) for f in f0]}." if p["private"] else "",
+        ("* Noise multiplier: each class flow's z_c = σ_c/Δ is calibrated by "
+         "`fastdpot.privacy.calibrate_noise_multiplier` so that T steps at its sample rate q_c = B/n_c spend the "
+         "target ε. z_c, σ_c and q_c are functions of the private class sizes n_c and are not published."
+         if cond else
+         f"* Noise multiplier z = σ/Δ: {zs} (calibrated by `fastdpot.privacy.calibrate_noise_multiplier` so that T "
+         f"steps spend the target ε); σ = {[round(f['noise_std'], 6) for f in f0]}.") if p["private"] else "",
         "",
         "## Guarantee and accountant",
         "",
@@ -567,22 +621,29 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
                   "private latents, the batches and the directions."]
     if p["private"]:
         lines += [
-            f"* Target (ε, δ) = ({cfg.epsilon}, {cfg.delta}); **ε spent = {result['epsilon']:.4f}** at total "
-            f"δ = {cfg.delta}.",
+            (f"* Target (ε, δ) = ({cfg.epsilon}, {cfg.delta}); **ε spent ≤ {cfg.epsilon}** at total δ = {cfg.delta} "
+             "(every class flow's budget refuses a step that would exceed the target; the exact per-class ε depends "
+             "on n_c and is not published)." if cond else
+             f"* Target (ε, δ) = ({cfg.epsilon}, {cfg.delta}); **ε spent = {result['epsilon']:.4f}** at total "
+             f"δ = {cfg.delta}."),
             (f"* δ: all of it ({f0[0]['delta_accountant']:.3g}) goes to the accountant; the sensitivity holds for "
              f"every Θ, so no tail is spent." if p["directions"] == "orthogonal" else
              f"* δ split: δ = δ_acc + T·δ_tail with δ_acc = {f0[0]['delta_accountant']:.3g} for the accountant and "
              f"δ_tail = {f0[0]['delta_tail_per_step']:.3g} per step for the sensitivity tail over Θ (union bound "
              f"over the T draws of Θ)."),
             "* Accountant: RDP (dp-accounting) of the Gaussian mechanism subsampled without replacement, sample rate "
-            f"q = B/n per flow ({[round(f['sample_rate'], 5) for f in f0]}), composed over every step taken.",
+            + ("q_c = B/n_c per class flow" if cond else f"q = B/n = {round(f0[0]['sample_rate'], 5)}")
+            + ", composed over every step taken.",
         ]
-        if p["class_conditional"]:
+        if cond:
             lines += ["* Class conditioning: one flow per label on its own partition. By parallel composition the "
                       "whole release is (ε, δ)-DP with the largest per-class ε, for neighbouring data sets that "
-                      "differ in one image with its label unchanged. The labels (and so the class sizes n_c, which "
-                      "set q_c and the particle counts) are treated as public; an image that changes class is not "
-                      "covered."]
+                      "differ in ONE IMAGE WITH ITS LABEL UNCHANGED (label-preserving replace-one). The labels and "
+                      "the class sizes n_c (which set each flow's q_c and z_c) are ASSUMED PUBLIC. Under the "
+                      "standard relations (add/remove one labelled image, or replace one with its label free to "
+                      "change) the labels and class sizes are NOT protected. What this run publishes avoids them: "
+                      "B = min(batch size, ⌊n/(2C)⌋), T from n/C, particles per class proportional to the PUBLIC "
+                      "half's class counts; no per-class z, σ, q or ε is written."]
     lines += [
         "",
         "## Outside the guarantee (public by assumption)",
@@ -621,7 +682,8 @@ def write_outputs(run_dir: str, cfg: PipelineConfig, result: Dict[str, Any], ima
     if labels is not None:
         C = int(labels.max()) + 1
         names = list(class_names) if class_names and len(class_names) == C else [str(c) for c in range(C)]
-    eps_txt = "inf (non-private)" if math.isinf(cfg.epsilon) else f"{result['epsilon']:.2f}"
+    eps_txt = ("inf (non-private)" if math.isinf(cfg.epsilon) else
+               f"≤ {cfg.epsilon:g}" if result["privacy"]["class_conditional"] else f"{result['epsilon']:.2f}")
     title = f"{result['dataset']}: DPSWflow-r, ε = {eps_txt}, δ = {cfg.delta:g}"
     paths = dict(samples=os.path.join(run_dir, "samples.png"), metrics=os.path.join(run_dir, "metrics.json"),
                  privacy=os.path.join(run_dir, "privacy.md"))
@@ -657,9 +719,12 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
                  cache_dir: Optional[str] = None) -> Dict[str, Any]:
     """Run every stage and write the outputs into ``run_dir``; returns the metrics dict (also in metrics.json).
 
-    The flow stage checkpoints to ``run_dir/flow_checkpoint.pt`` every ``cfg.checkpoint_every`` steps; calling
-    again with the same ``run_dir`` and config resumes the flow from it (data split and auto-encoder are
-    deterministic and cached).
+    The flow stage checkpoints to ``run_dir/private/flow_checkpoint.pt`` every ``cfg.checkpoint_every`` steps;
+    calling again with the same ``run_dir`` and config resumes the flow from it (data split and auto-encoder are
+    deterministic and cached). ``private/`` holds private artefacts (the checkpoint: particles mid-run, the
+    generator state that replays every draw with ``replayable_noise``; ``flows.json``: per-class n_c, q_c, z_c, ε_c):
+    keep it with the private data, never publish it. ``samples.png``, ``metrics.json``, ``privacy.md`` and
+    ``config.json`` are the publishable outputs.
 
     Raises:
         ValueError: invalid configuration (see :meth:`PipelineConfig.resolved`).
@@ -678,12 +743,19 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         stages.set_postfix_str(f"{name} done in {times[name]:.0f}s")
 
     cfg_path = os.path.join(run_dir, "config.json")
-    ckpt = os.path.join(run_dir, "flow_checkpoint.pt")
+    private_dir = os.path.join(run_dir, "private")
+    ckpt = os.path.join(private_dir, "flow_checkpoint.pt")
+    legacy_ckpt = os.path.join(run_dir, "flow_checkpoint.pt")
+    if os.path.isfile(legacy_ckpt) and not os.path.isfile(ckpt):  # folders older than private/: move it there
+        os.makedirs(private_dir, exist_ok=True)
+        os.replace(legacy_ckpt, ckpt)
     if os.path.isfile(ckpt):
         with open(cfg_path) as f:
             old = json.load(f)
-        # folders older than `init` / `center` ran N(0, I_d) starts / unit-sphere latents
-        legacy = {"init": "gaussian", "init_scale": 1.0, "center": "none", "clip_radius": None}
+        # folders older than `init` / `center` ran N(0, I_d) starts / unit-sphere latents; older than secure mode
+        # drew every privacy draw from the seed (replayable)
+        legacy = {"init": "gaussian", "init_scale": 1.0, "center": "none", "clip_radius": None,
+                  "replayable_noise": True}
         if {**legacy, **old} != _finite(asdict(cfg)):
             raise ValueError(f"{run_dir!r} holds a flow checkpoint of a different config; use another --name or "
                              f"delete the folder")
@@ -704,8 +776,12 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         nc = None if labels is None else int(max(int(labels.max()), int(ae["public_labels"].max()))) + 1
         centers, radius = public_centers(ae["public_latents"], None if labels is None else ae["public_labels"],
                                          cfg.clip_radius, num_classes=nc)
+    os.makedirs(private_dir, exist_ok=True)
     fl = stage_flow(cfg, ae["latents"], labels, n_particles, checkpoint_path=ckpt, progress=progress,
-                    centers=centers, clip_radius=radius)
+                    centers=centers, clip_radius=radius, public_labels=ae["public_labels"] if labels is not None
+                    else None)
+    with open(os.path.join(private_dir, "flows.json"), "w") as f:  # per-flow values: private (they depend on n_c)
+        json.dump(_finite(fl["privacy"]["flows"]), f, indent=2, default=_json_default)
     mark("flow", t0)
     t0 = time.perf_counter()
     samples, spread_scales = fl["samples"], None
@@ -722,15 +798,25 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     stages.close()
 
     p = fl["privacy"]
+    cond = p["class_conditional"]
     zs = [f["noise_multiplier"] for f in p["flows"]]
+    # class-conditional: z_c, σ_c, q_c = B/n_c and the exact ε_c are functions of the private class sizes: not
+    # published (they are in private/flows.json); ε spent is reported as the guaranteed bound, the target
+    per_flow = {} if cond else dict(noise_multiplier=zs[0], noise_std=p["flows"][0]["noise_std"],
+                                    sample_rate=p["flows"][0]["sample_rate"])
+    eps_spent = (cfg.epsilon if p["private"] else math.inf) if cond else fl["epsilon"]
     metrics = dict(
         dataset=data["dataset"], n_public=len(data["public"]), n_private=len(data["private"]),
         n_test=len(data["test"]), split_seed=cfg.seed, seed=cfg.seed, quick=cfg.quick,
-        private=p["private"], epsilon_target=cfg.epsilon, epsilon_spent=fl["epsilon"], delta=cfg.delta,
+        private=p["private"], epsilon_target=cfg.epsilon, epsilon_spent=eps_spent,
+        epsilon_spent_is_bound=bool(cond and p["private"]), delta=cfg.delta,
+        noise="replayable from seed: NO privacy guarantee against anyone who holds the seed or the checkpoint"
+              if cfg.replayable_noise else "secret (operating-system CSPRNG; not stored)",
+        neighbouring_relation=("replace one image, its label unchanged (labels and class sizes assumed public)"
+                               if cond else "replace one image (substitution)"),
         steps=p["steps"], steps_taken=[f["steps_taken"] for f in p["flows"]], batch_size=p["batch_size"],
-        noise_multiplier=max(zs) if zs and None not in zs else None,
-        noise_multipliers_per_flow=zs, noise_std_per_flow=[f["noise_std"] for f in p["flows"]],
-        sensitivity=p["flows"][0]["sensitivity"], sample_rates=[f["sample_rate"] for f in p["flows"]],
+        **per_flow,
+        sensitivity=p["flows"][0]["sensitivity"],
         accountant="rdp (dp-accounting), sampled without replacement, substitution neighbours",
         class_conditional=p["class_conditional"], num_particles=int(fl["samples"].shape[0]),
         latent_dim=int(ae["latents"].shape[1]), num_projections=p["num_projections"], step_size=p["step_size"],

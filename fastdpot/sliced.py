@@ -5,8 +5,8 @@ Public API: :func:`sliced_wasserstein`, :func:`dp_sliced_wasserstein`, :class:`S
 
 Backends of op ``"sliced_wasserstein"`` (signature ``fn(x, y, projections, p, noise_std, seed, return_noise)``):
 
-* ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` (pure torch, autograd), noise drawn from a
-  ``torch.Generator`` seeded with ``seed``;
+* ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` (pure torch, autograd), noise drawn in
+  float64 from a ``torch.Generator`` seeded with ``seed`` and cast;
 * ``cpu`` — ``csrc/sliced.cpp``: projections by torch's BLAS per chunk of directions, then one fused C++ pass per
   direction (Philox noise, radix argsort with 32-bit indices, quantile matching, gradient scattered through the
   permutation), OpenMP over directions, GIL released. The gradient w.r.t. x and y is computed *during* the forward
@@ -22,7 +22,6 @@ from torch import nn
 
 from . import _dispatch
 from ._ext import cpp_status, load_cpp
-from ._random import draw_seed
 from ._validate import check_choice, check_int, check_nonnegative, check_positive, check_same_dim, check_tensor
 from .reference import sliced as _ref
 
@@ -42,11 +41,15 @@ _CHUNK_BYTES = 64 * 2 ** 20
 def _sw_reference(x, y, projections, p, noise_std, seed, return_noise):
     noise_x = noise_y = None
     if noise_std > 0 or return_noise:
+        from .privacy.randomness import PrivacyRandomness
+
         gen = torch.Generator(device=x.device)
         gen.manual_seed(int(seed))
+        src = PrivacyRandomness(False, gen)  # keyed by the release's (secret, in secure mode) seed
         k = projections.shape[0]
-        noise_x = torch.randn(x.shape[0], k, generator=gen, dtype=x.dtype, device=x.device) * noise_std
-        noise_y = torch.randn(y.shape[0], k, generator=gen, dtype=x.dtype, device=x.device) * noise_std
+        # float64 wide-tail draws then a cast (never float32 randn, capped at 5.77σ)
+        noise_x = (src.normal((x.shape[0], k), device=x.device) * noise_std).to(x.dtype)
+        noise_y = (src.normal((y.shape[0], k), device=x.device) * noise_std).to(x.dtype)
     loss = _ref.sliced_wasserstein(x, y, projections, p=p, noise_x=noise_x, noise_y=noise_y)
     if return_noise:
         return loss, noise_x, noise_y
@@ -158,7 +161,10 @@ _dispatch.set_auto(OP, "cpu", [("cpu", 0)])
 # ------------------------------------------------------------------------------------------------------------
 def random_projections(num_projections: int, dim: int, generator: Optional[torch.Generator] = None,
                        dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
-    """k directions uniform on the sphere S^{d-1}: normalised standard Gaussian rows.
+    """k directions uniform on the sphere S^{d-1}: normalised standard Gaussian rows (float64 draws).
+
+    ``generator``: a ``torch.Generator`` (``None``: torch's global one) or a
+    :class:`fastdpot.privacy.randomness.PrivacyRandomness` (the directions of a private release).
 
     Shape:
         -> (k, d) with k = ``num_projections``, d = ``dim``.
@@ -169,8 +175,11 @@ def random_projections(num_projections: int, dim: int, generator: Optional[torch
     k = check_int(num_projections, "num_projections")
     d = check_int(dim, "dim")
     if device is None:
-        device = generator.device if generator is not None else "cpu"
-    theta = torch.randn(k, d, generator=generator, dtype=torch.float64, device=device)
+        device = generator.device if isinstance(generator, torch.Generator) else "cpu"
+    if generator is not None and not isinstance(generator, torch.Generator):  # a PrivacyRandomness (private Θ)
+        theta = generator.normal((k, d), dtype=torch.float64, device=device)
+    else:
+        theta = torch.randn(k, d, generator=generator, dtype=torch.float64, device=device)
     return (theta / theta.norm(dim=1, keepdim=True)).to(dtype)
 
 
@@ -249,7 +258,8 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, num_projections: Option
 def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: float,
                           num_projections: Optional[int] = None, p: int = 2,
                           projections: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
-                          backend: str = "auto", return_noise: bool = False, radius: Optional[float] = None):
+                          backend: str = "auto", return_noise: bool = False, radius: Optional[float] = None, *,
+                          secure_mode: bool = True):
     r"""DP sliced Wasserstein distance DP-SW_p^p (PAPERS.md §1): Gaussian mechanism on the projected private data.
 
     .. math::
@@ -271,7 +281,11 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
         num_projections: k (random directions from ``generator``) when ``projections`` is None.
         p: 1 or 2.
         projections: optional (k, d) unit-norm directions.
-        generator: torch.Generator for the directions and the noise seed (replayable).
+        generator: with ``secure_mode=False``, the torch.Generator of the directions and the noise seed
+            (replayable; no guarantee against anyone who holds its seed). Also accepts a
+            :class:`fastdpot.privacy.randomness.PrivacyRandomness`.
+        secure_mode: True (default): directions and the noise key come from the operating system (secret, not
+            replayable; a ``torch.Generator`` then raises ValueError).
         backend: "auto", "reference", "cpu", "triton".
         return_noise: also return the exact noise added, (M, k) and (N, k), so the reference can replay the run.
         radius: if given, rows of ``x_private`` with norm > radius are scaled onto the ball of that radius before
@@ -285,7 +299,8 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
         (loss, noise_private, noise_y).
 
     Raises:
-        ValueError: as :func:`sliced_wasserstein`, plus ``noise_std`` < 0 or non-finite, ``radius`` <= 0.
+        ValueError: as :func:`sliced_wasserstein`, plus ``noise_std`` < 0 or non-finite, ``radius`` <= 0, a
+        ``torch.Generator`` with ``secure_mode=True``.
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021 (mechanism
@@ -298,8 +313,11 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
         from .privacy import clip_rows
 
         x_private = clip_rows(x_private, radius)
-    theta = _validate(x_private, y, p, num_projections, projections, "x_private", generator)
-    seed = draw_seed(generator)
+    from .privacy.randomness import PrivacyRandomness, privacy_randomness
+
+    rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
+    theta = _validate(x_private, y, p, num_projections, projections, "x_private", rng)
+    seed = rng.seed()
     _, fn = _dispatch.dispatch(OP, backend, device_type=x_private.device.type,
                                size=x_private.shape[0] + y.shape[0])
     return fn(x_private, y, theta, p, noise_std, seed, bool(return_noise))
@@ -402,12 +420,21 @@ class DPSlicedWassersteinLoss(nn.Module):
     ``steps`` releases; the caller must still sample batches uniformly without replacement, fresh each step —
     :class:`fastdpot.privacy.FixedSizeSampler`).
 
+    Randomness: ``secure_mode=True`` (default) draws directions and noise keys from the operating system (secret, not
+    replayable; a ``generator`` then raises ValueError); ``secure_mode=False`` replays them from ``generator`` (no
+    guarantee against anyone who holds its seed).
+
     Shape: x_private (M, d), y (N, d) -> 0-d tensor (DP-SW_p^p).
     """
 
     def __init__(self, noise_std: float, num_projections: int, p: int = 2, radius: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None, backend: str = "auto"):
+                 generator: Optional[torch.Generator] = None, backend: str = "auto", *, secure_mode: bool = True):
         super().__init__()
+        from .privacy.randomness import PrivacyRandomness, privacy_randomness
+
+        self._rng = (generator if isinstance(generator, PrivacyRandomness)
+                     else privacy_randomness(secure_mode, generator))
+        self.secure_mode = self._rng.secure_mode
         self.noise_std = check_nonnegative(noise_std, "noise_std")
         self.num_projections = check_int(num_projections, "num_projections")
         self.p = check_choice(p, "p", (1, 2))
@@ -420,14 +447,16 @@ class DPSlicedWassersteinLoss(nn.Module):
     @classmethod
     def from_privacy(cls, epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
                      num_projections: int, dim: int, radius: float, bound: str = "chernoff", p: int = 2,
-                     generator: Optional[torch.Generator] = None, backend: str = "auto"):
+                     generator: Optional[torch.Generator] = None, backend: str = "auto", *,
+                     secure_mode: bool = True):
         """Module whose ``noise_std`` makes ``steps`` releases (ε, δ)-DP.
 
         See :func:`dp_sliced_wasserstein_noise_std` for the arguments and the calibration.
         """
         sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, batch_size, dataset_size, steps,
                                                          num_projections, dim, radius, bound=bound)
-        mod = cls(sigma, num_projections, p=p, radius=radius, generator=generator, backend=backend)
+        mod = cls(sigma, num_projections, p=p, radius=radius, generator=generator, backend=backend,
+                  secure_mode=secure_mode)
         mod.privacy = details
         return mod
 
@@ -442,7 +471,7 @@ class DPSlicedWassersteinLoss(nn.Module):
                 raise RuntimeError(f"privacy budget exhausted: noise_std was calibrated for steps="
                                    f"{self.privacy['steps']} releases, all of them used")
         out = dp_sliced_wasserstein(x_private, y, self.noise_std, self.num_projections, p=self.p,
-                                    generator=self.generator, backend=self.backend, radius=self.radius)
+                                    generator=self._rng, backend=self.backend, radius=self.radius)
         self.releases += 1
         return out
 

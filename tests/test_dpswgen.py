@@ -35,7 +35,7 @@ def test_dpswgen_fashion_mnist_lowers_loss_within_budget():
     before = evaluate_sw(init, zpub, generator=torch.Generator().manual_seed(5))
     torch.manual_seed(0)  # same initial weights as `init`
     res = train_dpswgen(zpriv, 10.0, 1e-5, steps=150, batch_size=250, num_projections=40, latent_dim=8,
-                        generator=torch.Generator().manual_seed(1), lr=2e-3, budget_checks=2)
+                        secure_mode=False, generator=torch.Generator().manual_seed(1), lr=2e-3, budget_checks=2)
     after = evaluate_sw(res, zpub, generator=torch.Generator().manual_seed(5))
     assert res.steps == 150 and res.details["steps_recorded"] == 150 and not res.stopped_by_budget
     assert res.epsilon <= 10.0 and res.epsilon > 9.0  # calibrated: spends (almost) all of the budget
@@ -51,7 +51,7 @@ def test_dpswgen_stops_when_budget_is_spent():
     # σ calibrated for 40 steps; a run with a smaller σ must be refused by the budget before step 40
     sigma, det = dp_sliced_wasserstein_noise_std(2.0, 1e-5, 100, 2000, 40, 35, 4, 1.0)
     res2 = train_dpswgen(data, 2.0, 1e-5, steps=40, batch_size=100, num_projections=35, latent_dim=4,
-                         generator=g, noise_std=0.75 * sigma, budget_checks=4)
+                         secure_mode=False, generator=g, noise_std=0.75 * sigma, budget_checks=4)
     assert res2.details["noise_multiplier"] == pytest.approx(0.75 * det["noise_multiplier"])
     assert res2.stopped_by_budget and 0 < res2.steps < 40
     assert res2.epsilon <= 2.0 and res2.details["steps_recorded"] == res2.steps
@@ -66,7 +66,8 @@ def test_conv_generator_non_private_digits():
     before = evaluate_sw(init, x, generator=torch.Generator().manual_seed(3))
     torch.manual_seed(0)
     res = train_dpswgen(x, math.inf, 1e-5, steps=60, batch_size=200, num_projections=50, latent_dim=8,
-                        model="conv", radius=8.0, generator=torch.Generator().manual_seed(2), lr=5e-3)
+                        model="conv", radius=8.0, secure_mode=False, generator=torch.Generator().manual_seed(2),
+                        lr=5e-3)
     assert math.isinf(res.epsilon) and res.noise_std == 0.0
     assert res.sample(5).shape == (5, 1, 8, 8)
     assert evaluate_sw(res, x, generator=torch.Generator().manual_seed(3)) < 0.5 * before

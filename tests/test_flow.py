@@ -49,7 +49,7 @@ def test_epsilon_and_noise_match_independent_computation():
     n, B, T, z, k, d, delta, r = 600, 50, 30, 1.3, 40, 8, 1e-5, 1.5
     data = torch.randn(n, d, generator=_gen(1))
     f = DPSlicedWassersteinFlow(64, d, k, 1.0, noise_multiplier=z, delta=delta, radius=r, batch_size=B, steps=T,
-                                bound="bernstein", generator=_gen(2))
+                                bound="bernstein", secure_mode=False, generator=_gen(2))
     delta_tail = delta / (2 * T)
     assert f.delta_split == pytest.approx((delta / 2, delta_tail))
     assert f.sensitivity == pytest.approx(2 * r * math.sqrt(_bernstein_w(k, d, delta_tail)), rel=1e-12)
@@ -67,7 +67,7 @@ def test_epsilon_and_noise_match_independent_computation():
 def test_clt_sensitivity_and_sample_rate():
     k, d, T, delta = 70, 8, 20, 1e-5
     f = DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=2.0, delta=delta, sample_rate=0.1, steps=T,
-                                bound="clt", generator=_gen(3))
+                                bound="clt", secure_mode=False, generator=_gen(3))
     dt = delta / (2 * T)
     w = k / d + (norm.isf(dt) / d) * math.sqrt(2 * k * (d - 1) / (d + 2))
     assert f.sensitivity == pytest.approx(2 * math.sqrt(w), rel=1e-9)
@@ -82,9 +82,10 @@ def test_default_bound_is_the_proven_chernoff_bound():
 
     k, d, T, delta = 70, 8, 20, 1e-5
     flows = {b: DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=1.0, delta=delta, batch_size=5, steps=T,
-                                        bound=b, generator=_gen(3)) for b in ("clt", "bernstein", "chernoff")}
+                                        bound=b, secure_mode=False, generator=_gen(3))
+             for b in ("clt", "bernstein", "chernoff")}
     default = DPSlicedWassersteinFlow(32, d, k, 1.0, noise_multiplier=1.0, delta=delta, batch_size=5, steps=T,
-                                      generator=_gen(3))
+                                      secure_mode=False, generator=_gen(3))
     dt = delta / (2 * T)
     assert default.sensitivity == flows["chernoff"].sensitivity == sliced_sensitivity(k, d, dt, "chernoff", 2.0)
     assert flows["clt"].sensitivity < flows["chernoff"].sensitivity < flows["bernstein"].sensitivity
@@ -96,7 +97,7 @@ def test_orthogonal_directions_deterministic_sensitivity(variant):
     data = torch.randn(n, d, generator=_gen(21))
     kw = dict(pool_size=30) if variant == "presampled" else {}
     f = DPSlicedWassersteinFlow(64, d, k, 1.0, noise_multiplier=z, delta=delta, radius=r, batch_size=B, steps=T,
-                                directions="orthogonal", variant=variant, generator=_gen(22), **kw)
+                                directions="orthogonal", variant=variant, secure_mode=False, generator=_gen(22), **kw)
     # ⌈20/8⌉ = 3 blocks: Δ = 2r·sqrt(3) for every draw, no tail -- the accountant gets all of δ
     assert f.sensitivity == pytest.approx(2 * r * math.sqrt(3), rel=1e-12)
     assert f.delta_split == (delta, 0.0)
@@ -130,7 +131,7 @@ def test_presampled_variant_composes_every_step():
     n, B, T, z = 500, 50, 25, 1.0
     data = torch.randn(n, 8, generator=_gen(5))
     f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, noise_multiplier=z, batch_size=B, steps=T, variant="presampled",
-                                pool_size=100, generator=_gen(6))
+                                pool_size=100, secure_mode=False, generator=_gen(6))
     assert f._pool.shape == (100, 8)
     f.run(data, progress=False)
     eps = f.epsilon()
@@ -140,7 +141,8 @@ def test_presampled_variant_composes_every_step():
 def test_target_epsilon_calibrates_and_spends_the_budget():
     n, B, T = 400, 40, 15
     data = torch.randn(n, 8, generator=_gen(7))
-    f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, target_epsilon=4.0, batch_size=B, steps=T, generator=_gen(8))
+    f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, target_epsilon=4.0, batch_size=B, steps=T,
+                                secure_mode=False, generator=_gen(8))
     assert f.noise_multiplier is None  # calibrated at the first run(), when n is known
     f.run(data, progress=False)
     assert f.steps_taken == T
@@ -157,7 +159,7 @@ def test_budget_stops_the_run_before_exceeding():
     n, B, T, z = 300, 60, 40, 2.0
     data = torch.randn(n, 8, generator=_gen(9))
     f = DPSlicedWassersteinFlow(32, 8, 40, 1.0, noise_multiplier=z, target_epsilon=3.0, batch_size=B, steps=T,
-                                generator=_gen(10))
+                                secure_mode=False, generator=_gen(10))
     f.run(data, progress=False)
     t = f.steps_taken
     assert 0 < t < T
@@ -171,7 +173,7 @@ def test_budget_stops_the_run_before_exceeding():
 
 def test_direct_step_is_accounted_without_amplification_and_budget_raises():
     f = DPSlicedWassersteinFlow(32, 8, 40, 1.0, noise_multiplier=5.0, target_epsilon=2.0, steps=50, batch_size=10,
-                                generator=_gen(11))
+                                secure_mode=False, generator=_gen(11))
     batch = torch.randn(10, 8, generator=_gen(12))
     taken = 0
     with pytest.raises(BudgetExceededError):
@@ -188,10 +190,10 @@ def test_direct_step_is_accounted_without_amplification_and_budget_raises():
 
 
 def test_non_private_flow_says_so():
-    f = DPSlicedWassersteinFlow(16, 2, 3, 0.5, generator=_gen(13))
+    f = DPSlicedWassersteinFlow(16, 2, 3, 0.5, secure_mode=False, generator=_gen(13))
     assert not f.private and f.noise_std == 0.0 and f.noise_multiplier == 0.0
     assert f.epsilon() == math.inf
-    g = DPSlicedWassersteinFlow(16, 2, 3, 0.5, target_epsilon=math.inf, generator=_gen(13))
+    g = DPSlicedWassersteinFlow(16, 2, 3, 0.5, target_epsilon=math.inf, secure_mode=False, generator=_gen(13))
     assert not g.private and g.epsilon() == math.inf
     with pytest.raises(ValueError, match="steps is required"):
         f.run(torch.randn(20, 2), progress=False)
@@ -206,7 +208,7 @@ def test_private_rows_are_clipped_inside(normalize):
     out = []
     for x in (data, pre):
         f = DPSlicedWassersteinFlow(64, 8, 40, 1.0, noise_multiplier=1.0, radius=1.5, normalize=normalize,
-                                    batch_size=20, steps=3, generator=_gen(15))
+                                    batch_size=20, steps=3, secure_mode=False, generator=_gen(15))
         out.append(f.run(x, progress=False).clone())
     torch.testing.assert_close(out[0], out[1], rtol=1e-5, atol=1e-5)
 
@@ -221,11 +223,11 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path, variant, reg):
     n, T = 300, 12
     data = torch.randn(n, 8, generator=_gen(16))
     kw = dict(noise_multiplier=1.0, target_epsilon=50.0, batch_size=30, steps=T, variant=variant, reg=reg)
-    full = DPSlicedWassersteinFlow(64, 8, 40, 0.5, generator=_gen(17), **kw)
+    full = DPSlicedWassersteinFlow(64, 8, 40, 0.5, secure_mode=False, generator=_gen(17), **kw)
     full.run(data, progress=False)
 
     path = str(tmp_path / "flow.pt")
-    part = DPSlicedWassersteinFlow(64, 8, 40, 0.5, generator=_gen(17), **kw)
+    part = DPSlicedWassersteinFlow(64, 8, 40, 0.5, secure_mode=False, generator=_gen(17), **kw)
 
     def kill(flow):
         if flow.steps_taken == 7:
@@ -245,7 +247,7 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path, variant, reg):
 
 def test_nan_particles_stop_with_last_good_checkpoint_intact(tmp_path):
     path = str(tmp_path / "flow.pt")
-    f = DPSlicedWassersteinFlow(50, 3, 5, step_size=1e15, radius=100.0, generator=_gen(0))
+    f = DPSlicedWassersteinFlow(50, 3, 5, step_size=1e15, radius=100.0, secure_mode=False, generator=_gen(0))
     data = torch.randn(200, 3, generator=_gen(1)) * 50
     with pytest.raises(NonFiniteParticlesError, match="non-finite"):
         f.run(data, steps=10, progress=False, checkpoint_path=path, checkpoint_every=1)
@@ -261,11 +263,11 @@ def test_toy_mixture_non_private_and_dp():
     init = torch.randn(500, 2, generator=_gen(3))
     assert _sw2(init, data) > 1.0
     f = DPSlicedWassersteinFlow(500, 2, 20, 1.0, radius=4.0, batch_size=500, steps=100, init=init,
-                                generator=_gen(1))
+                                secure_mode=False, generator=_gen(1))
     f.run(data, progress=False)
     assert _sw2(f.particles, data) < 0.08
     dp = DPSlicedWassersteinFlow(500, 2, 20, 1.0, noise_multiplier=0.03, radius=4.0, batch_size=500, steps=100,
-                                 bound="bernstein", init=init, generator=_gen(1))
+                                 bound="bernstein", init=init, secure_mode=False, generator=_gen(1))
     assert dp.noise_std > 0.9
     dp.run(data, progress=False)
     assert _sw2(dp.particles, data) < 0.3
@@ -276,7 +278,7 @@ def test_toy_mixture_other_transports(quantiles, num_quantiles):
     data, _ = _mixture(2000)
     init = torch.randn(500, 2, generator=_gen(3))
     f = DPSlicedWassersteinFlow(500, 2, 20, 1.0, radius=4.0, batch_size=500, steps=60, init=init,
-                                quantiles=quantiles, num_quantiles=num_quantiles, generator=_gen(1))
+                                quantiles=quantiles, num_quantiles=num_quantiles, secure_mode=False, generator=_gen(1))
     f.run(data, progress=False)
     assert _sw2(f.particles, data) < 0.1
 
@@ -285,7 +287,7 @@ def test_class_conditional_flow(tmp_path):
     data, lab = _mixture(1500, seed=4)
     path = str(tmp_path / "cc.pt")
     cc = ClassConditionalFlow(300, 2, 20, 1.0, radius=4.0, batch_size=100, steps=40, noise_multiplier=0.02,
-                              bound="bernstein", generator=_gen(5))
+                              bound="bernstein", secure_mode=False, generator=_gen(5))
     x, y = cc.run(data, lab, progress=False, checkpoint_path=path)
     counts = torch.bincount(lab, minlength=3).double()
     got = torch.bincount(y, minlength=3)
@@ -303,7 +305,8 @@ def test_class_conditional_flow(tmp_path):
 
 def test_class_conditional_particles_as_given():
     data, lab = _mixture(600, seed=6)
-    cc = ClassConditionalFlow(0 + 2, 2, 4, 1.0, particles_per_class=[5, 7, 9], radius=4.0, generator=_gen(7))
+    cc = ClassConditionalFlow(0 + 2, 2, 4, 1.0, particles_per_class=[5, 7, 9], radius=4.0,
+                              secure_mode=False, generator=_gen(7))
     x, y = cc.run(data, lab, steps=2, progress=False)
     assert torch.bincount(y).tolist() == [5, 7, 9]
     with pytest.raises(ValueError, match="labels"):
@@ -334,13 +337,14 @@ def test_init_kinds_shapes_norms_and_generator():
         torch.testing.assert_close(draw_init(k, n, d, _gen(21), scale=0.3), 0.3 * x[k], rtol=1e-6, atol=1e-7)
     # the flow's particles are the draw from its generator; None is the default "gaussian" (unchanged stream)
     for k in INIT_KINDS:
-        f = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, generator=_gen(21))
+        f = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, secure_mode=False, generator=_gen(21))
         torch.testing.assert_close(f.particles, x[k], rtol=0, atol=0)
-        small = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, init_scale=0.3, generator=_gen(21))
+        small = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, init_scale=0.3, secure_mode=False, generator=_gen(21))
         torch.testing.assert_close(small.particles, 0.3 * x[k], rtol=1e-6, atol=1e-7)
-        again = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, generator=_gen(21))
+        again = DPSlicedWassersteinFlow(n, d, 4, 0.5, init=k, secure_mode=False, generator=_gen(21))
         torch.testing.assert_close(again.particles, f.particles, rtol=0, atol=0)
-    torch.testing.assert_close(DPSlicedWassersteinFlow(n, d, 4, 0.5, generator=_gen(21)).particles, x["gaussian"],
+    torch.testing.assert_close(DPSlicedWassersteinFlow(n, d, 4, 0.5,
+                                                       secure_mode=False, generator=_gen(21)).particles, x["gaussian"],
                                rtol=0, atol=0)
 
 
@@ -350,21 +354,23 @@ def test_class_conditional_init_kinds_and_resume(tmp_path, monkeypatch):
               normalize=True)
     starts = {}
     for k in INIT_KINDS:
-        cc = ClassConditionalFlow(120, 2, 2, 0.5, init=k, init_scale=4.0, generator=_gen(9), **kw)
+        cc = ClassConditionalFlow(120, 2, 2, 0.5, init=k, init_scale=4.0, secure_mode=False, generator=_gen(9), **kw)
         cc._build(lab)
         starts[k] = cc.samples()[0]
         # each class flow starts from its own generator's draw: same seeds, so same normals under every kind
-        same = ClassConditionalFlow(120, 2, 2, 0.5, init=k, init_scale=4.0, generator=_gen(9), **kw)
+        same = ClassConditionalFlow(120, 2, 2, 0.5, init=k, init_scale=4.0, secure_mode=False, generator=_gen(9), **kw)
         same._build(lab)
         torch.testing.assert_close(same.samples()[0], starts[k], rtol=0, atol=0)
     torch.testing.assert_close(starts["sphere"].norm(dim=1), torch.full((120,), 4.0), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(starts["sphere"], 4.0 * starts["gaussian"] / starts["gaussian"].norm(dim=1, keepdim=True),
                                rtol=1e-5, atol=1e-5)
     # checkpoint / resume with a non-default init is bit-equal to an uninterrupted run
-    full = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5, generator=_gen(9), **kw)
+    full = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5,
+                                secure_mode=False, generator=_gen(9), **kw)
     xf, _ = full.run(data, lab, progress=False)
     path = str(tmp_path / "cc.pt")
-    part = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5, generator=_gen(9), **kw)
+    part = ClassConditionalFlow(120, 2, 2, 0.5, init="sphere", init_scale=0.5,
+                                secure_mode=False, generator=_gen(9), **kw)
     orig = DPSlicedWassersteinFlow.run
 
     def run_then_kill(self, *args, callback=None, **kwargs):  # stop in the second class flow after its 5th step
@@ -439,7 +445,7 @@ def test_bad_constructor_arguments(kwargs, match):
 
 
 def test_bad_data():
-    f = DPSlicedWassersteinFlow(16, 3, 4, 0.5, batch_size=5, generator=_gen(0))
+    f = DPSlicedWassersteinFlow(16, 3, 4, 0.5, batch_size=5, secure_mode=False, generator=_gen(0))
     bad = torch.randn(20, 3)
     bad[2, 0] = float("nan")
     with pytest.raises(ValueError, match="non-finite"):
@@ -450,7 +456,7 @@ def test_bad_data():
     init[0, 0] = float("inf")
     with pytest.raises(ValueError, match="init"):
         DPSlicedWassersteinFlow(16, 3, 4, 0.5, init=init)
-    g = DPSlicedWassersteinFlow(16, 3, 4, 0.5, batch_size=50, generator=_gen(0))
+    g = DPSlicedWassersteinFlow(16, 3, 4, 0.5, batch_size=50, secure_mode=False, generator=_gen(0))
     with pytest.raises(ValueError, match="batch size"):
         g.run(torch.randn(20, 3), steps=1, progress=False)
 

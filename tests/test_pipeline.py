@@ -51,12 +51,21 @@ def _args(idx_dir, tmp_path, *extra):
 def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     assert cli.main(_args(idx_dir, tmp_path)) == 0
     run = tmp_path / "runs" / "r"
-    for f in ("samples.png", "metrics.json", "privacy.md", "config.json", "flow_checkpoint.pt"):
+    for f in ("samples.png", "metrics.json", "privacy.md", "config.json", "private/flow_checkpoint.pt",
+              "private/flows.json"):
         assert (run / f).is_file(), f
+    assert not (run / "flow_checkpoint.pt").exists()  # the checkpoint (a private artefact) is kept apart
     m = json.loads((run / "metrics.json").read_text())
     assert m["private"] and m["class_conditional"] and m["n_public"] + m["n_private"] == 200
-    assert 0 < m["epsilon_spent"] <= 10.0 + 1e-9 and m["delta"] == 1e-5
-    assert m["steps_taken"] == [m["steps"]] * 2 and m["noise_multiplier"] > 0
+    assert m["epsilon_spent"] == 10.0 and m["epsilon_spent_is_bound"] and m["delta"] == 1e-5
+    assert m["steps_taken"] == [m["steps"]] * 2
+    # nothing computed from the private class sizes: no per-class z, σ, q = B/n_c
+    for key in ("noise_multiplier", "noise_multipliers_per_flow", "noise_std_per_flow", "sample_rates",
+                "sample_rate"):
+        assert key not in m, key
+    assert m["noise"].startswith("secret") and "label unchanged" in m["neighbouring_relation"]
+    flows = json.loads((run / "private" / "flows.json").read_text())
+    assert len(flows) == 2 and all(f["noise_multiplier"] > 0 and 0 < f["epsilon"] <= 10.0 + 1e-9 for f in flows)
     assert m["num_particles"] == 40 and m["fid_generated_samples"] == 4 and m["fid_real_samples"] == 4
     assert math.isfinite(m["fid"]) and m["fid"] > 0
     assert 0 <= m["accuracy_logreg"] <= 1 and 0 <= m["accuracy_mlp"] <= 1
@@ -67,6 +76,9 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     text = (run / "privacy.md").read_text()
     assert f"initialisation `{m['init']}`" in text and "independently of the data (no privacy cost)" in text
     assert "ε spent" in text and "public by assumption" in text and "without replacement" in text
+    assert "operating system" in text and "LABEL UNCHANGED" in text and "NO privacy guarantee" not in text
+    for f in flows:  # the private per-class values are not in the published page
+        assert f"{f['sample_rate']:.5g}"[:6] not in text
     # default directions: orthogonal blocks, deterministic Δ = 2·sqrt(⌈k/d⌉), all of δ to the accountant
     assert "orthogonal directions" in text and "no tail is spent" in text
     from PIL import Image
@@ -214,6 +226,20 @@ def test_init_cli_records_it_and_old_run_folders_resume(idx_dir, tmp_path):
     cfg_path.write_text(json.dumps(old))
     assert cli.main(_args(idx_dir, tmp_path, "--name", "old", "--init", "gaussian")) == 0
     assert json.loads((tmp_path / "runs" / "old" / "metrics.json").read_text())["flow_resumed"]
+    # a folder written before secure mode (checkpoint next to the outputs, no `replayable_noise`) drew its noise
+    # from the seed: it resumes only with --replayable-noise, its checkpoint moves to private/, and the outputs
+    # say that there is no guarantee against anyone who holds the seed
+    old_dir = tmp_path / "runs" / "old"
+    (old_dir / "private" / "flow_checkpoint.pt").rename(old_dir / "flow_checkpoint.pt")
+    old = json.loads(cfg_path.read_text())
+    del old["replayable_noise"]
+    cfg_path.write_text(json.dumps(old))
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "old", "--init", "gaussian")) == 2
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "old", "--init", "gaussian", "--replayable-noise")) == 0
+    assert (old_dir / "private" / "flow_checkpoint.pt").is_file() and not (old_dir / "flow_checkpoint.pt").exists()
+    m = json.loads((old_dir / "metrics.json").read_text())
+    assert m["flow_resumed"] and m["noise"].startswith("replayable") and "NO privacy guarantee" in m["noise"]
+    assert "NO privacy guarantee against anyone who holds that seed" in (old_dir / "privacy.md").read_text()
 
 
 def test_public_centers_are_public_class_means_and_median_radius():
@@ -245,7 +271,8 @@ def test_public_centers_are_public_class_means_and_median_radius():
 def test_centered_flow_clips_to_r_and_adds_the_centres_back(idx_dir, tmp_path):
     from fastdpot.pipeline import public_centers
 
-    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, num_particles=30, center="public").resolved()
+    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, num_particles=30, center="public",
+                         replayable_noise=True).resolved()  # the translation check replays the noise
     data = stage_data(cfg)
     ae = stage_autoencoder(cfg, data, progress=False, cache_dir=str(tmp_path))
     assert ae["public_latents"] is not None  # center="public" needs them

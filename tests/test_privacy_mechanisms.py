@@ -119,24 +119,25 @@ def test_ldp_gaussian_sigma_eq5_and_validity():
 def test_gaussian_local_mechanism():
     x = _data(n=4000, d=3, scale=4.0)
     eps, delta, r = 5.0, 1e-4, 2.0
-    y, sigma = gaussian_local_mechanism(x, eps, delta, r, generator=_gen(3))
+    y, sigma = gaussian_local_mechanism(x, eps, delta, r, secure_mode=False, generator=_gen(3))
     assert sigma == pytest.approx(ldp_gaussian_sigma(eps, delta, 2 * r), rel=1e-12)  # Δ = diameter 2r
     # the noise is added to the clipped data: replay the same draw on a zero input
-    y0, _ = gaussian_local_mechanism(torch.zeros_like(x), eps, delta, r, generator=_gen(3))
+    y0, _ = gaussian_local_mechanism(torch.zeros_like(x), eps, delta, r, secure_mode=False, generator=_gen(3))
     assert torch.allclose(y - y0, clip_rows(x, r), atol=1e-12)
     assert torch.all((y - y0).norm(dim=1) <= r * (1 + 1e-12))
     noise = (y0 / sigma).flatten().numpy()
     assert stats.kstest(noise, "norm").pvalue > 1e-3
     assert abs(noise.mean()) < 4 / math.sqrt(noise.size) and abs(noise.std() - 1) < 0.03
-    assert not torch.equal(y0, gaussian_local_mechanism(torch.zeros_like(x), eps, delta, r, _gen(4))[0])
+    assert not torch.equal(y0, gaussian_local_mechanism(torch.zeros_like(x), eps, delta, r, _gen(4),
+                                                        secure_mode=False)[0])
 
 
 def test_laplace_local_mechanism():
     x = _data(n=4000, d=3, scale=4.0)
     eps, r = 2.0, 1.5
-    y, scale = laplace_local_mechanism(x, eps, r, generator=_gen(5))
+    y, scale = laplace_local_mechanism(x, eps, r, secure_mode=False, generator=_gen(5))
     assert scale == pytest.approx(2 * r / eps, rel=1e-15)  # ℓ1 diameter of the ball over ε
-    y0, _ = laplace_local_mechanism(torch.zeros_like(x), eps, r, generator=_gen(5))
+    y0, _ = laplace_local_mechanism(torch.zeros_like(x), eps, r, secure_mode=False, generator=_gen(5))
     assert torch.allclose(y - y0, project_l1_ball(x, r), atol=1e-12)
     assert torch.all((y - y0).abs().sum(1) <= r * (1 + 1e-12))
     noise = (y0 / scale).flatten().numpy()
@@ -148,7 +149,7 @@ def test_laplace_local_mechanism():
 def test_laplace_privacy_loss_is_exactly_epsilon_for_worst_pair():
     """log p(y|x) − log p(y|x') <= ε for the farthest pair of the ball, with equality: the scale uses 2r."""
     eps, r, d = 1.0, 1.0, 2
-    _, b = laplace_local_mechanism(torch.zeros(1, d, dtype=torch.float64), eps, r, generator=_gen(0))
+    _, b = laplace_local_mechanism(torch.zeros(1, d, dtype=torch.float64), eps, r, secure_mode=False, generator=_gen(0))
     x, xp = torch.tensor([r, 0.0]), torch.tensor([-r, 0.0])
     grid = torch.linspace(-4, 4, 801)
     ys = torch.stack(torch.meshgrid(grid, grid, indexing="ij"), -1).reshape(-1, d)
@@ -163,7 +164,7 @@ def test_laplace_privacy_loss_is_exactly_epsilon_for_worst_pair():
     (lambda x: gaussian_local_mechanism(x, 1.0, 0.0, 1.0), "delta"),
     (lambda x: gaussian_local_mechanism(x, 1.0, 1e-5, 0.0), "radius"),
     (lambda x: gaussian_local_mechanism(x.clone().fill_(float("nan")), 1.0, 1e-5, 1.0), "x"),
-    (lambda x: gaussian_local_mechanism(x, 1.0, 1e-5, 1.0, generator=3), "generator"),
+    (lambda x: gaussian_local_mechanism(x, 1.0, 1e-5, 1.0, secure_mode=False, generator=3), "generator"),
     (lambda x: clip_rows(x, 0.0), "radius"),
     (lambda x: project_l1_ball(x.long(), 1.0), "x"),
 ])
@@ -181,29 +182,29 @@ def _theta(k, d, seed, dtype=torch.float64):
 @pytest.mark.parametrize("normalize", [False, True])
 def test_projection_mechanism_enforces_geometry(normalize):
     x, th, r, sigma = _data(n=31, d=6), _theta(11, 6, 1), 1.3, 0.7
-    out = gaussian_projection_mechanism(x, th, sigma, r, normalize=normalize, generator=_gen(9))
-    noise_only = gaussian_projection_mechanism(torch.zeros_like(x), th, sigma, r, generator=_gen(9))
+    out = gaussian_projection_mechanism(x, th, sigma, r, normalize=normalize, secure_mode=False, generator=_gen(9))
+    noise_only = gaussian_projection_mechanism(torch.zeros_like(x), th, sigma, r, secure_mode=False, generator=_gen(9))
     xr = r * x / x.norm(dim=1, keepdim=True) if normalize else clip_rows(x, r)
     assert out.shape == (31, 11)
     assert torch.allclose(out - noise_only, xr @ th.T, atol=1e-12)
     if not normalize:  # a zero row stays zero when clipping
         assert torch.allclose(noise_only, gaussian_projection_mechanism(torch.zeros_like(x), th, sigma, r,
-                                                                        generator=_gen(9)))
+                                                                        secure_mode=False, generator=_gen(9)))
 
 
 def test_projection_mechanism_noise_statistics_and_replay():
     x, th, sigma = torch.zeros(2000, 4, dtype=torch.float64), _theta(9, 4, 2), 0.35
-    out = gaussian_projection_mechanism(x, th, sigma, 1.0, generator=_gen(11))
+    out = gaussian_projection_mechanism(x, th, sigma, 1.0, secure_mode=False, generator=_gen(11))
     z = (out / sigma).flatten().numpy()
     assert stats.kstest(z, "norm").pvalue > 1e-3 and abs(z.std() - 1) < 0.02
-    assert torch.equal(out, gaussian_projection_mechanism(x, th, sigma, 1.0, generator=_gen(11)))
-    assert not torch.equal(out, gaussian_projection_mechanism(x, th, sigma, 1.0, generator=_gen(12)))
+    assert torch.equal(out, gaussian_projection_mechanism(x, th, sigma, 1.0, secure_mode=False, generator=_gen(11)))
+    assert not torch.equal(out, gaussian_projection_mechanism(x, th, sigma, 1.0, secure_mode=False, generator=_gen(12)))
 
 
 def test_projection_mechanism_float32_and_gradient_to_directions():
     x = _data(n=20, d=5, dtype=torch.float32)
     th = _theta(7, 5, 3, dtype=torch.float32).requires_grad_(True)
-    out = gaussian_projection_mechanism(x, th, 0.5, 2.0, generator=_gen(1))
+    out = gaussian_projection_mechanism(x, th, 0.5, 2.0, secure_mode=False, generator=_gen(1))
     assert out.dtype == torch.float32
     out.sum().backward()
     assert torch.allclose(th.grad, clip_rows(x, 2.0).sum(0).expand(7, 5), atol=1e-5)

@@ -13,7 +13,7 @@ def _gen(seed):
 
 def test_poisson_batch_size_distribution():
     n, q, draws = 400, 0.1, 3000
-    s = PoissonSampler(n, q, generator=_gen(0))
+    s = PoissonSampler(n, q, secure_mode=False, generator=_gen(0))
     sizes = np.array([len(s.sample()) for _ in range(draws)])
     # chi-square goodness of fit to Binomial(n, q) on bins with enough mass
     edges = np.arange(25, 56)
@@ -27,7 +27,7 @@ def test_poisson_batch_size_distribution():
 
 def test_poisson_inclusion_uniform_and_rate_never_above_q():
     n, q, draws = 50, 0.3, 2000
-    s = PoissonSampler(n, q, generator=_gen(1))
+    s = PoissonSampler(n, q, secure_mode=False, generator=_gen(1))
     counts = np.zeros(n)
     for _ in range(draws):
         b = s.sample()
@@ -40,13 +40,13 @@ def test_poisson_inclusion_uniform_and_rate_never_above_q():
 
 def test_poisson_full_rate_and_small_rate():
     assert torch.equal(PoissonSampler(7, 1.0).sample(), torch.arange(7))
-    sizes = [len(PoissonSampler(1000, 1e-4, generator=_gen(s)).sample()) for s in range(50)]
+    sizes = [len(PoissonSampler(1000, 1e-4, secure_mode=False, generator=_gen(s)).sample()) for s in range(50)]
     assert max(sizes) <= 3  # mostly empty batches are allowed (and accounted)
 
 
 def test_fixed_size_uniform_without_replacement():
     n, bsz, draws = 40, 7, 3000
-    s = FixedSizeSampler(n, bsz, generator=_gen(2))
+    s = FixedSizeSampler(n, bsz, secure_mode=False, generator=_gen(2))
     assert s.sample_rate == pytest.approx(bsz / n)
     counts = np.zeros(n)
     for _ in range(draws):
@@ -59,7 +59,7 @@ def test_fixed_size_uniform_without_replacement():
 def test_fixed_size_fresh_every_call_not_a_replayed_epoch():
     """Consecutive batches overlap like independent draws (hypergeometric), unlike an epoch's disjoint batches."""
     n, bsz, draws = 100, 10, 2000
-    s = FixedSizeSampler(n, bsz, generator=_gen(3))
+    s = FixedSizeSampler(n, bsz, secure_mode=False, generator=_gen(3))
     prev = set(s.sample().tolist())
     overlaps = []
     for _ in range(draws):
@@ -77,13 +77,14 @@ def test_fixed_size_fresh_every_call_not_a_replayed_epoch():
 
 def test_generators_make_samplers_reproducible():
     for cls, args in [(PoissonSampler, (100, 0.2)), (FixedSizeSampler, (100, 13))]:
-        a, b, c = cls(*args, generator=_gen(5)), cls(*args, generator=_gen(5)), cls(*args, generator=_gen(6))
+        a, b = cls(*args, secure_mode=False, generator=_gen(5)), cls(*args, secure_mode=False, generator=_gen(5))
+        c = cls(*args, secure_mode=False, generator=_gen(6))
         seq_a = [a.sample() for _ in range(5)]
         seq_b = [b.sample() for _ in range(5)]
         seq_c = [c.sample() for _ in range(5)]
         assert all(torch.equal(x, y) for x, y in zip(seq_a, seq_b))
         assert [x.tolist() for x in seq_a] != [x.tolist() for x in seq_c]
-        it = iter(cls(*args, generator=_gen(5)))
+        it = iter(cls(*args, secure_mode=False, generator=_gen(5)))
         assert torch.equal(next(it), seq_a[0])
 
 
@@ -91,7 +92,7 @@ def test_generators_make_samplers_reproducible():
     (lambda: PoissonSampler(0, 0.1), "num_samples"),
     (lambda: PoissonSampler(10, 0.0), "sample_rate"),
     (lambda: PoissonSampler(10, 1.2), "sample_rate"),
-    (lambda: PoissonSampler(10, 0.1, generator="seed"), "generator"),
+    (lambda: PoissonSampler(10, 0.1, secure_mode=False, generator="seed"), "generator"),
     (lambda: FixedSizeSampler(10, 0), "batch_size"),
     (lambda: FixedSizeSampler(10, 11), "batch_size"),
     (lambda: FixedSizeSampler(10.0, 3), "num_samples"),

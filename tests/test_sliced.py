@@ -132,13 +132,15 @@ def test_cpu_float32_error_within_torch_float32_error(p, n, m, d, k):
 def test_cpu_chunking_does_not_change_result(monkeypatch):
     x, y, th = _data(211, 150, 6, 23, seed=3)
     y.requires_grad_(True)
-    full = S.dp_sliced_wasserstein(x, y, 0.3, projections=th, generator=torch.Generator().manual_seed(5),
+    full = S.dp_sliced_wasserstein(x, y, 0.3, projections=th,
+                                   secure_mode=False, generator=torch.Generator().manual_seed(5),
                                    backend="cpu", return_noise=True)
     g_full = torch.autograd.grad(full[0], y)[0]
     # force chunks of a few directions that do not divide k
     monkeypatch.setattr(S, "_CHUNK_BYTES", (211 + 150) * 8 * 4 * 4)
     assert S._chunk_size(211, 150, 23, 8, 4) == 4
-    part = S.dp_sliced_wasserstein(x, y, 0.3, projections=th, generator=torch.Generator().manual_seed(5),
+    part = S.dp_sliced_wasserstein(x, y, 0.3, projections=th,
+                                   secure_mode=False, generator=torch.Generator().manual_seed(5),
                                    backend="cpu", return_noise=True)
     g_part = torch.autograd.grad(part[0], y)[0]
     assert abs(float(full[0]) - float(part[0])) <= 1e-13
@@ -209,7 +211,8 @@ def test_auto_backend_choice():
 def test_noise_replay_into_reference(backend, n, m):
     x, y, th = _data(n, m, 5, 17, seed=4)
     y.requires_grad_(True)
-    loss, nx, ny = S.dp_sliced_wasserstein(x, y, 0.8, projections=th, generator=torch.Generator().manual_seed(9),
+    loss, nx, ny = S.dp_sliced_wasserstein(x, y, 0.8, projections=th,
+                                           secure_mode=False, generator=torch.Generator().manual_seed(9),
                                            backend=backend, return_noise=True)
     assert nx.shape == (n, 17) and ny.shape == (m, 17)
     replay = ref_sw(x, y, th, noise_x=nx, noise_y=ny)
@@ -218,9 +221,11 @@ def test_noise_replay_into_reference(backend, n, m):
     g_replay = torch.autograd.grad(replay, y)[0]
     torch.testing.assert_close(g, g_replay, rtol=1e-10, atol=1e-13)
     # the same generator state gives the same draw; a different one a different draw
-    again = S.dp_sliced_wasserstein(x, y, 0.8, projections=th, generator=torch.Generator().manual_seed(9),
+    again = S.dp_sliced_wasserstein(x, y, 0.8, projections=th,
+                                    secure_mode=False, generator=torch.Generator().manual_seed(9),
                                     backend=backend, return_noise=True)
-    other = S.dp_sliced_wasserstein(x, y, 0.8, projections=th, generator=torch.Generator().manual_seed(10),
+    other = S.dp_sliced_wasserstein(x, y, 0.8, projections=th,
+                                    secure_mode=False, generator=torch.Generator().manual_seed(10),
                                     backend=backend, return_noise=True)
     assert torch.equal(again[1], nx) and torch.equal(again[2], ny)
     assert not torch.equal(other[1], nx)
@@ -231,7 +236,8 @@ def test_noise_replay_into_reference(backend, n, m):
 def test_noise_statistics(backend, dtype):
     sigma = 0.7
     x, y, th = _data(1500, 1300, 4, 20, dtype=dtype, seed=8)
-    _, nx, ny = S.dp_sliced_wasserstein(x, y, sigma, projections=th, generator=torch.Generator().manual_seed(21),
+    _, nx, ny = S.dp_sliced_wasserstein(x, y, sigma, projections=th,
+                                        secure_mode=False, generator=torch.Generator().manual_seed(21),
                                         backend=backend, return_noise=True)
     assert nx.dtype == dtype
     for v in (nx.double().flatten(), ny.double().flatten()):
@@ -254,7 +260,8 @@ def test_zero_noise_std_equals_plain_and_noise_changes_value(backend):
     x, y, th = _data(80, 60, 3, 7)
     plain = S.sliced_wasserstein(x, y, projections=th, backend=backend)
     dp0 = S.dp_sliced_wasserstein(x, y, 0.0, projections=th, backend=backend)
-    dp = S.dp_sliced_wasserstein(x, y, 1.0, projections=th, generator=torch.Generator().manual_seed(0),
+    dp = S.dp_sliced_wasserstein(x, y, 1.0, projections=th,
+                                 secure_mode=False, generator=torch.Generator().manual_seed(0),
                                  backend=backend)
     assert float(dp0) == pytest.approx(float(plain), rel=1e-13, abs=1e-15)
     assert abs(float(dp) - float(plain)) > 1e-6  # noise was added (it changes the value, not necessarily by much)
@@ -329,11 +336,11 @@ def test_modules_match_functions():
     m = S.SlicedWassersteinLoss(16, p=1, generator=torch.Generator().manual_seed(2))
     th = S.random_projections(16, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     assert float(m(x, y)) == pytest.approx(float(ref_sw(x, y, th, p=1)), rel=1e-12)
-    dm = S.DPSlicedWassersteinLoss(0.5, 16, generator=torch.Generator().manual_seed(2))
+    dm = S.DPSlicedWassersteinLoss(0.5, 16, secure_mode=False, generator=torch.Generator().manual_seed(2))
     val = dm(x, y)
     g = torch.Generator().manual_seed(2)
     th = S.random_projections(16, 4, generator=g, dtype=torch.float64)
-    want = S.dp_sliced_wasserstein(x, y, 0.5, projections=th, generator=g)
+    want = S.dp_sliced_wasserstein(x, y, 0.5, projections=th, secure_mode=False, generator=g)
     assert float(val) == pytest.approx(float(want), rel=1e-12)
     assert fastdpot.sliced_wasserstein is S.sliced_wasserstein
     assert fastdpot.dp_sliced_wasserstein is S.dp_sliced_wasserstein
@@ -417,7 +424,8 @@ def test_kernel_refuses_bad_buffers():
 def test_noise_replay_float32_private_side_without_grad(backend):
     x, y, th = _data(500, 420, 6, 9, dtype=torch.float32, seed=12)
     y.requires_grad_(True)
-    loss, nx, ny = S.dp_sliced_wasserstein(x, y, 0.6, projections=th, generator=torch.Generator().manual_seed(4),
+    loss, nx, ny = S.dp_sliced_wasserstein(x, y, 0.6, projections=th,
+                                           secure_mode=False, generator=torch.Generator().manual_seed(4),
                                            backend=backend, return_noise=True)
     yr = y.detach().double().requires_grad_(True)
     replay = ref_sw(x.double(), yr, th.double(), noise_x=nx.double(), noise_y=ny.double())

@@ -9,6 +9,7 @@ from .budget import BudgetExceededError, PrivacyBudget
 from .mechanisms import (clip_rows, gaussian_local_mechanism, gaussian_mechanism_sigma,
                          gaussian_projection_mechanism, laplace_local_mechanism, ldp_gaussian_sigma,
                          normalize_rows, project_l1_ball)
+from .randomness import PrivacyRandomness
 from .sampling import FixedSizeSampler, PoissonSampler
 from .sensitivity import (CLT_MIN_PROJECTIONS, orthogonal_sliced_sensitivity, projection_mechanism_epsilon,
                           sliced_sensitivity, sliced_sensitivity_sq, split_delta)
@@ -19,7 +20,7 @@ __all__ = [
     "PrivacyBudget", "BudgetExceededError",
     "clip_rows", "normalize_rows", "project_l1_ball", "gaussian_mechanism_sigma", "ldp_gaussian_sigma",
     "gaussian_projection_mechanism", "laplace_local_mechanism", "gaussian_local_mechanism",
-    "PoissonSampler", "FixedSizeSampler",
+    "PoissonSampler", "FixedSizeSampler", "PrivacyRandomness",
     "sliced_sensitivity", "sliced_sensitivity_sq", "orthogonal_sliced_sensitivity", "split_delta", "projection_mechanism_epsilon",
     "CLT_MIN_PROJECTIONS",
 ]

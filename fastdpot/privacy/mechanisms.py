@@ -2,10 +2,14 @@
 and the local (per-user) Laplace and Gaussian mechanisms.
 
 Every mechanism enforces its data-norm bound *inside* (private rows are clipped or projected before release) and
-draws its noise from an injectable ``torch.Generator``. Floating-point caveat (all mechanisms): the noise is sampled
-in floating point, whose low-order bits can leak information about the noiseless value (Mironov, "On significance
-of the least significant bits for differential privacy", CCS 2012); ``make_generator(secure_mode=True)`` makes the
-seed unpredictable but does not close that channel (the same caveat as Opacus' ``secure_mode``).
+draws its noise from :class:`~fastdpot.privacy.randomness.PrivacyRandomness`: by default (``secure_mode=True``)
+from the operating system's CSPRNG, secret and not replayable; with ``secure_mode=False`` from the ``torch.Generator``
+you pass (replayable: no guarantee against anyone who holds its seed). Gaussian noise is always drawn in float64
+with wide tails and then cast (never float32 ``torch.randn``, whose Box--Muller stops at 5.77σ). Floating-point
+caveat (all mechanisms): the noise is sampled in floating point, whose low-order bits can leak information about
+the noiseless value (Mironov, "On significance of the least significant bits for differential privacy", CCS 2012);
+secure mode makes the noise unpredictable but does not close that channel (the same caveat as Opacus'
+``secure_mode``).
 """
 from __future__ import annotations
 
@@ -16,15 +20,12 @@ import torch
 from dp_accounting import get_sigma_gaussian
 
 from .._validate import check_delta, check_epsilon, check_positive, check_tensor
+from .randomness import privacy_randomness
 
 __all__ = ["gaussian_mechanism_sigma", "ldp_gaussian_sigma", "clip_rows", "normalize_rows", "project_l1_ball",
            "gaussian_projection_mechanism", "laplace_local_mechanism", "gaussian_local_mechanism"]
 
 
-def _check_generator(generator, name="generator"):
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"{name} must be a torch.Generator or None, got {type(generator).__name__}")
-    return generator
 
 
 def gaussian_mechanism_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
@@ -152,7 +153,8 @@ def project_l1_ball(x: torch.Tensor, radius: float) -> torch.Tensor:
 
 def gaussian_projection_mechanism(x_private: torch.Tensor, projections: torch.Tensor, noise_std: float,
                                   radius: float, normalize: bool = False,
-                                  generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                                  generator: Optional[torch.Generator] = None, *,
+                                  secure_mode: bool = True) -> torch.Tensor:
     r"""Release ``clip(X) Θᵀ + V`` — the Gaussian mechanism on random-direction projections (DP-SWD, flows).
 
     The private rows are first forced into the declared geometry: clipped to ℓ2 norm ≤ ``radius``
@@ -169,11 +171,14 @@ def gaussian_projection_mechanism(x_private: torch.Tensor, projections: torch.Te
         noise_std: σ, standard deviation of the Gaussian noise on each projected value (unit of the data).
         radius: the declared data-norm bound R > 0.
         normalize: put rows on the sphere of radius R instead of clipping.
-        generator: source of the noise (``None``: torch's global generator).
+        generator: source of the noise with ``secure_mode=False`` (``None``: a freshly seeded one).
+        secure_mode: True (default): the noise comes from the operating system (secret, not replayable); passing a
+            ``generator`` then raises. False: from ``generator`` (replayable; no guarantee against anyone who holds
+            its seed).
 
     Raises:
         TypeError / ValueError: non-finite or wrongly shaped inputs, mismatched d, rows of Θ not of unit norm,
-        ``noise_std`` <= 0, ``radius`` <= 0.
+        ``noise_std`` <= 0, ``radius`` <= 0, a ``generator`` with ``secure_mode=True``.
 
     Autograd: gradients flow to ``projections`` (the noise is additive); none should flow into private data.
 
@@ -192,19 +197,20 @@ def gaussian_projection_mechanism(x_private: torch.Tensor, projections: torch.Te
                          f"got row norms in [{float(rn.min()):.6g}, {float(rn.max()):.6g}]")
     sigma = check_positive(noise_std, "noise_std")
     radius = check_positive(radius, "radius")
-    _check_generator(generator)
+    rng = privacy_randomness(secure_mode, generator)
     if not isinstance(normalize, bool):
         raise ValueError(f"normalize must be a bool, got {normalize!r}")
     x = x_private.detach()
     x = normalize_rows(x) * radius if normalize else clip_rows(x, radius)
     x = x.to(projections.dtype)
     proj = x @ projections.transpose(0, 1)
-    noise = torch.randn(proj.shape, generator=generator, dtype=proj.dtype, device=proj.device)
+    noise = rng.normal(proj.shape, dtype=proj.dtype, device=proj.device)
     return proj + sigma * noise
 
 
 def laplace_local_mechanism(x: torch.Tensor, epsilon: float, radius: float,
-                            generator: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, float]:
+                            generator: Optional[torch.Generator] = None, *,
+                            secure_mode: bool = True) -> Tuple[torch.Tensor, float]:
     r"""ε-local-DP release of each row: project onto the ℓ1 ball of ``radius``, add Laplace noise per coordinate.
 
     Any two inputs of the ℓ1 ball differ by at most its diameter ``2·radius`` in ℓ1 norm, so the Laplace scale is
@@ -214,11 +220,17 @@ def laplace_local_mechanism(x: torch.Tensor, epsilon: float, radius: float,
     Shape:
         x: (N, d) -> x_priv (N, d).
 
+    Args:
+        generator, secure_mode: the noise source: the operating system by default (secret; a ``generator`` then
+            raises), ``generator`` with ``secure_mode=False`` (replayable; no guarantee against its holder). The
+            exponentials are drawn in float64 (reach 45b) and cast.
+
     Returns:
         ``(x_priv, scale)`` with ``scale = b`` (Laplace scale; the noise standard deviation is ``b·√2``).
 
     Raises:
-        TypeError / ValueError: x not a finite floating (N, d) tensor, ε <= 0, radius <= 0.
+        TypeError / ValueError: x not a finite floating (N, d) tensor, ε <= 0, radius <= 0, a generator with
+        ``secure_mode=True``.
 
     References:
         Reshetova, Chen & Özgür, "Training generative models from privatized data via entropic optimal transport",
@@ -227,17 +239,18 @@ def laplace_local_mechanism(x: torch.Tensor, epsilon: float, radius: float,
     check_tensor(x, "x", 2)
     epsilon = check_epsilon(epsilon)
     radius = check_positive(radius, "radius")
-    _check_generator(generator)
+    rng = privacy_randomness(secure_mode, generator)
     scale = 2.0 * radius / epsilon
     xb = project_l1_ball(x.detach(), radius)
     # Laplace(b) = b (E1 - E2) with E1, E2 i.i.d. Exp(1): never produces ±inf (unlike the inverse-cdf form at u=0).
-    e1 = torch.empty(xb.shape, dtype=xb.dtype, device=xb.device).exponential_(1.0, generator=generator)
-    e2 = torch.empty(xb.shape, dtype=xb.dtype, device=xb.device).exponential_(1.0, generator=generator)
-    return xb + scale * (e1 - e2), scale
+    e1 = rng.exponential(xb.shape)
+    e2 = rng.exponential(xb.shape)
+    return xb + (scale * (e1 - e2)).to(dtype=xb.dtype, device=xb.device), scale
 
 
 def gaussian_local_mechanism(x: torch.Tensor, epsilon: float, delta: float, radius: float,
-                             generator: Optional[torch.Generator] = None) -> Tuple[torch.Tensor, float]:
+                             generator: Optional[torch.Generator] = None, *,
+                             secure_mode: bool = True) -> Tuple[torch.Tensor, float]:
     r"""(ε, δ)-local-DP release of each row: clip to the ℓ2 ball of ``radius``, add N(0, σ² I).
 
     σ is paper eq. 5 (:func:`ldp_gaussian_sigma`) with sensitivity ``Δ = 2·radius``, the ℓ2 diameter of the ball
@@ -247,11 +260,17 @@ def gaussian_local_mechanism(x: torch.Tensor, epsilon: float, delta: float, radi
     Shape:
         x: (N, d) -> x_priv (N, d).
 
+    Args:
+        generator, secure_mode: the noise source: the operating system by default (secret; a ``generator`` then
+            raises), ``generator`` with ``secure_mode=False`` (replayable; no guarantee against its holder). Noise
+            drawn in float64 (wide tails) and cast to x's dtype.
+
     Returns:
         ``(x_priv, sigma)``, σ the noise standard deviation per coordinate.
 
     Raises:
-        TypeError / ValueError: x not a finite floating (N, d) tensor, ε <= 0, δ outside (0, 1/2), radius <= 0.
+        TypeError / ValueError: x not a finite floating (N, d) tensor, ε <= 0, δ outside (0, 1/2), radius <= 0,
+        a generator with ``secure_mode=True``.
 
     References:
         Reshetova, Chen & Özgür, eq. 5 and Corollary 2 (PAPERS.md §4); Zhao et al., "Reviewing and improving the
@@ -260,7 +279,7 @@ def gaussian_local_mechanism(x: torch.Tensor, epsilon: float, delta: float, radi
     check_tensor(x, "x", 2)
     radius = check_positive(radius, "radius")
     sigma = ldp_gaussian_sigma(epsilon, delta, 2.0 * radius)
-    _check_generator(generator)
+    rng = privacy_randomness(secure_mode, generator)
     xb = clip_rows(x.detach(), radius)
-    noise = torch.randn(xb.shape, generator=generator, dtype=xb.dtype, device=xb.device)
-    return xb + sigma * noise, sigma
+    noise = rng.normal(xb.shape, dtype=torch.float64)
+    return xb + (sigma * noise).to(dtype=xb.dtype, device=xb.device), sigma

@@ -15,16 +15,20 @@ from typing import Optional
 import torch
 
 from .._validate import check_int, check_probability
+from .randomness import PrivacyRandomness, privacy_randomness
 
 __all__ = ["PoissonSampler", "FixedSizeSampler"]
 
 _BITS = 53
 
 
-def _check_generator(generator):
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    return generator
+def _source(generator, secure_mode) -> PrivacyRandomness:
+    """The sampler's randomness: a :class:`PrivacyRandomness` given as ``generator`` is used as is; otherwise the
+    rule of :func:`~fastdpot.privacy.randomness.privacy_randomness` (a ``torch.Generator`` needs
+    ``secure_mode=False``)."""
+    if isinstance(generator, PrivacyRandomness):
+        return generator
+    return privacy_randomness(secure_mode, generator)
 
 
 class PoissonSampler:
@@ -37,19 +41,22 @@ class PoissonSampler:
     Args:
         num_samples: n ≥ 1, the size of the private data set.
         sample_rate: q in (0, 1].
-        generator: source of randomness (``None``: torch's global CPU generator).
+        generator: ``None``, a :class:`~fastdpot.privacy.randomness.PrivacyRandomness`, or (with
+            ``secure_mode=False`` only) a ``torch.Generator`` that makes the batches replayable.
+        secure_mode: True (default): the inclusion tests use OS randomness (secret, not replayable).
 
     Shape:
         ``sample()`` -> LongTensor (|B|,) of sorted row indices, |B| ~ Binomial(n, q) (possibly empty).
 
     Raises:
-        ValueError: n < 1, q outside (0, 1], generator not a torch.Generator.
+        ValueError: n < 1, q outside (0, 1], generator not a torch.Generator, a generator with secure_mode=True.
     """
 
-    def __init__(self, num_samples: int, sample_rate: float, generator: Optional[torch.Generator] = None):
+    def __init__(self, num_samples: int, sample_rate: float, generator: Optional[torch.Generator] = None, *,
+                 secure_mode: bool = True):
         self.num_samples = check_int(num_samples, "num_samples", 1)
         self.sample_rate = check_probability(sample_rate, "sample_rate")
-        self.generator = _check_generator(generator)
+        self._rng = _source(generator, secure_mode)
         self._threshold = math.floor(self.sample_rate * 2 ** _BITS)
         if self._threshold == 0:
             raise ValueError(f"sample_rate must be >= 2^-53, got {sample_rate!r}")
@@ -62,7 +69,7 @@ class PoissonSampler:
         """A fresh Poisson batch (indices into the data set)."""
         if self.sample_rate == 1.0:
             return torch.arange(self.num_samples)
-        u = torch.randint(0, 2 ** _BITS, (self.num_samples,), generator=self.generator, dtype=torch.int64)
+        u = self._rng.uniform_int53(self.num_samples)
         return torch.nonzero(u < self._threshold, as_tuple=False).flatten()
 
     def __iter__(self):
@@ -73,28 +80,31 @@ class PoissonSampler:
 class FixedSizeSampler:
     """Uniform sampling of exactly B of the n rows without replacement, fresh at every call.
 
-    Each call draws a new uniformly random B-subset (``torch.randperm(n)[:B]``), independent of all previous calls
-    — the "sampled without replacement" event of dp-accounting (Wang, Balle & Kasiviswanathan 2019), which is
+    Each call draws a new uniformly random B-subset (:meth:`PrivacyRandomness.subset`), independent of all previous
+    calls — the "sampled without replacement" event of dp-accounting (Wang, Balle & Kasiviswanathan 2019), which is
     accounted with substitution (replace-one) neighbours. ``sample_rate = B/n``.
 
     Args:
         num_samples: n ≥ 1.
         batch_size: 1 ≤ B ≤ n.
-        generator: source of randomness (``None``: torch's global CPU generator).
+        generator: ``None``, a :class:`~fastdpot.privacy.randomness.PrivacyRandomness`, or (with
+            ``secure_mode=False`` only) a ``torch.Generator`` that makes the batches replayable.
+        secure_mode: True (default): the subsets come from OS randomness (secret, not replayable).
 
     Shape:
         ``sample()`` -> LongTensor (B,) of distinct row indices in random order.
 
     Raises:
-        ValueError: n < 1, B outside [1, n], generator not a torch.Generator.
+        ValueError: n < 1, B outside [1, n], generator not a torch.Generator, a generator with secure_mode=True.
     """
 
-    def __init__(self, num_samples: int, batch_size: int, generator: Optional[torch.Generator] = None):
+    def __init__(self, num_samples: int, batch_size: int, generator: Optional[torch.Generator] = None, *,
+                 secure_mode: bool = True):
         self.num_samples = check_int(num_samples, "num_samples", 1)
         self.batch_size = check_int(batch_size, "batch_size", 1)
         if self.batch_size > self.num_samples:
             raise ValueError(f"batch_size must be <= num_samples = {self.num_samples}, got {batch_size!r}")
-        self.generator = _check_generator(generator)
+        self._rng = _source(generator, secure_mode)
 
     @property
     def sample_rate(self) -> float:
@@ -102,7 +112,7 @@ class FixedSizeSampler:
 
     def sample(self) -> torch.Tensor:
         """A fresh uniformly random subset of size B."""
-        return torch.randperm(self.num_samples, generator=self.generator)[: self.batch_size]
+        return self._rng.subset(self.num_samples, self.batch_size)
 
     def __iter__(self):
         while True:
