@@ -24,6 +24,7 @@ lower bound can only exceed ε when the distinguishing event has probability wel
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -32,7 +33,7 @@ from scipy.optimize import brentq
 
 from .. import privacy as _p
 from .._random import draw_seed, random_directions
-from ._noise import truncated_laplace, truncated_normal
+from ._noise import TRUNCATION, truncated_laplace, truncated_normal
 
 __all__ = ["AuditSetup", "AuditCase", "CASES", "VARIANTS", "EPSILON", "DELTA", "RADIUS"]
 
@@ -68,6 +69,13 @@ class AuditCase:
 
     def default_trials(self, backend: str) -> int:
         return dict(self.trials_by_backend).get(backend, self.trials)
+
+
+def _device(backend: str) -> str:
+    """CUDA for the Triton backend when a GPU is there (and the interpreter is off), else CPU."""
+    if backend == "triton" and torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return "cuda"
+    return "cpu"
 
 
 def _chunked(fn, n: int, chunk: int) -> torch.Tensor:
@@ -131,15 +139,16 @@ def _flow_step(backend: str, variant: str) -> AuditSetup:
     clipped as :class:`fastdpot.flow.DPSlicedWassersteinFlow` does before the step (flow_step itself releases and
     clips nothing). Worst case and claim as for the Gaussian projection mechanism.
     """
-    _check_variant(variant, ("correct", "sensitivity_2x", "no_clip"))
+    _check_variant(variant, VARIANTS)
     from ..flow import flow_step
 
     k, d = 2, 3
     theta, x, x2 = _projection_geometry()
     sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
     dtype = _F64 if backend == "reference" else torch.float32
-    particles = torch.tensor([[0.5, -0.25, 0.0], [-0.5, 0.25, 0.125]], dtype=dtype)
-    chunk = 1024 if backend == "triton" else 1 << 16
+    dev = _device(backend)
+    particles = torch.tensor([[0.5, -0.25, 0.0], [-0.5, 0.25, 0.125]], dtype=dtype, device=dev)
+    chunk = 1024 if backend == "triton" and dev == "cpu" else 1 << 16
 
     def mech(data, g, n):
         def one(m):
@@ -147,9 +156,12 @@ def _flow_step(backend: str, variant: str) -> AuditSetup:
             rows = rows if variant == "no_clip" else _p.clip_rows(rows, RADIUS)
             rows = rows.to(dtype)
             s = sigma / 2 if variant == "sensitivity_2x" else sigma
-            _, _, noise = flow_step(particles, rows, theta.to(dtype), noise_std=s, step_size=0.5,
+            _, _, noise = flow_step(particles, rows.to(dev), theta.to(dev, dtype), noise_std=s, step_size=0.5,
                                     seed=draw_seed(g), return_noise=True, backend=backend)
-            return rows.double() @ theta.t() + noise["private"].double()
+            v = noise["private"].double().cpu()
+            if variant == "truncated":   # the kernel's normals clamped at 3σ (a clamp like tl.randn's, but visible)
+                v = v.clamp(-TRUNCATION * s, TRUNCATION * s)
+            return rows.double() @ theta.t() + v
         return _chunked(one, n, chunk)
 
     return AuditSetup(mech, x, x2, EPSILON, DELTA)
@@ -174,18 +186,20 @@ def _dpswd_private_side(backend: str, variant: str) -> AuditSetup:
     theta = torch.tensor([[0.6, 0.8]], dtype=_F64)
     x, x2 = -_OUT * RADIUS * theta, _OUT * RADIUS * theta
     sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
-    chunk = 2048 if backend == "triton" else 1 << 15
+    dev = _device(backend)
+    chunk = 2048 if backend == "triton" and dev == "cpu" else 1 << 15
 
     def mech(data, g, n):
         def one(m):
-            rows = data.expand(m, d).clone()
-            y = torch.zeros(m, d, dtype=_F64, requires_grad=True)
+            rows = data.expand(m, d).clone().to(dev)
+            y = torch.zeros(m, d, dtype=_F64, device=dev, requires_grad=True)
             s = sigma / 2 if variant == "sensitivity_2x" else sigma
-            loss, _, noise_y = dp_sliced_wasserstein(rows, y, s, p=2, projections=theta, generator=g,
+            loss, _, noise_y = dp_sliced_wasserstein(rows, y, s, p=2, projections=theta.to(dev), generator=g,
                                                      backend=backend, return_noise=True,
                                                      radius=None if variant == "no_clip" else RADIUS)
             (grad,) = torch.autograd.grad(loss, y)
-            yp = (y.detach() @ theta.t() + noise_y.double()).squeeze(1)
+            grad, noise_y = grad.cpu(), noise_y.cpu()
+            yp = (torch.zeros(m, d, dtype=_F64) @ theta.t() + noise_y.double()).squeeze(1)
             xs = yp - 0.5 * m * (grad.double() @ theta.t()).squeeze(1)   # xs_(rank of yp_i)
             return xs[torch.randperm(m, generator=g)].unsqueeze(1)   # the same values in i.i.d. order
         return _chunked(one, n, chunk)
@@ -197,7 +211,7 @@ def _sanitizer(clipping: str):
     def build(backend: str, variant: str) -> AuditSetup:
         from ..dp_sinkhorn import sanitize_image_gradient, sensitivity_factor
 
-        _check_variant(variant, ("correct", "sensitivity_2x", "no_clip"))
+        _check_variant(variant, VARIANTS)
         b, extra, dim, c = 2, 1, 3, 1.0
         z = 1.45  # noise multiplier (σ/Δ); the claim is what the accountant says it buys (≈ 2 at δ = 1e-3)
         acc = _p.PrivacyAccountant("pld")
@@ -219,6 +233,11 @@ def _sanitizer(clipping: str):
                     sigma = z * c * sensitivity_factor(clipping, b)
                     noise = torch.randn(b, dim, generator=g, dtype=_F64) * sigma
                     outs.append(torch.cat([data[:b] + noise, data[b:]]))
+                elif variant == "truncated":   # the sanitiser's own noise clamped at 3σ
+                    out, sigma, noise = sanitize_image_gradient(data, b, c, z, clipping=clipping, generator=g,
+                                                                return_noise=True)
+                    out[:b] += noise.clamp(-TRUNCATION * sigma, TRUNCATION * sigma) - noise
+                    outs.append(out)
                 else:
                     zz = z / 2 if variant == "sensitivity_2x" else z
                     outs.append(sanitize_image_gradient(data, b, c, zz, clipping=clipping, generator=g)[0])
@@ -334,13 +353,12 @@ _ALL = ("reference",)
 _KERNELS = ("reference", "cpu", "triton")
 CASES: Dict[str, AuditCase] = {c.name: c for c in (
     AuditCase("gaussian_projection", _gaussian_projection, _ALL, VARIANTS, 400_000),
-    AuditCase("flow_step", _flow_step, _KERNELS, ("correct", "sensitivity_2x", "no_clip"), 400_000,
+    AuditCase("flow_step", _flow_step, _KERNELS, VARIANTS, 400_000,
               (("triton", 8192),)),
     AuditCase("dpswd_private", _dpswd_private_side, _KERNELS, ("correct", "sensitivity_2x", "no_clip"), 100_000,
               (("triton", 8192),)),
-    AuditCase("sanitizer_joint", _sanitizer("joint"), _ALL, ("correct", "sensitivity_2x", "no_clip"), 10_000),
-    AuditCase("sanitizer_per_sample", _sanitizer("per_sample"), _ALL, ("correct", "sensitivity_2x", "no_clip"),
-              10_000),
+    AuditCase("sanitizer_joint", _sanitizer("joint"), _ALL, VARIANTS, 10_000),
+    AuditCase("sanitizer_per_sample", _sanitizer("per_sample"), _ALL, VARIANTS, 10_000),
     AuditCase("laplace_local", _laplace_local, _ALL, VARIANTS, 200_000),
     AuditCase("gaussian_local", _gaussian_local, _ALL, VARIANTS, 200_000),
     AuditCase("composition", _composition, _ALL, ("correct", "sensitivity_2x", "no_sampling"), 200_000),

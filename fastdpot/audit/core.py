@@ -98,7 +98,8 @@ def epsilon_lower_bound(fpr_upper, fnr_upper, delta: float):
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.log(np.maximum(1.0 - delta - fnr, 0.0) / fpr)
         b = np.log(np.maximum(1.0 - delta - fpr, 0.0) / fnr)
-    out = np.maximum(np.nan_to_num(a, nan=0.0, neginf=0.0), np.nan_to_num(b, nan=0.0, neginf=0.0))
+    out = np.maximum(np.nan_to_num(a, nan=0.0, neginf=0.0, posinf=np.inf),
+                     np.nan_to_num(b, nan=0.0, neginf=0.0, posinf=np.inf))
     return np.maximum(out, 0.0)
 
 
