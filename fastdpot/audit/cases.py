@@ -32,7 +32,7 @@ import torch
 from scipy.optimize import brentq
 
 from .. import privacy as _p
-from .._random import draw_seed, random_directions
+from .._random import draw_seed
 from ._noise import TRUNCATION, truncated_laplace, truncated_normal
 
 __all__ = ["AuditSetup", "AuditCase", "CASES", "VARIANTS", "EPSILON", "DELTA", "RADIUS"]
@@ -357,8 +357,8 @@ CASES: Dict[str, AuditCase] = {c.name: c for c in (
               (("triton", 8192),)),
     AuditCase("dpswd_private", _dpswd_private_side, _KERNELS, ("correct", "sensitivity_2x", "no_clip"), 100_000,
               (("triton", 8192),)),
-    AuditCase("sanitizer_joint", _sanitizer("joint"), _ALL, VARIANTS, 10_000),
-    AuditCase("sanitizer_per_sample", _sanitizer("per_sample"), _ALL, VARIANTS, 10_000),
+    AuditCase("sanitizer_joint", _sanitizer("joint"), _ALL, VARIANTS, 40_000),
+    AuditCase("sanitizer_per_sample", _sanitizer("per_sample"), _ALL, VARIANTS, 40_000),
     AuditCase("laplace_local", _laplace_local, _ALL, VARIANTS, 200_000),
     AuditCase("gaussian_local", _gaussian_local, _ALL, VARIANTS, 200_000),
     AuditCase("composition", _composition, _ALL, ("correct", "sensitivity_2x", "no_sampling"), 200_000),

@@ -23,7 +23,6 @@ References:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from numbers import Integral, Real
 from typing import Callable, Dict, Optional, Sequence, Tuple
