@@ -167,6 +167,43 @@ def _flow_step(backend: str, variant: str) -> AuditSetup:
     return AuditSetup(mech, x, x2, EPSILON, DELTA)
 
 
+def _flow_step_particles(backend: str, variant: str) -> AuditSetup:
+    """One flow step audited end to end through the particles it releases (no ``return_noise``).
+
+    With one private row y the target quantile of every particle on direction j is the single noisy value
+    ``θ_jᵀy + v_j``, so the mean of the N updated particles is ``x̄ − (h/k) Θᵀ(Θx̄ + ū − Θy − v)`` (ū: the mean particle
+    noise, variance σ²/N). Since ΘΘᵀ is invertible, ``Θy + v − ū = Θx̄ − (k/h)(ΘΘᵀ)⁻¹Θ(x̄ − x̄_new)`` is read from the
+    released particles (post-processing): the private release plus a small extra noise ū (N = 64), through
+    whatever noise the kernel's update really used. One release per call (≈ 0.3 ms on the C++ backend, so only
+    that one is listed; the reference and the Triton interpreter are much slower); worst case and claim as for
+    :func:`_flow_step`.
+    """
+    _check_variant(variant, ("correct", "sensitivity_2x", "no_clip"))
+    from ..flow import flow_step
+
+    k, d, n_part, h = 2, 3, 64, 0.5
+    theta, x, x2 = _projection_geometry()
+    sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
+    dtype = _F64 if backend == "reference" else torch.float32
+    dev = _device(backend)
+    particles = torch.randn(n_part, d, generator=torch.Generator().manual_seed(3), dtype=_F64)
+    xbar = particles.mean(0)
+    solve = torch.linalg.solve(theta @ theta.t(), theta)           # (ΘΘᵀ)⁻¹Θ
+    part, th = particles.to(dev, dtype), theta.to(dev, dtype)
+
+    def mech(data, g, n):
+        rows = data if variant == "no_clip" else _p.clip_rows(data, RADIUS)
+        rows = rows.to(dev, dtype)
+        s = sigma / 2 if variant == "sensitivity_2x" else sigma
+        out = torch.empty(n, k, dtype=_F64)
+        for i in range(n):
+            new, _, _ = flow_step(part, rows, th, noise_std=s, step_size=h, seed=draw_seed(g), backend=backend)
+            out[i] = theta @ xbar - (k / h) * (solve @ (xbar - new.double().cpu().mean(0)))
+        return out
+
+    return AuditSetup(mech, x, x2, EPSILON, DELTA)
+
+
 def _dpswd_private_side(backend: str, variant: str) -> AuditSetup:
     """The DP-SWD loss's private-side release ``clip(x)θᵀ + v`` (Rakotomamonjy & Ralaivola, ICML 2021), read
     end to end from the gradient of :func:`fastdpot.sliced.dp_sliced_wasserstein` (p = 2, ``radius`` = R: the
@@ -355,6 +392,8 @@ CASES: Dict[str, AuditCase] = {c.name: c for c in (
     AuditCase("gaussian_projection", _gaussian_projection, _ALL, VARIANTS, 400_000),
     AuditCase("flow_step", _flow_step, _KERNELS, VARIANTS, 400_000,
               (("triton", 8192),)),
+    AuditCase("flow_step_particles", _flow_step_particles, ("cpu",), ("correct", "sensitivity_2x", "no_clip"),
+              60_000),
     AuditCase("dpswd_private", _dpswd_private_side, _KERNELS, ("correct", "sensitivity_2x", "no_clip"), 100_000,
               (("triton", 8192),)),
     AuditCase("sanitizer_joint", _sanitizer("joint"), _ALL, VARIANTS, 40_000),

@@ -222,7 +222,7 @@ def audit_mechanism(mechanism: Callable, dataset, neighbour, epsilon: float, del
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     if generator is None:
-        generator = make_generator()
+        generator = make_generator(secure_mode=False)
 
     out0 = _draw(mechanism, dataset, trials, generator, batched, "dataset")
     out1 = _draw(mechanism, neighbour, trials, generator, batched, "neighbour")

@@ -11,7 +11,7 @@ from .core import AuditResult, audit_mechanism
 
 __all__ = ["run_case", "backend_status"]
 
-_OPS = {"flow_step": "flow_step", "dpswd_private": "sliced_wasserstein"}
+_OPS = {"flow_step": "flow_step", "flow_step_particles": "flow_step", "dpswd_private": "sliced_wasserstein"}
 
 
 def backend_status(name: str, backend: str) -> Tuple[bool, Optional[str]]:
