@@ -96,7 +96,11 @@ def _projection_geometry():
     (ε, δ/2)-DP, so auditing it against the full (ε, δ) is conservative.
     """
     theta = torch.tensor([[1.0, 0.0, 0.0], [0.96, 0.28, 0.0]], dtype=_F64)
-    v1 = torch.linalg.svd(theta, full_matrices=False).Vh[0]
+    svd = torch.linalg.svd(theta, full_matrices=False)
+    w = _p.sliced_sensitivity_sq(2, 3, DELTA / 2)
+    if not float(svd.S[0]) ** 2 <= w:  # the audit must stay inside what the claim covers
+        raise RuntimeError(f"s1(Θ)² = {float(svd.S[0]) ** 2} exceeds the claimed bound w = {w}")
+    v1 = svd.Vh[0]
     return theta, -_OUT * RADIUS * v1.unsqueeze(0), _OUT * RADIUS * v1.unsqueeze(0)
 
 
