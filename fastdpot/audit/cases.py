@@ -7,12 +7,13 @@ variants are the negative controls the audit must catch:
 
 * ``"sensitivity_2x"``: the noise is calibrated to half the true sensitivity (σ/2, or the Laplace scale of the
   ball's radius instead of its diameter -- the slip of the locally private paper);
-* ``"truncated"``: noise from a normal (Laplace) cut at ``TRUNCATION`` = 3 standard deviations (scales). A cut
-  only matters where it removes mass: the output on D′ lands beyond everything D can produce with probability
-  P(Z > c − μ) (μ = Δ/σ); when that exceeds δ the claim is false, and the audit sees it with a threshold just past
-  the largest output of D (zero false positives on D's half, a positive rate on D′'s). At c = 3 and μ ≈ 0.5 the
-  mass is ≈ 7e-3 ≫ δ = 1e-3, so 1e5 releases catch it; ``tl.randn``'s clamp (c = 5.7) or a 32-bit Box–Muller
-  (c ≈ 6.7) leave ≈ 1e-7 or less, below any δ used in practice -- not a violation an audit can (or needs to) see;
+* ``"truncated"``: noise from a normal (Laplace) cut at ``TRUNCATION`` = 3 standard deviations (scales). A cut only
+  matters where it removes mass: the output on D′ lands beyond everything D can produce with probability P(Z > c −
+  μ) (μ = Δ/σ); when that exceeds δ the claim is false, and the audit sees it with a threshold just past the largest
+  output of D (zero false positives on D's half, a positive rate on D′'s). At c = 3 and μ ≈ 0.5–0.7 the mass is 6e-3
+  to 1e-2 ≫ δ = 1e-3, so 1e5 releases catch it; ``tl.randn``'s clamp (c = 5.7) or a 32-bit Box–Muller (c ≈ 6.7)
+  leave ≈ 1e-7 or less: they add that much to δ, far below what a sampling audit can resolve. (``flow_step`` and
+  the sanitisers clamp their own normals at 3σ instead of cutting: the same support argument);
 * ``"no_clip"``: the norm bound is not enforced (rows / gradients are not clipped or projected).
 
 Every case puts its neighbours *outside* the declared ball (3× the radius / clipping norm), so the correct variant
