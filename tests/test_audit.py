@@ -111,7 +111,7 @@ FAST += [("sanitizer_per_sample", "reference", v, 10000) for v in ("correct", "n
 FAST += [("flow_step", "triton", v, 4096) for v in ("correct", "no_clip")]
 FAST += [("flow_step_particles", "cpu", "no_clip", 3000)]
 SLOW = [("sanitizer_per_sample", "reference", "sensitivity_2x", 10000),
-        ("flow_step_particles", "cpu", "correct", 60000), ("flow_step_particles", "cpu", "sensitivity_2x", 100000),
+        ("flow_step_particles", "cpu", "correct", 60000), ("flow_step_particles", "cpu", "sensitivity_2x", 200000),
         ("sanitizer_joint", "reference", "truncated", 40000), ("sanitizer_per_sample", "reference", "truncated", 40000),
         ("flow_step", "triton", "sensitivity_2x", 65536), ("flow_step", "triton", "truncated", 16384),
         ("dpswd_private", "triton", "correct", 8192), ("dpswd_private", "triton", "no_clip", 8192)]
