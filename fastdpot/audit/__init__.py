@@ -1,0 +1,22 @@
+"""Empirical privacy audit of fastdpot's releases (lower bounds on ε from black-box runs).
+
+:func:`audit_mechanism` audits any callable ``mechanism(data, generator) -> Tensor``; :func:`run_case` audits one
+of fastdpot's own releases (:data:`CASES`) on a backend, correct or deliberately broken; ``python -m
+fastdpot.audit`` prints the table of all of them. An audit gives a lower bound, not a proof of privacy.
+
+References:
+    Jagielski, Ullman & Oprea, "Auditing Differentially Private Machine Learning: How Private is Private SGD?",
+    NeurIPS 2020; Nasr et al., "Tight Auditing of Differentially Private Machine Learning", USENIX Security 2023.
+"""
+from .core import STATISTICS, AuditResult, audit_mechanism, clopper_pearson_upper, epsilon_lower_bound
+from .run import run_case
+
+__all__ = ["audit_mechanism", "AuditResult", "clopper_pearson_upper", "epsilon_lower_bound", "STATISTICS",
+           "run_case", "CASES"]
+
+
+def __getattr__(name):
+    if name == "CASES":
+        from .cases import CASES
+        return CASES
+    raise AttributeError(name)

@@ -1,0 +1,409 @@
+"""Audit cases: every release of fastdpot with its worst-case neighbours, its claimed (ε, δ) and broken variants.
+
+Each case builds an :class:`AuditSetup` for ``(backend, variant)``: a batched mechanism (n independent releases
+per call, drawn from the caller's generator), two neighbouring inputs, and the (ε, δ) that fastdpot's own
+calibration claims for that release. ``variant="correct"`` goes through the public API unchanged; the broken
+variants are the negative controls the audit must catch:
+
+* ``"sensitivity_2x"``: the noise is calibrated to half the true sensitivity (σ/2, or the Laplace scale of the
+  ball's radius instead of its diameter -- the slip of the locally private paper);
+* ``"truncated"``: noise from a normal (Laplace) cut at ``TRUNCATION`` = 3 standard deviations (scales). A cut only
+  matters where it removes mass: the output on D′ lands beyond everything D can produce with probability P(Z > c −
+  μ) (μ = Δ/σ); when that exceeds δ the claim is false, and the audit sees it with a threshold just past the largest
+  output of D (zero false positives on D's half, a positive rate on D′'s). At c = 3 and μ ≈ 0.5–0.7 the mass is 6e-3
+  to 1e-2 ≫ δ = 1e-3, so 1e5 releases catch it; ``tl.randn``'s clamp (c = 5.7) or a 32-bit Box–Muller (c ≈ 6.7)
+  leave ≈ 1e-7 or less: they add that much to δ, far below what a sampling audit can resolve. (``flow_step`` and
+  the sanitisers clamp their own normals at 3σ instead of cutting: the same support argument);
+* ``"no_clip"``: the norm bound is not enforced (rows / gradients are not clipped or projected).
+
+Every case puts its neighbours *outside* the declared ball (3× the radius / clipping norm), so the correct variant
+also checks that clipping happens inside the mechanism. Adding a mechanism is one entry of :data:`CASES`.
+
+Claims use δ = 1e-3 (Gaussian releases): an audit with n releases per input resolves rates down to ~1/n, and the
+lower bound can only exceed ε when the distinguishing event has probability well above δ.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+from scipy.optimize import brentq
+
+from .. import privacy as _p
+from .._random import draw_seed
+from ._noise import TRUNCATION, truncated_laplace, truncated_normal
+
+__all__ = ["AuditSetup", "AuditCase", "CASES", "VARIANTS", "EPSILON", "DELTA", "RADIUS"]
+
+EPSILON = 2.0
+DELTA = 1e-3
+RADIUS = 1.0
+_OUT = 3.0  # neighbours sit at 3× the radius: clipping must bring them back
+VARIANTS = ("correct", "sensitivity_2x", "truncated", "no_clip")
+_F64 = torch.float64
+
+
+@dataclass(frozen=True)
+class AuditSetup:
+    """What :func:`fastdpot.audit.audit_mechanism` needs for one case (``mechanism`` is batched)."""
+    mechanism: Callable
+    dataset: Any
+    neighbour: Any
+    epsilon: float
+    delta: float
+    statistic: Optional[Callable] = None
+
+
+@dataclass(frozen=True)
+class AuditCase:
+    """A mechanism to audit: ``build(backend, variant) -> AuditSetup``; ``trials`` releases per input by default
+    (``trials_by_backend`` overrides it, e.g. for the slow Triton interpreter)."""
+    name: str
+    build: Callable[[str, str], AuditSetup]
+    backends: Tuple[str, ...]
+    variants: Tuple[str, ...]
+    trials: int
+    trials_by_backend: Tuple[Tuple[str, int], ...] = ()
+
+    def default_trials(self, backend: str) -> int:
+        return dict(self.trials_by_backend).get(backend, self.trials)
+
+
+def _device(backend: str) -> str:
+    """CUDA for the Triton backend when a GPU is there (and the interpreter is off), else CPU."""
+    if backend == "triton" and torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1":
+        return "cuda"
+    return "cpu"
+
+
+def _chunked(fn, n: int, chunk: int) -> torch.Tensor:
+    return torch.cat([fn(min(chunk, n - i)) for i in range(0, n, chunk)])
+
+
+def _sigma_for(epsilon: float, eps_of_sigma: Callable[[float], float]) -> float:
+    """The σ whose claimed ε is ``epsilon`` (ε(σ) is decreasing)."""
+    return float(brentq(lambda s: eps_of_sigma(s) - epsilon, 1e-3, 1e3, xtol=1e-12))
+
+
+def _projection_geometry():
+    """Directions Θ (2, 3) and the worst-case neighbours for them.
+
+    Θ = [e₁; (0.96, 0.28, 0)] (unit rows, exactly) has s₁(Θ)² = 1 + 0.96 = 1.96, just inside the bound
+    w(2, 3, δ/2) = 1.967 that the claim charges δ/2 for: a direction draw in the bound's good event, and the worst
+    one (a Θ with larger s₁² lies in the tail event the claim already pays for). On that event the release is
+    (ε, δ/2)-DP, so auditing it against the full (ε, δ) is conservative.
+    """
+    theta = torch.tensor([[1.0, 0.0, 0.0], [0.96, 0.28, 0.0]], dtype=_F64)
+    svd = torch.linalg.svd(theta, full_matrices=False)
+    w = _p.sliced_sensitivity_sq(2, 3, DELTA / 2)
+    if not float(svd.S[0]) ** 2 <= w:  # the audit must stay inside what the claim covers
+        raise RuntimeError(f"s1(Θ)² = {float(svd.S[0]) ** 2} exceeds the claimed bound w = {w}")
+    v1 = svd.Vh[0]
+    return theta, -_OUT * RADIUS * v1.unsqueeze(0), _OUT * RADIUS * v1.unsqueeze(0)
+
+
+def _check_variant(variant, allowed):
+    if variant not in allowed:
+        raise ValueError(f"variant must be one of {allowed}, got {variant!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------- cases
+def _gaussian_projection(backend: str, variant: str) -> AuditSetup:
+    """Gaussian projection mechanism ``clip(X)Θᵀ + V`` (Rakotomamonjy & Ralaivola, ICML 2021, §4), one row.
+
+    Worst case: with Θ fixed, the change of the release is ``Θ(x − x′)``, largest for x − x′ along the top right
+    singular vector v₁ of Θ; under clipping to R the largest difference is x = −R v₁, x′ = R v₁ (‖Θ(x − x′)‖ =
+    2R s₁(Θ)); Θ is the worst draw the claim covers (:func:`_projection_geometry`). Claim:
+    :func:`fastdpot.privacy.projection_mechanism_epsilon` at ``diameter = 2R``, k = 2, d = 3.
+    """
+    _check_variant(variant, VARIANTS)
+    k, d = 2, 3
+    theta, x, x2 = _projection_geometry()
+    sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
+
+    def mech(data, g, n):
+        rows = data.expand(n, d)
+        if variant == "truncated":
+            return _p.clip_rows(rows, RADIUS) @ theta.t() + sigma * truncated_normal((n, k), g)
+        s = sigma / 2 if variant == "sensitivity_2x" else sigma
+        r = 1e6 if variant == "no_clip" else RADIUS
+        return _p.gaussian_projection_mechanism(rows, theta, s, r, generator=g)
+
+    return AuditSetup(mech, x, x2, EPSILON, DELTA)
+
+
+def _flow_step(backend: str, variant: str) -> AuditSetup:
+    """One flow step's private release, the noisy projections ``clip(y)Θᵀ + V`` of DPSWflow-r (Sebag et al.,
+    TMLR), through :func:`fastdpot.flow.flow_step` on ``backend``.
+
+    The release is read back with ``return_noise=True`` (the exact draws of the kernel, which the replay tests
+    show are the ones its update uses); each of the n private rows is an independent one-row release. Rows are
+    clipped as :class:`fastdpot.flow.DPSlicedWassersteinFlow` does before the step (flow_step itself releases and
+    clips nothing). Worst case and claim as for the Gaussian projection mechanism.
+    """
+    _check_variant(variant, VARIANTS)
+    from ..flow import flow_step
+
+    k, d = 2, 3
+    theta, x, x2 = _projection_geometry()
+    sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
+    dtype = _F64 if backend == "reference" else torch.float32
+    dev = _device(backend)
+    particles = torch.tensor([[0.5, -0.25, 0.0], [-0.5, 0.25, 0.125]], dtype=dtype, device=dev)
+    chunk = 1024 if backend == "triton" and dev == "cpu" else 1 << 16
+
+    def mech(data, g, n):
+        def one(m):
+            rows = data.expand(m, d)
+            rows = rows if variant == "no_clip" else _p.clip_rows(rows, RADIUS)
+            rows = rows.to(dtype)
+            s = sigma / 2 if variant == "sensitivity_2x" else sigma
+            _, _, noise = flow_step(particles, rows.to(dev), theta.to(dev, dtype), noise_std=s, step_size=0.5,
+                                    seed=draw_seed(g), return_noise=True, backend=backend)
+            v = noise["private"].double().cpu()
+            if variant == "truncated":   # the kernel's normals clamped at 3σ (a clamp like tl.randn's, but visible)
+                v = v.clamp(-TRUNCATION * s, TRUNCATION * s)
+            return rows.double() @ theta.t() + v
+        return _chunked(one, n, chunk)
+
+    return AuditSetup(mech, x, x2, EPSILON, DELTA)
+
+
+def _flow_step_particles(backend: str, variant: str) -> AuditSetup:
+    """One flow step audited end to end through the particles it releases (no ``return_noise``).
+
+    With one private row y the target quantile of every particle on direction j is the single noisy value
+    ``θ_jᵀy + v_j``, so the mean of the N updated particles is ``x̄ − (h/k) Θᵀ(Θx̄ + ū − Θy − v)`` (ū: the mean particle
+    noise, variance σ²/N). Since ΘΘᵀ is invertible, ``Θy + v − ū = Θx̄ − (k/h)(ΘΘᵀ)⁻¹Θ(x̄ − x̄_new)`` is read from the
+    released particles (post-processing): the private release plus a small extra noise ū (N = 64), through
+    whatever noise the kernel's update really used. One release per call (≈ 0.3 ms on the C++ backend, so only
+    that one is listed; the reference and the Triton interpreter are much slower); worst case and claim as for
+    :func:`_flow_step`.
+    """
+    _check_variant(variant, ("correct", "sensitivity_2x", "no_clip"))
+    from ..flow import flow_step
+
+    k, d, n_part, h = 2, 3, 64, 0.5
+    theta, x, x2 = _projection_geometry()
+    sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
+    dtype = _F64 if backend == "reference" else torch.float32
+    dev = _device(backend)
+    particles = torch.randn(n_part, d, generator=torch.Generator().manual_seed(3), dtype=_F64)
+    xbar = particles.mean(0)
+    solve = torch.linalg.solve(theta @ theta.t(), theta)           # (ΘΘᵀ)⁻¹Θ
+    part, th = particles.to(dev, dtype), theta.to(dev, dtype)
+
+    def mech(data, g, n):
+        rows = data if variant == "no_clip" else _p.clip_rows(data, RADIUS)
+        rows = rows.to(dev, dtype)
+        s = sigma / 2 if variant == "sensitivity_2x" else sigma
+        out = torch.empty(n, k, dtype=_F64)
+        for i in range(n):
+            new, _, _ = flow_step(part, rows, th, noise_std=s, step_size=h, seed=draw_seed(g), backend=backend)
+            out[i] = theta @ xbar - (k / h) * (solve @ (xbar - new.double().cpu().mean(0)))
+        return out
+
+    return AuditSetup(mech, x, x2, EPSILON, DELTA)
+
+
+def _dpswd_private_side(backend: str, variant: str) -> AuditSetup:
+    """The DP-SWD loss's private-side release ``clip(x)θᵀ + v`` (Rakotomamonjy & Ralaivola, ICML 2021), read
+    end to end from the gradient of :func:`fastdpot.sliced.dp_sliced_wasserstein` (p = 2, ``radius`` = R: the
+    function clips inside).
+
+    With k = 1 direction, M = N rows and p = 2 the loss is ``(1/N) Σ_r (xs_(r) − ys_(r))²`` over the sorted noisy
+    projections, so ``∂/∂y_i = (2/N)(yp_i − xs_(rank yp_i)) θ``: the sorted private releases are
+    ``xs_(r) = yp_i − (N/2) θ·∂/∂y_i``, with the public side's noisy projections yp known from ``return_noise``
+    (revealing public-side noise only helps the auditor). The n private rows are n i.i.d. one-row releases whose
+    sorted values are shuffled back into i.i.d. order. Worst case: x = −Rθ, x′ = Rθ. Claim:
+    :func:`fastdpot.privacy.projection_mechanism_epsilon` with k = 1 (its sensitivity bound is the exact 2R).
+    """
+    _check_variant(variant, ("correct", "sensitivity_2x", "no_clip"))
+    from ..sliced import dp_sliced_wasserstein
+
+    k, d = 1, 2
+    theta = torch.tensor([[0.6, 0.8]], dtype=_F64)
+    x, x2 = -_OUT * RADIUS * theta, _OUT * RADIUS * theta
+    sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
+    dev = _device(backend)
+    chunk = 2048 if backend == "triton" and dev == "cpu" else 1 << 15
+
+    def mech(data, g, n):
+        def one(m):
+            rows = data.expand(m, d).clone().to(dev)
+            y = torch.zeros(m, d, dtype=_F64, device=dev, requires_grad=True)
+            s = sigma / 2 if variant == "sensitivity_2x" else sigma
+            loss, _, noise_y = dp_sliced_wasserstein(rows, y, s, p=2, projections=theta.to(dev), generator=g,
+                                                     backend=backend, return_noise=True,
+                                                     radius=None if variant == "no_clip" else RADIUS)
+            (grad,) = torch.autograd.grad(loss, y)
+            grad, noise_y = grad.cpu(), noise_y.cpu()
+            yp = (torch.zeros(m, d, dtype=_F64) @ theta.t() + noise_y.double()).squeeze(1)
+            xs = yp - 0.5 * m * (grad.double() @ theta.t()).squeeze(1)   # xs_(rank of yp_i)
+            return xs[torch.randperm(m, generator=g)].unsqueeze(1)   # the same values in i.i.d. order
+        return _chunked(one, n, chunk)
+
+    return AuditSetup(mech, x, x2, EPSILON, DELTA)
+
+
+def _sanitizer(clipping: str):
+    def build(backend: str, variant: str) -> AuditSetup:
+        from ..dp_sinkhorn import sanitize_image_gradient, sensitivity_factor
+
+        _check_variant(variant, VARIANTS)
+        b, extra, dim, c = 2, 1, 3, 1.0
+        z = 1.45  # noise multiplier (σ/Δ); the claim is what the accountant says it buys (≈ 2 at δ = 1e-3)
+        acc = _p.PrivacyAccountant("pld")
+        acc.step(z)
+        eps = float(acc.get_epsilon(DELTA))
+        g0 = torch.zeros(b + extra, dim, dtype=_F64)
+        if clipping == "joint":
+            g0[0, 0] = _OUT * c             # the whole private block at 3C: clipped to the norm C
+        else:
+            g0[:b, 0] = _OUT * c            # every private row at 3C: each clipped to C
+        g0[b:, 1] = 0.5
+        g1 = g0.clone()
+        g1[:b] = -g0[:b]
+
+        def mech(data, g, n):
+            outs = []
+            for _ in range(n):
+                if variant == "no_clip":
+                    sigma = z * c * sensitivity_factor(clipping, b)
+                    noise = torch.randn(b, dim, generator=g, dtype=_F64) * sigma
+                    outs.append(torch.cat([data[:b] + noise, data[b:]]))
+                elif variant == "truncated":   # the sanitiser's own noise clamped at 3σ
+                    out, sigma, noise = sanitize_image_gradient(data, b, c, z, clipping=clipping, generator=g,
+                                                                return_noise=True)
+                    out[:b] += noise.clamp(-TRUNCATION * sigma, TRUNCATION * sigma) - noise
+                    outs.append(out)
+                else:
+                    zz = z / 2 if variant == "sensitivity_2x" else z
+                    outs.append(sanitize_image_gradient(data, b, c, zz, clipping=clipping, generator=g)[0])
+            return torch.stack(outs)
+
+        return AuditSetup(mech, g0, g1, eps, DELTA)
+
+    build.__doc__ = (f"DP-Sinkhorn's sanitised image gradient (Cao et al., NeurIPS 2021), clipping='{clipping}'.\n\n"
+                     "Worst case: neighbouring real batches may move the clipped gradient anywhere in the clipping set,"
+                     " so the two gradients are opposite points at the clipping norm C (the whole block for 'joint',"
+                     " every private row for 'per_sample'; given at 3C so the clipping inside is exercised). Claim: "
+                     "the PLD accountant's ε for one unsampled release at noise multiplier z = 1.45.")
+    return build
+
+
+def _laplace_local(backend: str, variant: str) -> AuditSetup:
+    """Laplace local mechanism (ℓ1 ball of radius R, scale 2R/ε), ε-LDP (δ = 0).
+
+    Worst case: opposite corners x = −R e₁, x′ = R e₁ of the ℓ1 ball (ℓ1 distance 2R, the diameter the scale
+    is calibrated to); given at 3R so the projection onto the ball is exercised. The likelihood ratio is exactly
+    e^ε on {o₁ ≥ R}, so the audit can come close to the claim.
+    """
+    _check_variant(variant, VARIANTS)
+    eps, d = 1.0, 2
+    x = torch.zeros(1, d, dtype=_F64)
+    x[0, 0] = -_OUT * RADIUS
+    x2 = -x
+
+    def mech(data, g, n):
+        rows = data.expand(n, d)
+        if variant == "sensitivity_2x":   # scale R/ε: the radius taken as the sensitivity
+            return _p.laplace_local_mechanism(rows, 2.0 * eps, RADIUS, generator=g)[0]
+        if variant == "truncated":
+            return _p.project_l1_ball(rows, RADIUS) + 2 * RADIUS / eps * truncated_laplace((n, d), g)
+        if variant == "no_clip":
+            lap = torch.empty(2, n, d, dtype=_F64).exponential_(1.0, generator=g)
+            return rows + 2 * RADIUS / eps * (lap[0] - lap[1])
+        return _p.laplace_local_mechanism(rows, eps, RADIUS, generator=g)[0]
+
+    return AuditSetup(mech, x, x2, eps, 0.0)
+
+
+def _gaussian_local(backend: str, variant: str) -> AuditSetup:
+    """Gaussian local mechanism (ℓ2 ball of radius R, σ of eq. 5 of Reshetova, Chen & Özgür at Δ = 2R).
+
+    Worst case: opposite points x = −R e₁, x′ = R e₁ of the ball (distance 2R, the diameter); given at 3R so the
+    clipping is exercised.
+    """
+    _check_variant(variant, VARIANTS)
+    d = 2
+    x = torch.zeros(1, d, dtype=_F64)
+    x[0, 0] = -_OUT * RADIUS
+    x2 = -x
+    sigma = _p.ldp_gaussian_sigma(EPSILON, DELTA, 2.0 * RADIUS)
+
+    def mech(data, g, n):
+        rows = data.expand(n, d)
+        if variant == "sensitivity_2x":   # σ for Δ = R: the radius taken as the sensitivity
+            return _p.clip_rows(rows, RADIUS) + _p.ldp_gaussian_sigma(EPSILON, DELTA, RADIUS) * \
+                torch.randn(n, d, generator=g, dtype=_F64)
+        if variant == "truncated":
+            return _p.clip_rows(rows, RADIUS) + sigma * truncated_normal((n, d), g)
+        if variant == "no_clip":
+            return rows + sigma * torch.randn(n, d, generator=g, dtype=_F64)
+        return _p.gaussian_local_mechanism(rows, EPSILON, DELTA, RADIUS, generator=g)[0]
+
+    return AuditSetup(mech, x, x2, EPSILON, DELTA)
+
+
+def _composition(backend: str, variant: str) -> AuditSetup:
+    """T = 4 subsampled releases: each step draws B = 1 of n = 4 rows uniformly without replacement and releases
+    it through the Gaussian projection mechanism (d = k = 1, Θ = [1]) with noise multiplier z = 1.75 (σ = 2Rz);
+    claim: the RDP accountant's ε for those T ``"without_replacement"`` events (substitution neighbours).
+
+    Worst case: every row of D at −R, the substituted row of D′ at +R (given at ∓3R: clipped inside). The test
+    statistic is the exact log-likelihood ratio Σ_t ln(1 − q + (q/B) Σ_i exp(2R v_ti/σ²)) (q = B/n), the most
+    powerful test of D against D′ (Neyman–Pearson). Batches are drawn as the first B entries of a uniformly random
+    permutation, the law of :class:`fastdpot.privacy.FixedSizeSampler`, vectorised over trials. Broken variants:
+    ``"no_sampling"`` (the batch is always the first rows, so the claimed amplification does not exist) and
+    ``"sensitivity_2x"``.
+    """
+    _check_variant(variant, ("correct", "sensitivity_2x", "no_sampling"))
+    n_rows, b, steps = 4, 1, 4
+    q = b / n_rows
+    z = 1.75  # noise multiplier (σ/Δ); the claim is what the accountant says it buys (≈ 2 at δ = 1e-3)
+    acc = _p.PrivacyAccountant("rdp")
+    acc.step(z, sample_rate=q, num_steps=steps, sampling="without_replacement", dataset_size=n_rows, batch_size=b)
+    eps = float(acc.get_epsilon(DELTA))
+    sigma = z * 2 * RADIUS
+    theta = torch.ones(1, 1, dtype=_F64)
+    d0 = torch.full((n_rows, 1), -_OUT * RADIUS, dtype=_F64)
+    d1 = d0.clone()
+    d1[0] = _OUT * RADIUS
+
+    def mech(data, g, n):
+        if variant == "no_sampling":
+            idx = torch.arange(b).expand(n, steps, b)
+        else:
+            idx = torch.argsort(torch.rand(n, steps, n_rows, generator=g), dim=-1)[..., :b]
+        rows = data[idx.reshape(-1)]
+        s = sigma / 2 if variant == "sensitivity_2x" else sigma
+        return _p.gaussian_projection_mechanism(rows, theta, s, RADIUS, generator=g).reshape(n, steps * b)
+
+    def llr(out):
+        v = out.reshape(out.shape[0], steps, b)
+        lse = torch.logsumexp(2 * RADIUS * v / sigma ** 2, dim=-1) + math.log(q / b)
+        return torch.logaddexp(torch.full_like(lse, math.log1p(-q)), lse).sum(dim=1)
+
+    return AuditSetup(mech, d0, d1, eps, DELTA, statistic=llr)
+
+
+_ALL = ("reference",)
+_KERNELS = ("reference", "cpu", "triton")
+CASES: Dict[str, AuditCase] = {c.name: c for c in (
+    AuditCase("gaussian_projection", _gaussian_projection, _ALL, VARIANTS, 400_000),
+    AuditCase("flow_step", _flow_step, _KERNELS, VARIANTS, 400_000,
+              (("triton", 8192),)),
+    AuditCase("flow_step_particles", _flow_step_particles, ("cpu",), ("correct", "sensitivity_2x", "no_clip"),
+              60_000),
+    AuditCase("dpswd_private", _dpswd_private_side, _KERNELS, ("correct", "sensitivity_2x", "no_clip"), 100_000,
+              (("triton", 8192),)),
+    AuditCase("sanitizer_joint", _sanitizer("joint"), _ALL, VARIANTS, 40_000),
+    AuditCase("sanitizer_per_sample", _sanitizer("per_sample"), _ALL, VARIANTS, 40_000),
+    AuditCase("laplace_local", _laplace_local, _ALL, VARIANTS, 200_000),
+    AuditCase("gaussian_local", _gaussian_local, _ALL, VARIANTS, 200_000),
+    AuditCase("composition", _composition, _ALL, ("correct", "sensitivity_2x", "no_sampling"), 200_000),
+)}
