@@ -16,6 +16,10 @@ variants are the negative controls the audit must catch:
   the sanitisers clamp their own normals at 3σ instead of cutting: the same support argument);
 * ``"no_clip"``: the norm bound is not enforced (rows / gradients are not clipped or projected).
 
+The audited APIs run with ``secure_mode=False`` and the audit's own seeded generator, so that an audit is
+repeatable; their noise then has the same law as in the default secure mode (the same float64 wide-tail normals),
+only its source differs.
+
 Every case puts its neighbours *outside* the declared ball (3× the radius / clipping norm), so the correct variant
 also checks that clipping happens inside the mechanism. Adding a mechanism is one entry of :data:`CASES`.
 
@@ -130,7 +134,7 @@ def _gaussian_projection(backend: str, variant: str) -> AuditSetup:
             return _p.clip_rows(rows, RADIUS) @ theta.t() + sigma * truncated_normal((n, k), g)
         s = sigma / 2 if variant == "sensitivity_2x" else sigma
         r = 1e6 if variant == "no_clip" else RADIUS
-        return _p.gaussian_projection_mechanism(rows, theta, s, r, generator=g)
+        return _p.gaussian_projection_mechanism(rows, theta, s, r, generator=g, secure_mode=False)
 
     return AuditSetup(mech, x, x2, EPSILON, DELTA)
 
@@ -237,7 +241,7 @@ def _dpswd_private_side(backend: str, variant: str) -> AuditSetup:
             y = torch.zeros(m, d, dtype=_F64, device=dev, requires_grad=True)
             s = sigma / 2 if variant == "sensitivity_2x" else sigma
             loss, _, noise_y = dp_sliced_wasserstein(rows, y, s, p=2, projections=theta.to(dev), generator=g,
-                                                     backend=backend, return_noise=True,
+                                                     secure_mode=False, backend=backend, return_noise=True,
                                                      radius=None if variant == "no_clip" else RADIUS)
             (grad,) = torch.autograd.grad(loss, y)
             grad, noise_y = grad.cpu(), noise_y.cpu()
@@ -277,12 +281,13 @@ def _sanitizer(clipping: str):
                     outs.append(torch.cat([data[:b] + noise, data[b:]]))
                 elif variant == "truncated":   # the sanitiser's own noise clamped at 3σ
                     out, sigma, noise = sanitize_image_gradient(data, b, c, z, clipping=clipping, generator=g,
-                                                                return_noise=True)
+                                                                secure_mode=False, return_noise=True)
                     out[:b] += noise.clamp(-TRUNCATION * sigma, TRUNCATION * sigma) - noise
                     outs.append(out)
                 else:
                     zz = z / 2 if variant == "sensitivity_2x" else z
-                    outs.append(sanitize_image_gradient(data, b, c, zz, clipping=clipping, generator=g)[0])
+                    outs.append(sanitize_image_gradient(data, b, c, zz, clipping=clipping, generator=g,
+                                                          secure_mode=False)[0])
             return torch.stack(outs)
 
         return AuditSetup(mech, g0, g1, eps, DELTA)
@@ -311,13 +316,13 @@ def _laplace_local(backend: str, variant: str) -> AuditSetup:
     def mech(data, g, n):
         rows = data.expand(n, d)
         if variant == "sensitivity_2x":   # scale R/ε: the radius taken as the sensitivity
-            return _p.laplace_local_mechanism(rows, 2.0 * eps, RADIUS, generator=g)[0]
+            return _p.laplace_local_mechanism(rows, 2.0 * eps, RADIUS, generator=g, secure_mode=False)[0]
         if variant == "truncated":
             return _p.project_l1_ball(rows, RADIUS) + 2 * RADIUS / eps * truncated_laplace((n, d), g)
         if variant == "no_clip":
             lap = torch.empty(2, n, d, dtype=_F64).exponential_(1.0, generator=g)
             return rows + 2 * RADIUS / eps * (lap[0] - lap[1])
-        return _p.laplace_local_mechanism(rows, eps, RADIUS, generator=g)[0]
+        return _p.laplace_local_mechanism(rows, eps, RADIUS, generator=g, secure_mode=False)[0]
 
     return AuditSetup(mech, x, x2, eps, 0.0)
 
@@ -344,7 +349,7 @@ def _gaussian_local(backend: str, variant: str) -> AuditSetup:
             return _p.clip_rows(rows, RADIUS) + sigma * truncated_normal((n, d), g)
         if variant == "no_clip":
             return rows + sigma * torch.randn(n, d, generator=g, dtype=_F64)
-        return _p.gaussian_local_mechanism(rows, EPSILON, DELTA, RADIUS, generator=g)[0]
+        return _p.gaussian_local_mechanism(rows, EPSILON, DELTA, RADIUS, generator=g, secure_mode=False)[0]
 
     return AuditSetup(mech, x, x2, EPSILON, DELTA)
 
@@ -381,7 +386,8 @@ def _composition(backend: str, variant: str) -> AuditSetup:
             idx = torch.argsort(torch.rand(n, steps, n_rows, generator=g), dim=-1)[..., :b]
         rows = data[idx.reshape(-1)]
         s = sigma / 2 if variant == "sensitivity_2x" else sigma
-        return _p.gaussian_projection_mechanism(rows, theta, s, RADIUS, generator=g).reshape(n, steps * b)
+        return _p.gaussian_projection_mechanism(rows, theta, s, RADIUS, generator=g,
+                                                 secure_mode=False).reshape(n, steps * b)
 
     def llr(out):
         v = out.reshape(out.shape[0], steps, b)
