@@ -11,6 +11,7 @@ from .mechanisms import (clip_rows, gaussian_local_mechanism, gaussian_mechanism
                          normalize_rows, project_l1_ball)
 from .randomness import PrivacyRandomness
 from .sampling import FixedSizeSampler, PoissonSampler
+from .sketch import QuantileSketch, bin_levels, bin_sizes, sliced_quantile_sketch
 from .sensitivity import (CLT_MIN_PROJECTIONS, orthogonal_sliced_sensitivity, projection_mechanism_epsilon,
                           sliced_sensitivity, sliced_sensitivity_sq, split_delta)
 
@@ -21,6 +22,7 @@ __all__ = [
     "clip_rows", "normalize_rows", "project_l1_ball", "gaussian_mechanism_sigma", "ldp_gaussian_sigma",
     "gaussian_projection_mechanism", "laplace_local_mechanism", "gaussian_local_mechanism",
     "PoissonSampler", "FixedSizeSampler", "PrivacyRandomness",
+    "sliced_quantile_sketch", "QuantileSketch", "bin_sizes", "bin_levels",
     "sliced_sensitivity", "sliced_sensitivity_sq", "orthogonal_sliced_sensitivity", "split_delta", "projection_mechanism_epsilon",
     "CLT_MIN_PROJECTIONS",
 ]
