@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ._validate import check_choice, check_delta, check_epsilon, check_int, check_positive, check_tensor
-from .sliced import dp_sliced_wasserstein, dp_sliced_wasserstein_noise_std, sliced_wasserstein
+from .sliced import _check_release, dp_sliced_wasserstein, dp_sliced_wasserstein_noise_std, sliced_wasserstein
 
 __all__ = ["MLPGenerator", "ConvGenerator", "DPSWgenResult", "train_dpswgen"]
 
@@ -104,7 +104,7 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
                   model: str = "mlp", lr: float = 1e-3, bound: str = "chernoff", accountant: str = "rdp",
                   noise_std: Optional[float] = None, generator: Optional[torch.Generator] = None,
                   backend: str = "auto", budget_checks: int = 10, log_every: int = 0,
-                  secure_mode: bool = True) -> DPSWgenResult:
+                  secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None) -> DPSWgenResult:
     r"""Train a DPSWgen generator on private rows with the DP sliced Wasserstein loss.
 
     Per step: spend the step in the budget (before releasing), draw a fresh uniform batch of B rows without
@@ -132,6 +132,9 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
             never stored, not replayable). False: from ``generator`` (no guarantee against anyone who holds its
             seed).
         backend: backend of the loss.
+        release, num_bins: ``"points"`` (default) or ``"sketch"`` with L = ``num_bins`` bins: the private side of
+            every step is released as a sliced quantile sketch (:func:`fastdpot.sliced.dp_sliced_wasserstein`); the
+            same σ, sensitivity and accounting.
         budget_checks: the T steps are recorded in the budget in this many blocks, each *before* its steps run
             (a PLD/RDP evaluation per step would dominate the run time); a run cut short over-counts, never under.
         log_every: print the loss every this many steps (0: silent).
@@ -163,6 +166,9 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         raise ValueError(f"batch_size must be <= number of private rows {n}, got {B}")
     radius = check_positive(radius, "radius")
     budget_checks = check_int(budget_checks, "budget_checks")
+    _check_release(release, num_bins)
+    if num_bins is not None and num_bins > B:
+        raise ValueError(f"num_bins must be at most batch_size={B}, got {num_bins}")
     flat = private_data.reshape(n, -1)
     d = flat.shape[1]
     if model == "mlp":
@@ -229,7 +235,7 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         lat = torch.randn(B, net.latent_dim, generator=generator, dtype=private_data.dtype)
         y = net(lat).reshape(B, -1)
         loss = dp_sliced_wasserstein(x, y, sigma, num_projections, p=p, generator=rng, backend=backend,
-                                     radius=radius)
+                                     radius=radius, release=release, num_bins=num_bins)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -259,7 +259,7 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
                           num_projections: Optional[int] = None, p: int = 2,
                           projections: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
                           backend: str = "auto", return_noise: bool = False, radius: Optional[float] = None, *,
-                          secure_mode: bool = True):
+                          secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
     r"""DP sliced Wasserstein distance DP-SW_p^p (PAPERS.md §1): Gaussian mechanism on the projected private data.
 
     .. math::
@@ -290,17 +290,28 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
         return_noise: also return the exact noise added, (M, k) and (N, k), so the reference can replay the run.
         radius: if given, rows of ``x_private`` with norm > radius are scaled onto the ball of that radius before
             projection (the mechanism's norm bound; ‖x − x'‖ ≤ 2·radius under substitution).
+        release: ``"points"`` (default: every projected private value with noise σ, the paper's release) or
+            ``"sketch"``: the private side is released as the sliced quantile sketch
+            (:func:`fastdpot.privacy.sliced_quantile_sketch`: per direction the sorted projections summed over L rank
+            bins, N(0, σ²) on each bin SUM — the same sensitivity, hence the same (ε, δ) for the same σ, with noise
+            σ/m_l on bin l's mean), fitted monotone (:func:`fastdpot.privacy.sketch.sketch_quantile_table`) into a
+            quantile function Q_j. The generated side's sorted projections are binned by the same rule for its own
+            size N (no noise: the target is the unsmoothed law) and the loss is
+            ``(1/k) Σ_j Σ_l (m'_l/N)·|ȳ_jl − Q_j(u'_l)|^p`` with ȳ_jl the generated bin means at their levels u'_l.
+            Computed in torch (backend "auto" or "reference"); differentiable w.r.t. ``y`` only.
+        num_bins: L, 1 <= L <= min(M, N), required with ``release="sketch"``.
 
     Shape:
         x_private (M, d), y (N, d), projections (k, d) -> 0-d tensor [, noise_private (M, k), noise_y (N, k)].
 
     Returns:
         DP-SW_p^p, differentiable w.r.t. y and (when it requires grad) x_private; with ``return_noise`` a tuple
-        (loss, noise_private, noise_y).
+        (loss, noise_private, noise_y) — in sketch mode (loss, noise on the bin sums (k, L), None).
 
     Raises:
         ValueError: as :func:`sliced_wasserstein`, plus ``noise_std`` < 0 or non-finite, ``radius`` <= 0, a
-        ``torch.Generator`` with ``secure_mode=True``.
+        ``torch.Generator`` with ``secure_mode=True``, ``release`` not one of the two, ``num_bins`` missing with
+        ``"sketch"``, given with ``"points"``, < 1 or above the batch sizes, a compiled backend with ``"sketch"``.
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021 (mechanism
@@ -308,6 +319,7 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
     """
     noise_std = check_nonnegative(noise_std, "noise_std")
     check_tensor(x_private, "x_private", ndim=2, dtypes=_DTYPES)
+    _check_release(release, num_bins)
     if radius is not None:
         radius = check_positive(radius, "radius")
         from .privacy import clip_rows
@@ -317,10 +329,54 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
 
     rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
     theta = _validate(x_private, y, p, num_projections, projections, "x_private", rng)
+    if release == "sketch":
+        if backend not in ("auto", "reference"):
+            raise ValueError(f"release='sketch' is computed in torch: backend must be 'auto' or 'reference', got "
+                             f"{backend!r}")
+        return _sketch_loss(x_private, y, theta, p, noise_std, num_bins, rng, bool(return_noise))
     seed = rng.seed()
     _, fn = _dispatch.dispatch(OP, backend, device_type=x_private.device.type,
                                size=x_private.shape[0] + y.shape[0])
     return fn(x_private, y, theta, p, noise_std, seed, bool(return_noise))
+
+
+_RELEASES = ("points", "sketch")
+
+
+def _check_release(release, num_bins):
+    check_choice(release, "release", _RELEASES)
+    if release == "sketch":
+        if num_bins is None:
+            raise ValueError("num_bins (L, the sketch's bins per direction) is required for release='sketch'")
+        check_int(num_bins, "num_bins", 1)
+    elif num_bins is not None:
+        raise ValueError(f"num_bins is only used with release='sketch', got num_bins={num_bins!r}")
+
+
+def _sketch_loss(x_private, y, theta, p, noise_std, num_bins, rng, return_noise):
+    """DP-SW_p^p with the private side released as a sliced quantile sketch (see :func:`dp_sliced_wasserstein`)."""
+    from .privacy.sketch import (bin_index, bin_levels, bin_sizes, quantile_table_eval, sketch_quantile_table,
+                                 sliced_quantile_sketch)
+
+    m, n = x_private.shape[0], y.shape[0]
+    if num_bins > min(m, n):
+        raise ValueError(f"num_bins must be at most both batch sizes (x_private: {m}, y: {n}), got {num_bins}")
+    x = x_private.detach().to(torch.float64)
+    # the rows were clipped by the caller's radius (or are used as given): clip at a radius no row exceeds
+    r = float(torch.linalg.vector_norm(x, dim=1).max()) * (1.0 + 1e-12) + 1e-300
+    sk = sliced_quantile_sketch(x, theta.detach(), num_bins, noise_std, radius=r, generator=rng,
+                                return_noise=return_noise)
+    table, levels = sketch_quantile_table(sk)
+    th = theta.to(y.dtype)
+    yp = torch.sort(y @ th.transpose(0, 1), dim=0).values  # (N, k), differentiable w.r.t. y
+    sizes = bin_sizes(n, num_bins).to(y.device)
+    sums = torch.zeros(num_bins, th.shape[0], dtype=y.dtype, device=y.device).index_add(
+        0, bin_index(sizes).to(y.device), yp)
+    gen_means = (sums / sizes.to(y.dtype).unsqueeze(1)).transpose(0, 1)  # (k, L)
+    target = quantile_table_eval(table.to(y.device), levels.to(y.device), bin_levels(sizes).to(y.device))
+    w = sizes.to(y.dtype) / n
+    loss = ((gen_means - target.to(y.dtype)).abs() ** p * w).sum(1).mean()
+    return (loss, sk.noise, None) if return_noise else loss
 
 
 def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
@@ -424,12 +480,18 @@ class DPSlicedWassersteinLoss(nn.Module):
     replayable; a ``generator`` then raises ValueError); ``secure_mode=False`` replays them from ``generator`` (no
     guarantee against anyone who holds its seed).
 
+    ``release="sketch"`` with ``num_bins=L`` releases the private side as a sliced quantile sketch (see
+    :func:`dp_sliced_wasserstein`): same σ, same sensitivity and accounting, L noisy bin means per direction.
+
     Shape: x_private (M, d), y (N, d) -> 0-d tensor (DP-SW_p^p).
     """
 
     def __init__(self, noise_std: float, num_projections: int, p: int = 2, radius: Optional[float] = None,
-                 generator: Optional[torch.Generator] = None, backend: str = "auto", *, secure_mode: bool = True):
+                 generator: Optional[torch.Generator] = None, backend: str = "auto", *, secure_mode: bool = True,
+                 release: str = "points", num_bins: Optional[int] = None):
         super().__init__()
+        _check_release(release, num_bins)
+        self.release, self.num_bins = release, num_bins
         from .privacy.randomness import PrivacyRandomness, privacy_randomness
 
         self._rng = (generator if isinstance(generator, PrivacyRandomness)
@@ -448,7 +510,7 @@ class DPSlicedWassersteinLoss(nn.Module):
     def from_privacy(cls, epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
                      num_projections: int, dim: int, radius: float, bound: str = "chernoff", p: int = 2,
                      generator: Optional[torch.Generator] = None, backend: str = "auto", *,
-                     secure_mode: bool = True):
+                     secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
         """Module whose ``noise_std`` makes ``steps`` releases (ε, δ)-DP.
 
         See :func:`dp_sliced_wasserstein_noise_std` for the arguments and the calibration.
@@ -456,7 +518,7 @@ class DPSlicedWassersteinLoss(nn.Module):
         sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, batch_size, dataset_size, steps,
                                                          num_projections, dim, radius, bound=bound)
         mod = cls(sigma, num_projections, p=p, radius=radius, generator=generator, backend=backend,
-                  secure_mode=secure_mode)
+                  secure_mode=secure_mode, release=release, num_bins=num_bins)
         mod.privacy = details
         return mod
 
@@ -471,10 +533,12 @@ class DPSlicedWassersteinLoss(nn.Module):
                 raise RuntimeError(f"privacy budget exhausted: noise_std was calibrated for steps="
                                    f"{self.privacy['steps']} releases, all of them used")
         out = dp_sliced_wasserstein(x_private, y, self.noise_std, self.num_projections, p=self.p,
-                                    generator=self._rng, backend=self.backend, radius=self.radius)
+                                    generator=self._rng, backend=self.backend, radius=self.radius,
+                                    release=self.release, num_bins=self.num_bins)
         self.releases += 1
         return out
 
     def extra_repr(self):
         return (f"noise_std={self.noise_std:.4g}, num_projections={self.num_projections}, p={self.p}, "
-                f"radius={self.radius}, backend={self.backend!r}")
+                f"radius={self.radius}, backend={self.backend!r}, release={self.release!r}"
+                + (f", num_bins={self.num_bins}" if self.num_bins is not None else ""))

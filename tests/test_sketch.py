@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import fastdpot
 from fastdpot._random import random_directions
 from fastdpot.privacy import (bin_levels, bin_sizes, clip_rows, orthogonal_sliced_sensitivity,
                               sliced_quantile_sketch)
@@ -161,3 +162,98 @@ def test_single_entry_change_moves_sorted_values_by_exactly_its_size():
         diff = torch.sort(a2).values - torch.sort(a).values
         assert math.isclose(diff.abs().sum().item(), abs((a2[i] - a[i]).item()), rel_tol=1e-12, abs_tol=1e-12)
         assert bool((diff >= -1e-15).all()) or bool((diff <= 1e-15).all())
+
+
+# ------------------------------------------------------------------------------------------ DP-SWD with the sketch
+def _dpsw_sketch(x, y, th, sigma, L, seed=0, p=2, **kw):
+    return fastdpot.dp_sliced_wasserstein(x, y, sigma, projections=th, p=p, release="sketch", num_bins=L,
+                                          generator=torch.Generator().manual_seed(seed), secure_mode=False, **kw)
+
+
+def test_sketch_loss_is_zero_on_the_private_batch_itself():
+    g = torch.Generator().manual_seed(20)
+    x = torch.randn(40, 3, generator=g, dtype=torch.float64) * 0.4
+    th = random_directions(6, 3, g)
+    for L in (40, 7, 1):
+        loss = _dpsw_sketch(x, x.clone(), th, 0.0, L)
+        assert loss.item() < 1e-24, (L, loss.item())
+    assert _dpsw_sketch(x, x + 0.3, th, 0.0, 5).item() > 1e-3
+
+
+def test_sketch_loss_equals_a_direct_computation_with_the_replayed_noise():
+    from fastdpot.privacy.sketch import quantile_table_eval
+    from scipy.optimize import isotonic_regression
+
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(30, 4, generator=g, dtype=torch.float64) * 0.5
+    y = torch.randn(25, 4, generator=g, dtype=torch.float64) * 0.5 + 0.2
+    th = random_directions(5, 4, g)
+    for p in (1, 2):
+        loss, noise, none = _dpsw_sketch(x, y, th, 0.7, 4, seed=3, p=p, return_noise=True)
+        assert none is None and noise.shape == (5, 4)
+        # by hand: private bin sums + noise -> means -> weighted isotonic fit -> Q_j at the generated bins' levels
+        xs = torch.sort(x @ th.t(), dim=0).values.t()
+        mx = torch.tensor([8, 8, 7, 7])
+        means = (torch.stack([c.sum(1) for c in xs.split(mx.tolist(), 1)], 1) + noise) / mx
+        fit = torch.stack([torch.tensor(isotonic_regression(r.numpy(), weights=mx.double().numpy()).x)
+                           for r in means])
+        lv_x = bin_levels(mx)
+        ys = torch.sort(y @ th.t(), dim=0).values.t()
+        my = torch.tensor([7, 6, 6, 6])
+        gm = torch.stack([c.mean(1) for c in ys.split(my.tolist(), 1)], 1)
+        target = quantile_table_eval(fit, lv_x, bin_levels(my))
+        want = ((gm - target).abs() ** p * (my.double() / 25)).sum(1).mean()
+        torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-14)
+
+
+def test_sketch_loss_gradient_reaches_the_generated_side():
+    g = torch.Generator().manual_seed(22)
+    x = torch.randn(12, 3, generator=g, dtype=torch.float64)
+    th = random_directions(4, 3, g)
+    y = (torch.randn(10, 3, generator=g, dtype=torch.float64) * 2.0).requires_grad_(True)
+    torch.autograd.gradcheck(lambda yy: _dpsw_sketch(x, yy, th, 0.3, 3, seed=5), (y,))
+    loss = _dpsw_sketch(x.requires_grad_(True), y, th, 0.3, 3)
+    loss.backward()
+    assert y.grad is not None and x.grad is None  # the release is not differentiable w.r.t. the private rows
+
+
+def test_table_extension_rule():
+    from fastdpot.privacy.sketch import quantile_table_eval
+
+    table = torch.tensor([[0.0, 1.0, 3.0], [2.0, 2.0, 2.0]], dtype=torch.float64)
+    levels = torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64)
+    u = torch.tensor([0.0, 0.25, 0.375, 0.75, 1.0, 1.5], dtype=torch.float64)
+    out = quantile_table_eval(table, levels, u)
+    # linear through the centres, extended with the end segments' slopes, u clamped to [0, 1]
+    torch.testing.assert_close(out[0], torch.tensor([-1.0, 0.0, 0.5, 3.0, 5.0, 5.0], dtype=torch.float64))
+    torch.testing.assert_close(out[1], torch.full((6,), 2.0, dtype=torch.float64))
+    one = quantile_table_eval(table[:, :1], levels[:1], u)  # L = 1: constant
+    assert bool((one[0] == 0.0).all()) and bool((one[1] == 2.0).all())
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(release="sketch"), "num_bins"), (dict(release="points", num_bins=3), "num_bins"),
+    (dict(release="bins", num_bins=3), "release"), (dict(release="sketch", num_bins=0), "num_bins"),
+    (dict(release="sketch", num_bins=50), "num_bins"), (dict(release="sketch", num_bins=3, backend="cpu"), "backend"),
+])
+def test_sketch_loss_bad_arguments(kw, match):
+    x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(30, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=match):
+        fastdpot.dp_sliced_wasserstein(x, y, 0.5, num_projections=4, **kw)
+
+
+def test_sketch_loss_module_and_dpswgen():
+    from fastdpot.dpswgen import train_dpswgen
+
+    g = torch.Generator().manual_seed(23)
+    data = torch.randn(600, 2, generator=g) * 0.3
+    mod = fastdpot.DPSlicedWassersteinLoss.from_privacy(10.0, 1e-5, 100, 600, 5, 8, 2, 1.0, release="sketch",
+                                                        num_bins=5)
+    y = torch.randn(100, 2, requires_grad=True)
+    mod(data[:100], y).backward()
+    assert y.grad is not None and mod.releases == 1 and "release='sketch'" in repr(mod)
+    res = train_dpswgen(data, 10.0, 1e-5, steps=5, batch_size=100, num_projections=8, latent_dim=2,
+                        release="sketch", num_bins=5, generator=torch.Generator().manual_seed(1))
+    assert res.steps == 5 and all(math.isfinite(v) for v in res.losses)
+    with pytest.raises(ValueError, match="num_bins"):
+        train_dpswgen(data, 10.0, 1e-5, steps=5, batch_size=100, release="sketch", num_bins=101)

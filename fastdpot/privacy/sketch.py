@@ -19,9 +19,10 @@ import torch
 
 from .._validate import check_int, check_nonnegative, check_positive, check_tensor
 from .mechanisms import clip_rows, normalize_rows
-from .randomness import privacy_randomness
+from .randomness import PrivacyRandomness, privacy_randomness
 
-__all__ = ["QuantileSketch", "sliced_quantile_sketch", "bin_sizes", "bin_levels", "bin_index"]
+__all__ = ["QuantileSketch", "sliced_quantile_sketch", "bin_sizes", "bin_levels", "bin_index", "sketch_quantile_table",
+           "quantile_table_eval"]
 
 
 class QuantileSketch(NamedTuple):
@@ -125,7 +126,8 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, n
             the noiseless sketch (no privacy).
         radius: r > 0, the clipping radius (neighbouring rows differ by at most 2r).
         normalize: put the rows on the sphere of radius r instead of clipping.
-        generator: ``torch.Generator`` of the noise, used only with ``secure_mode=False`` (replayable).
+        generator: ``torch.Generator`` of the noise, used only with ``secure_mode=False`` (replayable); or a
+            :class:`~fastdpot.privacy.PrivacyRandomness` (then ``secure_mode`` is its own).
         return_noise: also return the noise added to the bin sums (to replay the release in tests).
         secure_mode: True (default): the noise comes from the operating system's CSPRNG
             (:class:`~fastdpot.privacy.PrivacyRandomness`); False: from ``generator``, replayable, with no guarantee
@@ -159,7 +161,7 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, n
     radius = check_positive(radius, "radius")
     if not isinstance(normalize, bool):
         raise ValueError(f"normalize must be a bool, got {normalize!r}")
-    rng = privacy_randomness(secure_mode, generator)
+    rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
     th = projections.detach().to(torch.float64)
     rn = torch.linalg.vector_norm(th, dim=1)
     tol = 1e-10 if projections.dtype == torch.float64 else 1e-6 if projections.dtype == torch.float32 else 1e-3
@@ -178,3 +180,45 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, n
     means = (sums.transpose(0, 1) + noise) / sizes.to(s.device, torch.float64)
     levels = bin_levels(sizes).to(s.device)
     return QuantileSketch(means, levels, sizes.to(s.device), noise if return_noise else None)
+
+
+def sketch_quantile_table(sketch: QuantileSketch):
+    """Post-process a released sketch into a monotone quantile table: per direction, the weighted isotonic
+    (non-decreasing) fit of the noisy bin means, weights the bin sizes. Post-processing: no privacy cost.
+
+    The target quantile function of direction j is then :func:`quantile_table_eval` of row j: piecewise linear
+    through ``(levels[l], table[j, l])``.
+
+    Shape:
+        sketch.means (k, L) -> (table (k, L) float64, levels (L,) float64), on the sketch's device.
+
+    References:
+        ``scipy.optimize.isotonic_regression`` (pool adjacent violators).
+    """
+    from scipy.optimize import isotonic_regression
+
+    means = sketch.means.detach().to("cpu", torch.float64).numpy()
+    w = sketch.sizes.detach().to("cpu", torch.float64).numpy()
+    fit = torch.stack([torch.from_numpy(isotonic_regression(row, weights=w, increasing=True).x.copy())
+                       for row in means])
+    return fit.to(sketch.means.device), sketch.levels.detach().to(sketch.means.device, torch.float64)
+
+
+def quantile_table_eval(table: torch.Tensor, levels: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Q_j(u): piecewise linear through ``(levels[l], table[j, l])``, extended on [0, levels[0]] and
+    [levels[-1], 1] with the slope of the first / last segment, constant for L = 1; u is clamped to [0, 1].
+
+    Shape:
+        table (k, L); levels (L,) strictly increasing; u (k, n) or (n,) levels -> (k, n), in ``table``'s dtype.
+    """
+    k, L = table.shape
+    u = u.to(table.dtype).clamp(0.0, 1.0)
+    if u.dim() == 1:
+        u = u.unsqueeze(0).expand(k, -1)
+    if L == 1:
+        return table[:, :1].expand(-1, u.shape[1])
+    lv = levels.to(table.dtype)
+    s = (torch.searchsorted(lv.contiguous(), u.contiguous(), right=True) - 1).clamp(0, L - 2)
+    u0, u1 = lv[s], lv[s + 1]
+    t0, t1 = table.gather(1, s), table.gather(1, s + 1)
+    return t0 + (u - u0) * (t1 - t0) / (u1 - u0)
