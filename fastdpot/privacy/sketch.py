@@ -94,9 +94,10 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, n
                \qquad v_{j,l} \sim \mathcal N(0, \sigma^2)\ \text{i.i.d.}
 
     Sensitivity (replace-one neighbours, fixed batch size B). Let X, X′ be batches of B rows that differ in row i
-    only (after clipping, ‖x_i‖, ‖x′_i‖ ≤ r), and fix a direction θ. Let a = Xθ, a′ = X′θ, which differ only in entry
-    i, say a′_i = a_i + t with t ≥ 0 (else swap X and X′). Every order statistic is non-decreasing in every entry
-    (:math:`s_{(r)} = \max_{|S| = r+1} \min_{j \in S} a_j`), so sort(a′) ≥ sort(a) entrywise, and therefore
+    only (after clipping, ‖x_i‖, ‖x′_i‖ ≤ r), and fix a direction θ. Let a = Xθ, a′ = X′θ, which differ only in
+    entry i, say a′_i = a_i + t with t ≥ 0 (else swap X and X′). Every order statistic is non-decreasing in every
+    entry (:math:`s_{(r)} = \min_{|S| = r+1} \max_{j \in S} a_j`, ranks from 0: the smallest maximum over sets of
+    r+1 entries), so sort(a′) ≥ sort(a) entrywise, and therefore
 
     .. math::  \lVert \mathrm{sort}(a') - \mathrm{sort}(a) \rVert_1 = \sum_r (s'_{(r)} - s_{(r)})
                = \sum_j a'_j - \sum_j a_j = t = |\theta^\top (x_i - x'_i)| .
