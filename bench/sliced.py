@@ -3,7 +3,8 @@
 impls: ``fastdpot`` (the C++ ``cpu`` backend), ``pot`` (``ot.sliced_wasserstein_distance`` on torch tensors with
 the same projections; it returns the p-th root, which changes nothing in cost), ``reference``
 (:func:`fastdpot.reference.sliced.sliced_wasserstein`). The ``dp`` case adds σ = 0.5 noise on both sides
-(fastdpot and reference only: POT has no noise).
+(fastdpot and reference only: POT has no noise). The ``sketch`` case is the DP-SWD loss with the sliced quantile
+sketch release (``release="sketch"``, L = 10; pure torch, impl ``fastdpot``).
 
     python -m bench.sliced            # full sizes (the lead runs this on a quiet machine; POT takes ~40 s / 7-10 GB)
     python -m bench.sliced --quick    # tiny sizes, checks that every case runs
@@ -85,7 +86,28 @@ def dp_case(impl, n, m, d, k, p=2, noise_std=0.5):
     return Case(setup=setup, forward=forward, backward=_backward)
 
 
-CASES = {"sw": sw_case, "dp": dp_case}
+def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, num_bins=10):
+    """DP-SW_p^p with the private side released as a sliced quantile sketch (L = ``num_bins`` bins, σ on each bin
+    sum, isotonic fit) and the generated side binned likewise; pure torch (impl ``fastdpot`` only)."""
+    import torch
+
+    def forward(s):
+        if impl != "fastdpot":
+            raise ValueError(f"impl must be fastdpot for the sketch case, got {impl!r}")
+        from fastdpot.sliced import dp_sliced_wasserstein
+
+        return dp_sliced_wasserstein(s["x"], s["y"], noise_std, projections=s["th"], p=p, generator=s["gen"],
+                                     secure_mode=False, release="sketch", num_bins=num_bins)
+
+    def setup():
+        s = _setup(n, m, d, k)
+        s["gen"] = torch.Generator().manual_seed(1)
+        return s
+
+    return Case(setup=setup, forward=forward, backward=_backward)
+
+
+CASES = {"sw": sw_case, "dp": dp_case, "sketch": sketch_case}
 
 
 def runs(sizes, impls=("fastdpot", "pot", "reference"), repeats=3):
@@ -98,6 +120,9 @@ def runs(sizes, impls=("fastdpot", "pot", "reference"), repeats=3):
             if impl != "pot":
                 out.append(dict(case="dp", impl=impl, params=params, mode="full", repeats=repeats,
                                 anchor=impl in ANCHORS))
+        if "fastdpot" in impls:
+            out.append(dict(case="sketch", impl="fastdpot", params=params, mode="full", repeats=repeats,
+                            anchor=False))
     return out
 
 
