@@ -257,3 +257,33 @@ def test_sketch_loss_module_and_dpswgen():
     assert res.steps == 5 and all(math.isfinite(v) for v in res.losses)
     with pytest.raises(ValueError, match="num_bins"):
         train_dpswgen(data, 10.0, 1e-5, steps=5, batch_size=100, release="sketch", num_bins=101)
+
+
+def test_isotonic_table_is_scipys_weighted_fit_and_monotone():
+    from scipy.optimize import isotonic_regression
+
+    from fastdpot.privacy.sketch import quantile_table_eval, sketch_quantile_table
+
+    g = torch.Generator().manual_seed(24)
+    x = torch.randn(23, 4, dtype=torch.float64, generator=g)
+    th = random_directions(6, 4, g)
+    sk = sliced_quantile_sketch(x, th, 5, 2.0, radius=3.0, generator=torch.Generator().manual_seed(4),
+                                secure_mode=False)
+    assert sk.sizes.tolist() == [5, 5, 5, 4, 4]
+    fit, levels = sketch_quantile_table(sk)
+    assert fit.shape == (6, 5) and fit.dtype == torch.float64 and torch.equal(levels, sk.levels)
+    assert bool((fit[:, 1:] >= fit[:, :-1]).all())
+    for j in range(6):
+        want = isotonic_regression(sk.means[j].numpy(), weights=sk.sizes.double().numpy()).x
+        assert torch.equal(fit[j], torch.from_numpy(want))
+    assert not torch.equal(fit, sk.means)  # σ = 2 (bin-mean noise 0.4-0.5) puts some means out of order
+    sk0 = sliced_quantile_sketch(x, th, 5, 0.0, radius=3.0)  # noiseless: already sorted, the fit is the identity
+    assert torch.equal(sketch_quantile_table(sk0)[0], sk0.means)
+    # per-direction levels (k, N); L = B: the exact rank levels r/(B-1) map onto the table itself
+    z = torch.arange(6, dtype=torch.float64).unsqueeze(0) ** 2
+    lv = bin_levels(bin_sizes(6, 6))
+    assert torch.equal(quantile_table_eval(z, lv, lv), z)
+    tab = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 4.0]], dtype=torch.float64)
+    uk = torch.tensor([[0.0, 1.0], [0.75, 0.5]], dtype=torch.float64)
+    assert quantile_table_eval(tab, torch.tensor([0.25, 0.5, 1.0], dtype=torch.float64), uk).tolist() == \
+        [[0.0, 3.0], [2.0, 0.0]]
