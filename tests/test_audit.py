@@ -100,7 +100,8 @@ def test_audit_mechanism_validation():
 
 # ----------------------------------------------------------------------------------- fastdpot's own releases
 # (case, backend, variant, trials, seed); trials None = the case's default. Broken variants must be caught.
-FAST = [(n, "reference", v, None) for n in ("gaussian_projection", "flow_step", "laplace_local", "gaussian_local")
+FAST = [(n, "reference", v, None) for n in ("gaussian_projection", "sketch_ranks", "sketch_one_bin", "flow_step",
+                                             "laplace_local", "gaussian_local")
         for v in CASES[n].variants]
 FAST += [("dpswd_private", "reference", v, None) for v in CASES["dpswd_private"].variants]
 FAST += [("composition", "reference", v, None) for v in CASES["composition"].variants]

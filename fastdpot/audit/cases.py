@@ -397,10 +397,52 @@ def _composition(backend: str, variant: str) -> AuditSetup:
     return AuditSetup(mech, d0, d1, eps, DELTA, statistic=llr)
 
 
+def _sketch(num_bins: int):
+    """Audit case of the sliced quantile sketch with L = ``num_bins`` bins of a batch of B = 3 rows."""
+    return lambda backend, variant: _sketch_case(backend, variant, num_bins)
+
+
+def _sketch_case(backend: str, variant: str, num_bins: int) -> AuditSetup:
+    """The sliced quantile sketch of a batch (:func:`fastdpot.privacy.sliced_quantile_sketch`): k·L noisy bin sums.
+
+    Worst case: an extreme sorted rank. The batch holds B = 3 rows, two fixed at the origin; the third is
+    x = −R·v₁ in D (the lowest projected value along both directions, since θ_jᵀv₁ > 0) and x′ = +R·v₁ in D′ (the
+    highest), with v₁ the top right singular vector of the worst covered Θ (:func:`_projection_geometry`): the row
+    that crosses every rank of every direction, moving the most mass between bins. With L = B every rank is its own
+    bin: the change (a_j, 0, a_j) per direction has ℓ2 norm ‖Θ(x − x′)‖/√2, below the bound, so a 2× understated
+    sensitivity is not visible there; with L = 1 the bin sum moves by exactly θ_jᵀ(x − x′), the bound is attained,
+    and every negative control is caught. The claim is that of the per-point release at the same σ (the sketch's
+    bin sums move by at most ‖Θ(x − x′)‖, the mechanism's docstring). The n releases of one call are n blocks of the same Θ stacked as n·k
+    directions (every (direction, bin) gets its own noise draw), read back as bin sums (means × sizes).
+    """
+    _check_variant(variant, VARIANTS)
+    k, d, b, L = 2, 3, 3, num_bins
+    theta, x, x2 = _projection_geometry()
+    sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
+    others = torch.zeros(b - 1, d, dtype=_F64)
+
+    def mech(data, g, n):
+        rows = torch.cat([others, data])
+        th = theta.repeat(n, 1)
+        if variant == "truncated":
+            sk = _p.sliced_quantile_sketch(rows, th, L, 0.0, radius=RADIUS)
+            sums = sk.means * sk.sizes.double() + sigma * truncated_normal(sk.means.shape, g)
+        else:
+            s = sigma / 2 if variant == "sensitivity_2x" else sigma
+            r = 1e6 if variant == "no_clip" else RADIUS
+            sk = _p.sliced_quantile_sketch(rows, th, L, s, radius=r, generator=g, secure_mode=False)
+            sums = sk.means * sk.sizes.double()
+        return sums.reshape(n, k * L)
+
+    return AuditSetup(mech, x, x2, EPSILON, DELTA)
+
+
 _ALL = ("reference",)
 _KERNELS = ("reference", "cpu", "triton")
 CASES: Dict[str, AuditCase] = {c.name: c for c in (
     AuditCase("gaussian_projection", _gaussian_projection, _ALL, VARIANTS, 400_000),
+    AuditCase("sketch_ranks", _sketch(3), _ALL, ("correct", "truncated", "no_clip"), 400_000),
+    AuditCase("sketch_one_bin", _sketch(1), _ALL, VARIANTS, 400_000),
     AuditCase("flow_step", _flow_step, _KERNELS, VARIANTS, 400_000,
               (("triton", 8192),)),
     AuditCase("flow_step_particles", _flow_step_particles, ("cpu",), ("correct", "sensitivity_2x", "no_clip"),
