@@ -1,10 +1,11 @@
-"""Render bench/results.jsonl into the README benchmark table and per-suite plots.
+"""Render bench/results.jsonl into the benchmarks page (every case), the README's headline table (a few cases)
+and per-suite plots.
 
 For every (suite, case, params, mode) the newest run_id that measured it is shown; ratios compare rows of that
 same run only (side by side, same machine, same versions). ``ratio`` = anchor median / impl median (higher is
 faster than the anchor). Anchors per suite come from the bench module's ``ANCHORS`` list.
 
-Usage: ``python -m bench.render [--readme README.md] [--plots bench/plots]``
+Usage: ``python -m bench.render [--page docs/benchmarks.md] [--readme README.md] [--plots bench/plots]``
 """
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ from .harness import RESULTS, ROOT
 
 START, END = "<!-- BENCH:START -->", "<!-- BENCH:END -->"
 SUITE_MODULES = {}  # suite name -> bench module, filled from the rows' modules
+# the README's headline rows: (suite, case, params, device) of the sizes the project is judged on
+HEADLINE = [
+    ("flow", "step", {"n": 1000000, "m": 250, "d": 48, "k": 300}, "cpu"),
+    ("sliced", "dp", {"n": 100000, "m": 100000, "d": 48, "k": 500}, "cpu"),
+    ("sinkhorn", "divergence", {"n": 20000, "m": 20000, "d": 2}, "cpu"),
+    ("gpu_flow", "flow_step", {"N": 10000000, "d": 48, "k": 128}, "cuda"),
+    ("gpu_flow", "flow_step", {"N": 1000000, "d": 48, "k": 128}, "cuda"),
+]
 
 
 def load_rows(path=RESULTS):
@@ -61,8 +70,15 @@ def latest_groups(rows):
     return out
 
 
-def table(rows):
+def _headline_key(key):
+    suite, case, params, _mode, device = key
+    return any(suite == s and case == c and json.loads(params) == p and device == dv for s, c, p, dv in HEADLINE)
+
+
+def table(rows, headline_only=False):
     groups = latest_groups(rows)
+    if headline_only:
+        groups = OrderedDict((k, v) for k, v in groups.items() if _headline_key(k))
     lines = ["| suite | case | size | mode | device | impl | median s | IQR s | peak MB | ratio (anchor / impl) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     machines = OrderedDict()
@@ -127,31 +143,34 @@ def plots(rows, outdir):
     return paths
 
 
-def update_readme(readme, text):
-    with open(readme) as f:
+def update_between_markers(path, text):
+    """Replace what lies between the BENCH:START / BENCH:END markers of ``path`` by ``text``."""
+    with open(path) as f:
         s = f.read()
     if START not in s or END not in s:
-        raise SystemExit(f"{readme} has no {START} ... {END} markers")
+        raise SystemExit(f"{path} has no {START} ... {END} markers")
     pre, rest = s.split(START, 1)
     _, post = rest.split(END, 1)
-    with open(readme, "w") as f:
+    with open(path, "w") as f:
         f.write(pre + START + "\n" + text + "\n" + END + post)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="render bench/results.jsonl")
     p.add_argument("--results", default=RESULTS)
-    p.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    p.add_argument("--page", default=os.path.join(ROOT, "docs", "benchmarks.md"),
+                   help="the docs page that gets the full table")
+    p.add_argument("--readme", default=os.path.join(ROOT, "README.md"), help="the front door: headline rows only")
     p.add_argument("--plots", default=os.path.join(ROOT, "bench", "plots"))
-    p.add_argument("--print", action="store_true", help="print the table instead of writing the README")
+    p.add_argument("--print", action="store_true", help="print the full table instead of writing the files")
     a = p.parse_args(argv)
     rows = load_rows(a.results)
-    text = table(rows)
     if a.print:
-        print(text)
+        print(table(rows))
     else:
-        update_readme(a.readme, text)
-        print(f"updated {a.readme}")
+        update_between_markers(a.page, table(rows))
+        update_between_markers(a.readme, table(rows, headline_only=True))
+        print(f"updated {a.page} and {a.readme}")
     if a.plots:
         for path in plots(rows, a.plots):
             print(f"wrote {path}")
