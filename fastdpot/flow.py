@@ -118,11 +118,33 @@ def _draw_reference_noise(particles, private, projections, noise_std, reg, seed)
     return nx * noise_std, ny * noise_std, br
 
 
+def _sketch_step_reference(particles, projections, sketch, noise_std, step_size, reg, seed, quantiles,
+                           num_quantiles, return_noise):
+    """Sketch mode of the reference backend: the same generator order without the private draw (particles,
+    Brownian), then :func:`fastdpot.reference.flow_sketch.flow_step_sketch`."""
+    from .reference.flow_sketch import flow_step_sketch
+
+    n, d = particles.shape
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    dt = particles.dtype
+    nx = (torch.randn(n, projections.shape[0], generator=g, dtype=dt) * noise_std).to(particles.device)
+    br = torch.randn(n, d, generator=g, dtype=dt).to(particles.device) if reg > 0 else None
+    table, levels = sketch
+    new, drift = flow_step_sketch(particles, table, levels, projections.to(dt), nx, step_size, reg=reg, brownian=br,
+                                  quantiles=quantiles, num_quantiles=num_quantiles)
+    noise = dict(particles=nx, private=None, brownian=br) if return_noise else None
+    return new, drift, noise
+
+
 @register("flow_step", "reference")
 def _flow_step_reference(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles,
-                         num_quantiles, return_noise):
+                         num_quantiles, return_noise, sketch=None):
     """Reference backend: noise from a ``torch.Generator`` seeded with ``seed`` (order: particles, private,
-    Brownian), then :func:`fastdpot.reference.flow.flow_step` (or the histogram reference)."""
+    Brownian), then :func:`fastdpot.reference.flow.flow_step` (or the histogram reference). Sketch mode
+    (``sketch=(table, levels)``, ``private=None``): :func:`fastdpot.reference.flow_sketch.flow_step_sketch`."""
+    if sketch is not None:
+        return _sketch_step_reference(particles, projections, sketch, float(noise_std), step_size, reg, seed,
+                                      quantiles, num_quantiles, return_noise)
     private = private.to(particles.dtype)
     projections = projections.to(particles.dtype)
     nx, ny, br = _draw_reference_noise(particles, private, projections, float(noise_std), float(reg), seed)
@@ -147,18 +169,18 @@ def _cpu_available():
 
 @register("flow_step", "cpu", available=_cpu_available)
 def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles, num_quantiles,
-                   return_noise):
+                   return_noise, sketch=None):
     """Fused C++/OpenMP step (``csrc/flow.cpp``): Philox noise of ``csrc/common.h`` (particle noise of direction j
     on stream 2j, private noise on stream 2j+1, Brownian on stream 2k; vectorised single-precision Box-Muller of
     ``csrc/flow_normal.h``, equal to common.h's double-precision normals to ~2e-6: privacy-grade ``normal2`` for the
     private rows, four-per-block ``normal4`` for the particles' smoothing noise and the Brownian term, which protect
     nothing), radix sort per direction, rank -> target quantile by index
-    interpolation, drift and Euler--Maruyama update, in chunks of directions. ``"histogram"`` mode is delegated to
-    the reference backend."""
+    interpolation (sketch mode: level -> the table's piecewise-linear Q_j, in float64), drift and Euler--Maruyama
+    update, in chunks of directions. ``"histogram"`` mode is delegated to the reference backend."""
     if quantiles == "histogram":
         return _flow_step_reference(particles, private, projections, noise_std=noise_std, step_size=step_size,
                                     reg=reg, seed=seed, quantiles=quantiles, num_quantiles=num_quantiles,
-                                    return_noise=return_noise)
+                                    return_noise=return_noise, sketch=sketch)
     if particles.device.type != "cpu":
         raise ValueError(f"backend 'cpu' needs CPU tensors, got particles on {particles.device}")
     if particles.dtype not in (torch.float32, torch.float64):
@@ -166,8 +188,14 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
     mod = load_cpp("flow")
     dt = particles.dtype
     x = particles.detach().contiguous()
-    y = private.detach().to(dt).contiguous()
     th = projections.detach().to(dt).contiguous()
+    if sketch is None:
+        y = private.detach().to(dt).contiguous()
+        tb = lv = None
+    else:  # no private rows: the C++ step reads the (k, L) table and its levels in float64
+        y = torch.empty(0, x.shape[1], dtype=dt)
+        tb = sketch[0].detach().to("cpu", torch.float64).contiguous().numpy()
+        lv = sketch[1].detach().to("cpu", torch.float64).contiguous().numpy()
     n, d = x.shape
     m, k = y.shape[0], th.shape[0]
     new = torch.empty_like(x)
@@ -175,13 +203,13 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
     nx = ny = br = None
     if return_noise:
         nx = torch.empty(n, k, dtype=dt)
-        ny = torch.empty(m, k, dtype=dt)
+        ny = torch.empty(m, k, dtype=dt) if sketch is None else None
         br = torch.empty(n, d, dtype=dt) if reg > 0 else None
     q = 0 if quantiles == "exact" else (n if num_quantiles is None else int(num_quantiles))
     mod.flow_step(x.numpy(), y.numpy(), th.numpy(), float(noise_std), float(step_size), float(reg),
                   int(seed), int(q), new.numpy(), drift.numpy(),
                   None if nx is None else nx.numpy(), None if ny is None else ny.numpy(),
-                  None if br is None else br.numpy(), _CPU_MAX_CHUNK)
+                  None if br is None else br.numpy(), _CPU_MAX_CHUNK, table=tb, levels=lv)
     noise = dict(particles=nx, private=ny, brownian=br) if return_noise else None
     return new, drift, noise
 
@@ -189,30 +217,55 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
 set_auto("flow_step", "cpu", [("cpu", 0)])
 
 
-def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch.Tensor, *, noise_std: float,
-              step_size: float, reg: float = 0.0, seed: int = 0, quantiles: str = "exact",
-              num_quantiles: Optional[int] = None, return_noise: bool = False, backend: str = "auto"):
+def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projections: torch.Tensor, *,
+              noise_std: float, step_size: float, reg: float = 0.0, seed: int = 0, quantiles: str = "exact",
+              num_quantiles: Optional[int] = None, return_noise: bool = False, backend: str = "auto",
+              sketch: Optional[Sequence[torch.Tensor]] = None):
     """One flow step through the dispatch table (low level; :class:`DPSlicedWassersteinFlow` is the private API).
 
     This function releases nothing by itself and clips nothing: ``private`` must already be clipped, and the
     caller accounts the release. Noise is drawn from the integer ``seed`` (each backend its own generator;
     ``return_noise=True`` returns the exact draws so :func:`fastdpot.reference.flow.flow_step` can replay them).
 
+    Sketch mode: ``private=None, sketch=(table, levels)``. The target of direction j is then the released quantile
+    table ``table[j]`` at ``levels`` (e.g. the post-processed :func:`fastdpot.privacy.sliced_quantile_sketch`):
+    each particle's level u (``"exact"``: r/(N-1) from its rank; ``"grid"``: the grid CDF; ``"histogram"``: the
+    histogram CDF) maps to ``Q_j(u)``, piecewise linear through ``(levels[l], table[j, l])``, the first / last
+    segment extended to u = 0 / 1, u clamped to [0, 1], constant when L = 1
+    (:mod:`fastdpot.reference.flow_sketch`). ``noise_std`` is then only the particles' smoothing noise (no private
+    draw happens); the flows pass 0 in sketch mode. The ``"triton"`` backend supports ``"exact"`` sketch mode only.
+
     Shape:
-        particles (N, d); private (M, d); projections (k, d). Returns ``(new_particles (N, d), drift (N, d), noise)``
-        with ``noise`` None or ``dict(particles=(N, k), private=(M, k), brownian=(N, d) or None)``.
-        ``noise_std`` σ is a standard deviation on projected values.
+        particles (N, d); private (M, d) or None; projections (k, d); sketch: table (k, L), levels (L,) strictly
+        increasing in [0, 1]. Returns ``(new_particles (N, d), drift (N, d), noise)`` with ``noise`` None or
+        ``dict(particles=(N, k), private=(M, k) or None in sketch mode, brownian=(N, d) or None)``.
+        ``noise_std`` σ is a standard deviation on projected values; table values are in the projections' unit.
 
     Raises:
-        ValueError: bad shapes / values (see :func:`fastdpot.reference.flow.flow_step`).
+        ValueError: bad shapes / values (see :func:`fastdpot.reference.flow.flow_step`), both or neither of
+            ``private`` and ``sketch``, a bad table / levels
+            (:func:`fastdpot.reference.flow_sketch.check_sketch_target`), a sketch on a backend/mode without it.
         BackendUnavailableError: an explicitly requested backend is missing.
     """
     check_tensor(particles, "particles", 2)
-    check_tensor(private, "private", 2)
     check_tensor(projections, "projections", 2)
-    if private.shape[1] != particles.shape[1] or projections.shape[1] != particles.shape[1]:
-        raise ValueError(f"particles, private and projections must share d, got {particles.shape[1]}, "
-                         f"{private.shape[1]}, {projections.shape[1]}")
+    if (private is None) == (sketch is None):
+        raise ValueError("give exactly one target: private rows (private=...) or a quantile table "
+                         "(private=None, sketch=(table, levels))")
+    if sketch is not None:
+        from .reference.flow_sketch import check_sketch_target
+
+        if not isinstance(sketch, (tuple, list)) or len(sketch) != 2:
+            raise ValueError(f"sketch must be a pair (table (k, L), levels (L,)), got {type(sketch).__name__}")
+        sketch = tuple(check_sketch_target(sketch[0], sketch[1], projections.shape[0]))
+        if projections.shape[1] != particles.shape[1]:
+            raise ValueError(f"particles and projections must share d, got {particles.shape[1]}, "
+                             f"{projections.shape[1]}")
+    else:
+        check_tensor(private, "private", 2)
+        if private.shape[1] != particles.shape[1] or projections.shape[1] != particles.shape[1]:
+            raise ValueError(f"particles, private and projections must share d, got {particles.shape[1]}, "
+                             f"{private.shape[1]}, {projections.shape[1]}")
     if particles.shape[0] < 2:
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={particles.shape[0]}")
     check_nonnegative(noise_std, "noise_std")
@@ -224,9 +277,10 @@ def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch
     if quantiles == "histogram" and num_quantiles is None:
         raise ValueError("num_quantiles (the number of histogram bins) is required for quantiles='histogram'")
     _, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0])
+    extra = {} if sketch is None else dict(sketch=sketch)  # backends without sketch mode keep their signature
     return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
               reg=float(reg), seed=int(seed), quantiles=quantiles, num_quantiles=num_quantiles,
-              return_noise=return_noise)
+              return_noise=return_noise, **extra)
 
 
 # ------------------------------------------------------------------------------------------------------------
