@@ -32,6 +32,14 @@ Privacy guarantee (what the code enforces, and what it assumes)
   and the same per-step tail bound and union bound apply; every step's noisy release is composed like DPSWflow-r
   (the authors' code reports ε = 0 for this variant, PAPERS.md §2 (c); fastdpot does not).
 * The noisy particle projections use the same σ (the authors' smoothing); particles are public post-processing.
+* ``release="sketch"``: instead of the B·k noisy projections, each step releases the sliced quantile sketch of the
+  batch (:func:`fastdpot.privacy.sliced_quantile_sketch`: per direction, sort the projected clipped rows, sum them in
+  L = ``num_bins`` rank bins whose sizes depend only on B and L, add N(0, σ²) to each bin sum). Its ℓ2 sensitivity
+  under replace-one neighbours is the same Δ as the per-point release (proof in the mechanism's docstring), so the
+  same σ = z·Δ, the same sampler and the same accountant event apply, one release per step as above. The bin means
+  are post-processed (isotonic fit) into a (k, L) quantile table, which is the step's target; the particles'
+  projections get NO smoothing noise in this mode (the target is no longer the σ-smoothed private law, so
+  smoothing the particles would only blur them; noise 0 is also what the issue's prototype used).
 * ``noise_multiplier=None`` with ``target_epsilon=None`` (or ``inf``) is the NON-PRIVATE flow: σ = 0 and
   :meth:`epsilon` returns ``inf``.
 * Not covered: the diffusion term's amplification (paper Thm. 3) is not claimed; floating-point noise sampling
@@ -54,7 +62,7 @@ from ._validate import (check_choice, check_delta, check_epsilon, check_finite_t
 from .reference import flow as _ref
 
 __all__ = ["DPSlicedWassersteinFlow", "ClassConditionalFlow", "NonFiniteParticlesError", "flow_step", "draw_init",
-           "INIT_KINDS"]
+           "INIT_KINDS", "sketch_table"]
 
 _QUANTILE_MODES = ("exact", "grid", "histogram")
 INIT_KINDS = ("gaussian", "sphere", "gaussian_scaled")
@@ -283,6 +291,35 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
               return_noise=return_noise, **extra)
 
 
+def sketch_table(means: torch.Tensor, levels: torch.Tensor, sizes) -> tuple:
+    """Post-process a sliced quantile sketch into a flow target: each direction's noisy bin means fitted
+    non-decreasing by weighted isotonic regression (weights = bin sizes), returned with the levels as the
+    ``sketch=(table, levels)`` pair of :func:`flow_step`. Post-processing of a released sketch: no privacy cost.
+
+    Shape:
+        means (k, L); levels (L,); sizes (L,) -> (table (k, L) float64, levels (L,) float64), on ``means``' device.
+
+    Raises:
+        ValueError: non-finite or mis-shaped inputs, sizes not positive.
+
+    References:
+        scipy.optimize.isotonic_regression (pool adjacent violators).
+    """
+    from scipy.optimize import isotonic_regression
+
+    check_tensor(means, "means", 2)
+    check_tensor(levels, "levels", 1)
+    w = torch.as_tensor(sizes, dtype=torch.float64).flatten()
+    if w.shape[0] != means.shape[1] or levels.shape[0] != means.shape[1] or not bool((w > 0).all()):
+        raise ValueError(f"means (k, L), levels (L,) and positive sizes (L,) must agree, got {tuple(means.shape)}, "
+                         f"{tuple(levels.shape)}, {tuple(w.shape)}")
+    m = means.detach().to("cpu", torch.float64).numpy()
+    wn = w.numpy()
+    fit = torch.stack([torch.from_numpy(isotonic_regression(row, weights=wn, increasing=True).x.copy())
+                       for row in m])
+    return fit.to(means.device), levels.detach().to(means.device, torch.float64)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # DPSlicedWassersteinFlow
 # ------------------------------------------------------------------------------------------------------------
@@ -354,6 +391,12 @@ class DPSlicedWassersteinFlow:
         device: device of the particles.
         backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` for op ``flow_step``.
         accountant: accountant kind of :class:`fastdpot.privacy.PrivacyAccountant` (``"rdp"``).
+        release: ``"points"`` (default: the B·k noisy projections, the papers' release) or ``"sketch"`` (the
+            sliced quantile sketch of the batch, L = ``num_bins`` noisy bin means per direction, isotonic fit, then
+            a table target for :func:`flow_step`; same Δ, σ and accounting; no smoothing noise on the particles;
+            see the module docstring). The ``"triton"`` backend supports ``"sketch"`` with ``quantiles="exact"``.
+        num_bins: L, 1 <= L <= B, the sketch's bins per direction (required with ``release="sketch"``, unused and
+            refused with ``"points"``).
 
     Shape:
         particles (N, d); private data (n, d); private batch (B, d).
@@ -361,11 +404,14 @@ class DPSlicedWassersteinFlow:
     Raises:
         ValueError: step_size <= 0, reg < 0, k < 1, N < 2, inconsistent privacy arguments, a private flow without
             ``steps`` or without ``batch_size``/``sample_rate``, non-finite ``init`` or of the wrong shape, an ``init``
-            string not in :data:`INIT_KINDS`, ``init_scale`` <= 0 (or != 1 with a tensor ``init``).
+            string not in :data:`INIT_KINDS`, ``init_scale`` <= 0 (or != 1 with a tensor ``init``), ``release`` not
+            ``"points"``/``"sketch"``, ``num_bins`` < 1, > the batch size, missing with ``"sketch"`` or given with
+            ``"points"``, or ``"sketch"`` on the triton backend with non-exact quantiles.
 
     References:
         Sebag et al., TMLR, DPSWflow-r / DPSWflow; Rakotomamonjy & Ralaivola, ICML 2021, Lemma 2 (sensitivity);
-        dp-accounting (RDP of the sampled-without-replacement Gaussian).
+        dp-accounting (RDP of the sampled-without-replacement Gaussian); scipy.optimize.isotonic_regression
+        (the sketch's post-processing).
     """
 
     def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, reg: float = 0.0,
@@ -376,7 +422,8 @@ class DPSlicedWassersteinFlow:
                  bound: str = "chernoff", directions: str = "uniform",
                  init: Union[None, str, torch.Tensor] = None, init_scale: float = 1.0,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
-                 backend: str = "auto", normalize: bool = False, accountant: str = "rdp"):
+                 backend: str = "auto", normalize: bool = False, accountant: str = "rdp",
+                 release: str = "points", num_bins: Optional[int] = None):
         n = check_int(num_particles, "num_particles", 2)
         d = check_int(dim, "dim", 1)
         k = check_int(num_projections, "num_projections", 1)
@@ -394,6 +441,19 @@ class DPSlicedWassersteinFlow:
         if isinstance(init, torch.Tensor) and init_scale != 1.0:
             raise ValueError(f"init_scale only applies to a string init; scale the init tensor yourself (got "
                              f"init_scale={init_scale!r})")
+        check_choice(release, "release", ("points", "sketch"))
+        if release == "sketch":
+            if num_bins is None:
+                raise ValueError("num_bins (L, the sketch's bins per direction) is required for release='sketch'")
+            num_bins = check_int(num_bins, "num_bins", 1)
+            if batch_size is not None and isinstance(batch_size, int) and num_bins > batch_size:
+                raise ValueError(f"num_bins must be <= batch_size = {batch_size} (each bin needs a row), got "
+                                 f"{num_bins}")
+            if backend == "triton" and quantiles != "exact":
+                raise ValueError(f"release='sketch' on the triton backend needs quantiles='exact', got "
+                                 f"{quantiles!r}")
+        elif num_bins is not None:
+            raise ValueError(f"num_bins is only used with release='sketch', got num_bins={num_bins!r}")
         if num_quantiles is not None:
             num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
         if quantiles == "histogram" and num_quantiles is None:
@@ -438,7 +498,7 @@ class DPSlicedWassersteinFlow:
             batch_size=batch_size, sample_rate=sample_rate, steps=steps, variant=variant, pool_size=pool_size,
             quantiles=quantiles, num_quantiles=num_quantiles, bound=bound, directions=directions,
             normalize=bool(normalize),
-            accountant=accountant)
+            accountant=accountant, release=release, num_bins=num_bins)
         self.backend = backend
         if init is None or isinstance(init, str):
             x = draw_init("gaussian" if init is None else init, n, d, generator, init_scale)
@@ -527,6 +587,9 @@ class DPSlicedWassersteinFlow:
         if not 1 <= b <= n:
             raise ValueError(f"batch size must be in [1, n={n}], got {b} (batch_size={c['batch_size']!r}, "
                              f"sample_rate={c['sample_rate']!r})")
+        if c["num_bins"] is not None and c["num_bins"] > b:
+            raise ValueError(f"num_bins must be <= the batch size B = {b} (each bin needs a row), got "
+                             f"{c['num_bins']}")
         return b
 
     def _event(self):
@@ -669,6 +732,10 @@ class DPSlicedWassersteinFlow:
             still counted as spent).
         """
         self._check_batch(private_batch, "private_batch")
+        nb = self._config["num_bins"]
+        if nb is not None and nb > private_batch.shape[0]:
+            raise ValueError(f"num_bins must be <= the batch size, got num_bins={nb} and a private_batch of "
+                             f"{private_batch.shape[0]} rows")
         self._bind("full", None)
         return self._take_step(private_batch)
 
@@ -685,9 +752,15 @@ class DPSlicedWassersteinFlow:
         theta = self._directions().to(self.device)
         seed = draw_seed(self._generator)
         _, fn = dispatch("flow_step", self.backend, self.device.type, self._particles.shape[0] * theta.shape[0])
-        new, drift, _ = fn(self._particles, batch, theta, noise_std=float(self.noise_std), step_size=c["step_size"],
-                           reg=c["reg"], seed=seed, quantiles=c["quantiles"], num_quantiles=c["num_quantiles"],
-                           return_noise=False)
+        if c["release"] == "sketch":  # the step's one release: the sketch; the particles get no smoothing noise
+            table = self._release_sketch(batch, theta, draw_seed(self._generator))
+            new, drift, _ = fn(self._particles, None, theta, noise_std=0.0, step_size=c["step_size"], reg=c["reg"],
+                               seed=seed, quantiles=c["quantiles"], num_quantiles=c["num_quantiles"],
+                               return_noise=False, sketch=table)
+        else:
+            new, drift, _ = fn(self._particles, batch, theta, noise_std=float(self.noise_std),
+                               step_size=c["step_size"], reg=c["reg"], seed=seed, quantiles=c["quantiles"],
+                               num_quantiles=c["num_quantiles"], return_noise=False)
         self._step += 1
         if not bool(torch.isfinite(new).all()):
             raise NonFiniteParticlesError(
@@ -696,6 +769,21 @@ class DPSlicedWassersteinFlow:
         self._particles = new
         self._last_drift_norm = float(drift.norm(dim=1).mean())
         return new
+
+    def _release_sketch(self, batch: torch.Tensor, theta: torch.Tensor, seed: int):
+        """The sketch release of one step and its post-processing: ``(table (k, L), levels (L,))``.
+
+        :func:`fastdpot.privacy.sliced_quantile_sketch` clips (or normalises) ``batch`` inside, bins each
+        direction's sorted projections into L rank bins and adds N(0, σ²), σ = z·Δ, to every bin sum (noise from a
+        generator seeded with ``seed``); the noisy bin means are then fitted non-decreasing per direction
+        (:func:`sketch_table`), which is post-processing.
+        """
+        c = self._config
+        out = _privacy().sliced_quantile_sketch(batch, theta, c["num_bins"], float(self.noise_std),
+                                                radius=c["radius"], normalize=c["normalize"],
+                                                generator=torch.Generator(device="cpu").manual_seed(int(seed)))
+        means, levels, sizes = out[0], out[1], out[2]
+        return sketch_table(means, levels, sizes)
 
     def run(self, private_data: torch.Tensor, steps: Optional[int] = None, progress: bool = True,
             checkpoint_path: Optional[str] = None, checkpoint_every: Optional[int] = None,
@@ -780,7 +868,8 @@ class DPSlicedWassersteinFlow:
             budget=None if self._budget is None else self._budget.state_dict())
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if {"directions": "uniform", **state["config"]} != self._config:  # checkpoints older than `directions`
+        if {"directions": "uniform", "release": "points", "num_bins": None, **state["config"]} != self._config:
+            # checkpoints older than `directions` / `release` / `num_bins` get their defaults
             raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
         parts = state["particles"]
         check_finite_tensor(parts, "state['particles']")
