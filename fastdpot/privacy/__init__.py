@@ -10,6 +10,7 @@ from .mechanisms import (clip_rows, gaussian_local_mechanism, gaussian_mechanism
                          gaussian_projection_mechanism, laplace_local_mechanism, ldp_gaussian_sigma,
                          normalize_rows, project_l1_ball)
 from .sampling import FixedSizeSampler, PoissonSampler
+from .sketch import QuantileSketch, bin_levels, bin_sizes, sliced_quantile_sketch
 from .sensitivity import (CLT_MIN_PROJECTIONS, orthogonal_sliced_sensitivity, projection_mechanism_epsilon,
                           sliced_sensitivity, sliced_sensitivity_sq, split_delta)
 
@@ -20,6 +21,7 @@ __all__ = [
     "clip_rows", "normalize_rows", "project_l1_ball", "gaussian_mechanism_sigma", "ldp_gaussian_sigma",
     "gaussian_projection_mechanism", "laplace_local_mechanism", "gaussian_local_mechanism",
     "PoissonSampler", "FixedSizeSampler",
+    "sliced_quantile_sketch", "QuantileSketch", "bin_sizes", "bin_levels",
     "sliced_sensitivity", "sliced_sensitivity_sq", "orthogonal_sliced_sensitivity", "split_delta", "projection_mechanism_epsilon",
     "CLT_MIN_PROJECTIONS",
 ]
