@@ -184,7 +184,7 @@ template <typename T>
 struct DirScratch {
     std::vector<uint32_t> perm;
     std::vector<T> sx, ys;
-    std::vector<double> xq, tq;
+    std::vector<double> xq, tq, tr;  // tr: sketch mode, the target of every rank
     SortWorkspace<T> ws;
     radix::Workspace pws;
 };
@@ -312,8 +312,35 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             const double scale = (double)(M - 1) / (double)(N - 1);
             const double* tb = TB ? TB + j * L : nullptr;  // sketch mode: this direction's table row
             const double inv_n1 = 1.0 / (double)(N - 1);
+            // sketch mode, exact levels: the target of every rank r, Q_j(r/(N-1)), segment by segment (no per-rank
+            // search or division): ranks [r0, r1) lie in segment sg, Q_j(u) = tb[sg] + (u - LV[sg])·slope, the
+            // segments of table_at's search (lv[s] <= u < lv[s+1], end segments extended)
+            double* tr = nullptr;
+            if (Q == 0 && tb) {
+                if ((int64_t)s.tr.size() < N) s.tr.resize(N);
+                tr = s.tr.data();
+                if (L == 1) {
+                    std::fill(tr, tr + N, tb[0]);
+                } else {
+                    int64_t r = 0;
+                    for (int64_t sg = 0; sg <= L - 2 && r < N; ++sg) {
+                        const double slope = (tb[sg + 1] - tb[sg]) / (LV[sg + 1] - LV[sg]);
+                        for (; r < N; ++r) {
+                            const double u = (double)r * inv_n1;
+                            if (sg < L - 2 && u >= LV[sg + 1]) break;  // next segment
+                            tr[r] = tb[sg] + (u - LV[sg]) * slope;
+                        }
+                    }
+                }
+            }
             if constexpr (std::is_same_v<T, float>) {
-                if (Q == 0 && !tb) {  // exact, float32: residual written as the sort's last pass finds each rank
+                if (Q == 0 && tb) {  // float32: residual written as the sort's last pass finds each rank
+                    radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
+                        pj[i] = (T)((double)v - tr[r]);
+                    });
+                    continue;
+                }
+                if (Q == 0) {  // exact, float32: residual written as the sort's last pass finds each rank
                     radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
                         pj[i] = (T)((double)v - value_at_position(ys, M, (double)r * scale));
                     });
@@ -323,22 +350,8 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             } else {
                 argsort(pj, (uint32_t)N, perm, sx, s.ws);
             }
-            if (Q == 0 && tb) {  // exact onto the table: rank r -> level r/(N-1) -> Q_j(level), ranks in order
-                // segment by segment (no per-rank search or division): ranks [r0, r1) lie in segment sg, where
-                // Q_j(u) = tb[sg] + (u - LV[sg])·slope (table_at's rule, the segments of table_at's search)
-                if (L == 1) {
-                    for (int64_t r = 0; r < N; ++r) pj[perm[r]] = (T)((double)sx[r] - tb[0]);
-                } else {
-                    int64_t r = 0;
-                    for (int64_t sg = 0; sg <= L - 2 && r < N; ++sg) {
-                        const double slope = (tb[sg + 1] - tb[sg]) / (LV[sg + 1] - LV[sg]);
-                        for (; r < N; ++r) {
-                            const double u = (double)r * inv_n1;
-                            if (sg < L - 2 && u >= LV[sg + 1]) break;  // next segment (lv[s] <= u < lv[s+1])
-                            pj[perm[r]] = (T)((double)sx[r] - (tb[sg] + (u - LV[sg]) * slope));
-                        }
-                    }
-                }
+            if (Q == 0 && tb) {  // exact onto the table: rank r -> level r/(N-1) -> Q_j(level) = tr[r]
+                for (int64_t r = 0; r < N; ++r) pj[perm[r]] = (T)((double)sx[r] - tr[r]);
             } else if (Q == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
                 for (int64_t r = 0; r < N; ++r) {
                     const double t = value_at_position(ys, M, (double)r * scale);
