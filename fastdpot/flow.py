@@ -753,7 +753,7 @@ class DPSlicedWassersteinFlow:
         seed = draw_seed(self._generator)
         _, fn = dispatch("flow_step", self.backend, self.device.type, self._particles.shape[0] * theta.shape[0])
         if c["release"] == "sketch":  # the step's one release: the sketch; the particles get no smoothing noise
-            table = self._release_sketch(batch, theta, draw_seed(self._generator))
+            table = self._release_sketch(batch, theta)
             new, drift, _ = fn(self._particles, None, theta, noise_std=0.0, step_size=c["step_size"], reg=c["reg"],
                                seed=seed, quantiles=c["quantiles"], num_quantiles=c["num_quantiles"],
                                return_noise=False, sketch=table)
@@ -770,18 +770,22 @@ class DPSlicedWassersteinFlow:
         self._last_drift_norm = float(drift.norm(dim=1).mean())
         return new
 
-    def _release_sketch(self, batch: torch.Tensor, theta: torch.Tensor, seed: int):
+    def _release_sketch(self, batch: torch.Tensor, theta: torch.Tensor):
         """The sketch release of one step and its post-processing: ``(table (k, L), levels (L,))``.
 
         :func:`fastdpot.privacy.sliced_quantile_sketch` clips (or normalises) ``batch`` inside, bins each
-        direction's sorted projections into L rank bins and adds N(0, σ²), σ = z·Δ, to every bin sum (noise from a
-        generator seeded with ``seed``); the noisy bin means are then fitted non-decreasing per direction
-        (:func:`sketch_table`), which is post-processing.
+        direction's sorted projections into L rank bins and adds N(0, σ²), σ = z·Δ, to every bin sum; the noisy
+        bin means are then fitted non-decreasing per direction (:func:`sketch_table`), which is post-processing.
+        The noise comes from the flow's privacy randomness where the flow has one (``self._rng``), else from a
+        generator seeded by the flow's generator, as the points release's noise seed is.
         """
         c = self._config
+        rng = getattr(self, "_rng", None)  # the privacy randomness source of flows that have one (secure mode)
+        noise_source = rng if rng is not None else torch.Generator(device="cpu").manual_seed(
+            draw_seed(self._generator))
         out = _privacy().sliced_quantile_sketch(batch, theta, c["num_bins"], float(self.noise_std),
                                                 radius=c["radius"], normalize=c["normalize"],
-                                                generator=torch.Generator(device="cpu").manual_seed(int(seed)))
+                                                generator=noise_source)
         means, levels, sizes = out[0], out[1], out[2]
         return sketch_table(means, levels, sizes)
 
