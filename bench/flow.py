@@ -5,6 +5,11 @@ impls: ``fastdpot`` (op ``flow_step``, backend ``cpu``: csrc/flow.cpp) and ``ref
 fresh noisy projections (σ = 0.5) of N particles and M private rows, per-direction sort, sort-based quantile
 transport (``quantiles="exact"``), drift and Euler--Maruyama update; float32, a fresh seed every call.
 
+case ``sketch_step`` (impl ``fastdpot`` only): the same C++ step in sketch mode (issue 16): the target is a (k, L)
+quantile table (L = 5 levels) instead of M noisy private projections, and the particles get no smoothing noise
+(as the flows run it), so the step is the points step minus the M·k private projections and both noise draws,
+plus a table evaluation per rank.
+
     python -m bench.flow            # full sizes (the lead runs this on a quiet machine)
     python -m bench.flow --quick    # tiny sizes, checks that every case runs
 """
@@ -48,12 +53,45 @@ def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0)
     return Case(setup=setup, forward=forward)
 
 
-CASES = {"step": step_case}
+def sketch_step_case(impl, n, m, d, k, num_bins=5, quantiles="exact", step_size=1.0):
+    """One sketch-mode flow step (forward only): N particles, a (k, L) table target, no smoothing noise, float32.
+    ``m`` is unused (kept so the sizes are shared with ``step``)."""
+    if impl != "fastdpot":
+        raise ValueError(f"sketch_step is measured for impl fastdpot (the C++ step) only, got {impl!r}")
+
+    def setup():
+        import torch
+
+        import fastdpot.flow  # noqa: F401
+
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(n, d, generator=g)
+        th = torch.nn.functional.normalize(torch.randn(k, d, generator=g), dim=1)
+        table = torch.sort(torch.randn(k, num_bins, generator=g, dtype=torch.float64), dim=1).values
+        levels = (torch.arange(num_bins, dtype=torch.float64) + 0.5) / num_bins
+        return dict(x=x, th=th, sketch=(table, levels), seed=[0])
+
+    def forward(s):
+        from fastdpot.flow import flow_step
+
+        s["seed"][0] += 1
+        new, drift, _ = flow_step(s["x"], None, s["th"], noise_std=0.0, step_size=step_size, seed=s["seed"][0],
+                                  quantiles=quantiles, backend="cpu", sketch=s["sketch"])
+        return new
+
+    return Case(setup=setup, forward=forward)
+
+
+CASES = {"step": step_case, "sketch_step": sketch_step_case}
 
 
 def runs(sizes, impls=("fastdpot", "reference"), repeats=3):
-    return [dict(case="step", impl=impl, params=params, mode="forward", repeats=repeats, anchor=impl in ANCHORS)
-            for params in sizes for impl in impls]
+    out = [dict(case="step", impl=impl, params=params, mode="forward", repeats=repeats, anchor=impl in ANCHORS)
+           for params in sizes for impl in impls]
+    if "fastdpot" in impls:
+        out += [dict(case="sketch_step", impl="fastdpot", params=params, mode="forward", repeats=repeats,
+                     anchor=False) for params in sizes]
+    return out
 
 
 def main(argv=None):

@@ -12,6 +12,10 @@
 //        grid  (Q >= 2): the authors' Q-level grid (particle quantiles xq, private quantiles tq, cdf by linear
 //                        interpolation through xq -- a forward walk over the sorted values, no search -- then
 //                        T = interp(cdf; levels -> tq));
+//        table (sketch mode, TB != nullptr, M == 0): no private rows; the particle level u (exact: r/(N-1); grid:
+//                        the grid CDF above) maps to Q_j(u), piecewise linear through (LV[l], TB[j*L + l]), end
+//                        segments extended, u clamped to [0, 1], constant when L == 1 (table_at below;
+//                        fastdpot/reference/flow_sketch.py);
 //      residual s_ij - T_ij stored in place (the private rows' noise N(seed, 2j+1, m) is the privacy-grade stream,
 //      two normals per block with a 64-bit radius uniform);
 //   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64-, 96- or 192-byte register tile of
@@ -68,6 +72,17 @@ static inline double value_at_position(const T* v, int64_t n, double pos) {
     const int64_t lo = (int64_t)pos;
     if (lo >= n - 1) return (double)v[n - 1];
     return (double)v[lo] + (pos - (double)lo) * ((double)v[lo + 1] - (double)v[lo]);
+}
+
+// Q_j(u) of a quantile table row tb[0..L) at strictly increasing levels lv[0..L) (sketch mode): piecewise linear,
+// the first / last segment extended over [0, lv[0]] / [lv[L-1], 1], u clamped to [0, 1], tb[0] when L == 1.
+// Segment s: lv[s] <= u < lv[s+1] (binary search), clamped to [0, L-2], as torch.searchsorted(right=True) - 1.
+static inline double table_at(const double* lv, const double* tb, int64_t L, double u) {
+    if (L == 1) return tb[0];
+    u = u < 0.0 ? 0.0 : (u > 1.0 ? 1.0 : u);
+    int64_t s = (int64_t)(std::upper_bound(lv, lv + L, u) - lv) - 1;
+    s = s < 0 ? 0 : (s > L - 2 ? L - 2 : s);
+    return tb[s] + (u - lv[s]) * ((tb[s + 1] - tb[s]) / (lv[s + 1] - lv[s]));
 }
 
 constexpr int kIT = 4;  // particles per register tile of the drift
@@ -169,7 +184,7 @@ template <typename T>
 struct DirScratch {
     std::vector<uint32_t> perm;
     std::vector<T> sx, ys;
-    std::vector<double> xq, tq;
+    std::vector<double> xq, tq, tr;  // tr: sketch mode, the target of every rank
     SortWorkspace<T> ws;
     radix::Workspace pws;
 };
@@ -177,7 +192,8 @@ struct DirScratch {
 template <typename T>
 void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, const T* TH, int64_t K, double sigma,
                     double h, double lam, uint64_t seed, int64_t Q, T* out_new, T* out_drift, T* nx_out, T* ny_out,
-                    T* br_out, int64_t max_chunk) {
+                    T* br_out, int64_t max_chunk, const double* TB = nullptr, const double* LV = nullptr,
+                    int64_t L = 0) {
     int64_t C = (int64_t)(kChunkBytes / ((double)N * sizeof(T)));
     if (max_chunk > 0) C = std::min(C, max_chunk);  // tests force several chunks at small sizes
     C = std::max<int64_t>(1, std::min<int64_t>(C, K));
@@ -282,7 +298,8 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             T* sx = s.sx.data();
             T* ys = s.ys.data();
             // noisy private projections (sorted values only)
-            if (sigma > 0) flowrng::fill_normal_fast(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
+            // (sketch mode: M == 0, no private rows and no draw from stream 2j+1)
+            if (sigma > 0 && M > 0) flowrng::fill_normal_fast(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
             else std::fill(ys, ys + M, (T)0);
             for (int64_t m = 0; m < M; ++m) {
                 if (ny_out) ny_out[m * K + j] = ys[m];
@@ -293,7 +310,36 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             }
             std::sort(ys, ys + M);
             const double scale = (double)(M - 1) / (double)(N - 1);
+            const double* tb = TB ? TB + j * L : nullptr;  // sketch mode: this direction's table row
+            const double inv_n1 = 1.0 / (double)(N - 1);
+            // sketch mode, exact levels: the target of every rank r, Q_j(r/(N-1)), segment by segment (no per-rank
+            // search or division): ranks [r0, r1) lie in segment sg, Q_j(u) = tb[sg] + (u - LV[sg])·slope, the
+            // segments of table_at's search (lv[s] <= u < lv[s+1], end segments extended)
+            double* tr = nullptr;
+            if (Q == 0 && tb) {
+                if ((int64_t)s.tr.size() < N) s.tr.resize(N);
+                tr = s.tr.data();
+                if (L == 1) {
+                    std::fill(tr, tr + N, tb[0]);
+                } else {
+                    int64_t r = 0;
+                    for (int64_t sg = 0; sg <= L - 2 && r < N; ++sg) {
+                        const double slope = (tb[sg + 1] - tb[sg]) / (LV[sg + 1] - LV[sg]);
+                        for (; r < N; ++r) {
+                            const double u = (double)r * inv_n1;
+                            if (sg < L - 2 && u >= LV[sg + 1]) break;  // next segment
+                            tr[r] = tb[sg] + (u - LV[sg]) * slope;
+                        }
+                    }
+                }
+            }
             if constexpr (std::is_same_v<T, float>) {
+                if (Q == 0 && tb) {  // float32: residual written as the sort's last pass finds each rank
+                    radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
+                        pj[i] = (T)((double)v - tr[r]);
+                    });
+                    continue;
+                }
                 if (Q == 0) {  // exact, float32: residual written as the sort's last pass finds each rank
                     radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
                         pj[i] = (T)((double)v - value_at_position(ys, M, (double)r * scale));
@@ -304,7 +350,9 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             } else {
                 argsort(pj, (uint32_t)N, perm, sx, s.ws);
             }
-            if (Q == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
+            if (Q == 0 && tb) {  // exact onto the table: rank r -> level r/(N-1) -> Q_j(level) = tr[r]
+                for (int64_t r = 0; r < N; ++r) pj[perm[r]] = (T)((double)sx[r] - tr[r]);
+            } else if (Q == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
                 for (int64_t r = 0; r < N; ++r) {
                     const double t = value_at_position(ys, M, (double)r * scale);
                     pj[perm[r]] = (T)((double)sx[r] - t);
@@ -315,7 +363,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                 double* tq = s.tq.data();
                 for (int64_t q = 0; q < Q; ++q) {
                     xq[q] = quantile_sorted(sx, N, levels[q]);
-                    tq[q] = quantile_sorted(ys, M, levels[q]);
+                    tq[q] = tb ? 0.0 : quantile_sorted(ys, M, levels[q]);
                 }
                 int64_t jq = 0;
                 for (int64_t r = 0; r < N; ++r) {
@@ -325,6 +373,10 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                     if (jq >= Q - 1) cdf = levels[Q - 1];
                     else if (v < xq[0]) cdf = levels[0];
                     else cdf = levels[jq] + (v - xq[jq]) * (levels[jq + 1] - levels[jq]) / (xq[jq + 1] - xq[jq]);
+                    if (tb) {  // sketch mode: T = Q_j(cdf) of the table
+                        pj[perm[r]] = (T)(v - table_at(LV, tb, L, cdf));
+                        continue;
+                    }
                     // T = interp(cdf; levels -> tq) on the uniform grid
                     double pos = cdf * (double)(Q - 1);
                     int64_t lo = (int64_t)std::floor(pos);
@@ -382,11 +434,39 @@ static T* opt_ptr(const py::object& o, int64_t rows, int64_t cols, const char* n
 
 template <typename T>
 void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double lam, int64_t seed, int64_t Q,
-                  Arr<T> out_new, Arr<T> out_drift, py::object nx, py::object ny, py::object br, int64_t max_chunk) {
+                  Arr<T> out_new, Arr<T> out_drift, py::object nx, py::object ny, py::object br, int64_t max_chunk,
+                  py::object table, py::object levels) {
     if (x.ndim() != 2 || y.ndim() != 2 || th.ndim() != 2) throw std::invalid_argument("inputs must be 2-D");
     const int64_t N = x.shape(0), d = x.shape(1), M = y.shape(0), K = th.shape(0);
     if (y.shape(1) != d || th.shape(1) != d) throw std::invalid_argument("particles, private, projections: d differs");
-    if (N < 2 || M < 1 || K < 1) throw std::invalid_argument("need N >= 2, M >= 1, k >= 1");
+    using DArr = py::array_t<double, py::array::c_style>;
+    if (table.is_none() != levels.is_none()) throw std::invalid_argument("give both table and levels, or neither");
+    const bool sketch = !table.is_none();
+    if (N < 2 || K < 1 || (sketch ? M != 0 : M < 1))
+        throw std::invalid_argument(sketch ? "sketch mode: need N >= 2, k >= 1 and no private rows (M == 0)"
+                                           : "need N >= 2, M >= 1, k >= 1");
+    const double* ptb = nullptr;
+    const double* plv = nullptr;
+    int64_t L = 0;
+    DArr tba, lva;  // keep the arrays alive while the step runs
+    if (sketch) {
+        if (!py::isinstance<DArr>(table) || !py::isinstance<DArr>(levels))
+            throw std::invalid_argument("table and levels must be C-contiguous float64 arrays");
+        tba = table.cast<DArr>();
+        lva = levels.cast<DArr>();
+        if (lva.ndim() != 1 || lva.shape(0) < 1) throw std::invalid_argument("levels must have shape (L,), L >= 1");
+        L = lva.shape(0);
+        if (tba.ndim() != 2 || tba.shape(0) != K || tba.shape(1) != L)
+            throw std::invalid_argument("table must have shape (k, L) = (" + std::to_string(K) + ", " +
+                                        std::to_string(L) + ")");
+        ptb = tba.data();
+        plv = lva.data();
+        for (int64_t l = 0; l < L; ++l)
+            if (!(plv[l] >= 0.0 && plv[l] <= 1.0) || (l > 0 && !(plv[l] > plv[l - 1])))
+                throw std::invalid_argument("levels must be strictly increasing in [0, 1]");
+        for (int64_t e = 0; e < K * L; ++e)
+            if (!std::isfinite(ptb[e])) throw std::invalid_argument("table must be finite");
+    }
     if (N >= (int64_t)UINT32_MAX) throw std::invalid_argument("N must be < 2^32");
     if (Q == 1 || Q < 0) throw std::invalid_argument("num_quantiles must be >= 2 (or 0 for exact)");
     if (out_new.size() != N * d || out_drift.size() != N * d) throw std::invalid_argument("output shape mismatch");
@@ -415,7 +495,8 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double 
     }
     {
         py::gil_scoped_release nogil;
-        flow_step_impl<T>(px, N, d, py_, M, pt, K, sigma, h, lam, (uint64_t)seed, Q, po, pd, pn, pm, pb, max_chunk);
+        flow_step_impl<T>(px, N, d, py_, M, pt, K, sigma, h, lam, (uint64_t)seed, Q, po, pd, pn, pm, pb, max_chunk,
+                          ptb, plv, L);
     }
 }
 
@@ -447,15 +528,19 @@ PYBIND11_MODULE(_C_flow, m) {
         "flow_step(x (N,d), y (M,d), theta (k,d), sigma, step_size, reg, seed, Q, out_new (N,d), out_drift (N,d), "
         "noise_particles (N,k)|None, noise_private (M,k)|None, brownian (N,d)|None, max_chunk=0). Q = 0: exact sort-based "
         "transport; Q >= 2: the authors' Q-level grid. Writes the outputs in place (they must not share memory with the "
-        "inputs or with each other: ValueError); releases the GIL.";
+        "inputs or with each other: ValueError); releases the GIL. Sketch mode: table (k,L) and levels (L,) float64 "
+        "arrays with y of shape (0,d): the target of level u is the table's piecewise-linear Q_j(u) (end segments "
+        "extended, u clamped to [0,1]); no private noise is drawn.";
     m.def("flow_step", &flow_step_py<float>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
           py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
           py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
-          py::arg("brownian"), py::arg("max_chunk") = 0);
+          py::arg("brownian"), py::arg("max_chunk") = 0, py::arg("table") = py::none(),
+          py::arg("levels") = py::none());
     m.def("flow_step", &flow_step_py<double>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
           py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
           py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
-          py::arg("brownian"), py::arg("max_chunk") = 0);
+          py::arg("brownian"), py::arg("max_chunk") = 0, py::arg("table") = py::none(),
+          py::arg("levels") = py::none());
     m.def("_normals", &normals_py, "(fast, common.h) standard normals of (seed, stream) from offset (test hook)",
           py::arg("seed"), py::arg("stream"), py::arg("offset"), py::arg("n"), py::arg("smoothing") = false);
 }

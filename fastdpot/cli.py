@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "lie), gaussian_scaled N(0, I_d/d); all times --init-scale")
     f.add_argument("--init-scale", type=float, default=d.init_scale,
                    help="s > 0: gaussian N(0, s²I_d), sphere of radius s, gaussian_scaled N(0, s²I_d/d)")
+    f.add_argument("--release", default=d.release, choices=["points", "sketch"],
+                   help="per-step release of the flows: 'points' (the B·k noisy projections) or 'sketch' (the sliced "
+                        "quantile sketch: L noisy rank-bin means per direction; same sensitivity, σ and ε)")
+    f.add_argument("--num-bins", type=int, default=d.num_bins,
+                   help="L, the sketch's bins per direction (required with --release sketch, 1 <= L <= B)")
     f.add_argument("--seed", type=int, default=0, help="seed of the public work (split, auto-encoder, initial "
                    "particles, evaluation); the flow's privacy draws are secret unless --replayable-noise")
     f.add_argument("--replayable-noise", action="store_true",
@@ -109,7 +114,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          checkpoint_every=args.checkpoint_every, bound=args.bound, directions=args.directions,
                          decode_on_sphere=not args.decode_off_sphere, spread=args.spread, init=args.init,
                          init_scale=args.init_scale, center=args.center, clip_radius=args.clip_radius,
-                         replayable_noise=args.replayable_noise)
+                         replayable_noise=args.replayable_noise, release=args.release, num_bins=args.num_bins)
     if args.device.startswith("cuda"):
         import torch
 

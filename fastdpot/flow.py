@@ -32,6 +32,14 @@ Privacy guarantee (what the code enforces, and what it assumes)
   and the same per-step tail bound and union bound apply; every step's noisy release is composed like DPSWflow-r
   (the authors' code reports ε = 0 for this variant, PAPERS.md §2 (c); fastdpot does not).
 * The noisy particle projections use the same σ (the authors' smoothing); particles are public post-processing.
+* ``release="sketch"``: instead of the B·k noisy projections, each step releases the sliced quantile sketch of the
+  batch (:func:`fastdpot.privacy.sliced_quantile_sketch`: per direction, sort the projected clipped rows, sum them in
+  L = ``num_bins`` rank bins whose sizes depend only on B and L, add N(0, σ²) to each bin sum). Its ℓ2 sensitivity
+  under replace-one neighbours is the same Δ as the per-point release (proof in the mechanism's docstring), so the
+  same σ = z·Δ, the same sampler and the same accountant event apply, one release per step as above. The bin means
+  are post-processed (isotonic fit) into a (k, L) quantile table, which is the step's target; the particles'
+  projections get NO smoothing noise in this mode (the target is no longer the σ-smoothed private law, so
+  smoothing the particles would only blur them; noise 0 is also what the issue's prototype used).
 * ``noise_multiplier=None`` with ``target_epsilon=None`` (or ``inf``) is the NON-PRIVATE flow: σ = 0 and
   :meth:`epsilon` returns ``inf``.
 * Randomness (``secure_mode``, :mod:`fastdpot.privacy.randomness`): by default every privacy draw of a private
@@ -128,11 +136,33 @@ def _draw_reference_noise(particles, private, projections, noise_std, reg, seed)
     return nx * noise_std, ny * noise_std, br
 
 
+def _sketch_step_reference(particles, projections, sketch, noise_std, step_size, reg, seed, quantiles,
+                           num_quantiles, return_noise):
+    """Sketch mode of the reference backend: the same generator order without the private draw (particles,
+    Brownian), then :func:`fastdpot.reference.flow_sketch.flow_step_sketch`."""
+    from .reference.flow_sketch import flow_step_sketch
+
+    n, d = particles.shape
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    dt = particles.dtype
+    nx = (torch.randn(n, projections.shape[0], generator=g, dtype=dt) * noise_std).to(particles.device)
+    br = torch.randn(n, d, generator=g, dtype=dt).to(particles.device) if reg > 0 else None
+    table, levels = sketch
+    new, drift = flow_step_sketch(particles, table, levels, projections.to(dt), nx, step_size, reg=reg, brownian=br,
+                                  quantiles=quantiles, num_quantiles=num_quantiles)
+    noise = dict(particles=nx, private=None, brownian=br) if return_noise else None
+    return new, drift, noise
+
+
 @register("flow_step", "reference")
 def _flow_step_reference(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles,
-                         num_quantiles, return_noise):
+                         num_quantiles, return_noise, sketch=None):
     """Reference backend: noise from a ``torch.Generator`` seeded with ``seed`` (order: particles, private (float64
-    draws, cast), Brownian), then :func:`fastdpot.reference.flow.flow_step` (or the histogram reference)."""
+    draws, cast), Brownian), then :func:`fastdpot.reference.flow.flow_step` (or the histogram reference). Sketch mode
+    (``sketch=(table, levels)``, ``private=None``): :func:`fastdpot.reference.flow_sketch.flow_step_sketch`."""
+    if sketch is not None:
+        return _sketch_step_reference(particles, projections, sketch, float(noise_std), step_size, reg, seed,
+                                      quantiles, num_quantiles, return_noise)
     private = private.to(particles.dtype)
     projections = projections.to(particles.dtype)
     nx, ny, br = _draw_reference_noise(particles, private, projections, float(noise_std), float(reg), seed)
@@ -157,18 +187,18 @@ def _cpu_available():
 
 @register("flow_step", "cpu", available=_cpu_available)
 def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles, num_quantiles,
-                   return_noise):
+                   return_noise, sketch=None):
     """Fused C++/OpenMP step (``csrc/flow.cpp``): Philox noise of ``csrc/common.h`` (particle noise of direction j
     on stream 2j, private noise on stream 2j+1, Brownian on stream 2k; vectorised single-precision Box-Muller of
     ``csrc/flow_normal.h``, equal to common.h's double-precision normals to ~2e-6: privacy-grade ``normal2`` for the
     private rows, four-per-block ``normal4`` for the particles' smoothing noise and the Brownian term, which protect
     nothing), radix sort per direction, rank -> target quantile by index
-    interpolation, drift and Euler--Maruyama update, in chunks of directions. ``"histogram"`` mode is delegated to
-    the reference backend."""
+    interpolation (sketch mode: level -> the table's piecewise-linear Q_j, in float64), drift and Euler--Maruyama
+    update, in chunks of directions. ``"histogram"`` mode is delegated to the reference backend."""
     if quantiles == "histogram":
         return _flow_step_reference(particles, private, projections, noise_std=noise_std, step_size=step_size,
                                     reg=reg, seed=seed, quantiles=quantiles, num_quantiles=num_quantiles,
-                                    return_noise=return_noise)
+                                    return_noise=return_noise, sketch=sketch)
     if particles.device.type != "cpu":
         raise ValueError(f"backend 'cpu' needs CPU tensors, got particles on {particles.device}")
     if particles.dtype not in (torch.float32, torch.float64):
@@ -176,8 +206,14 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
     mod = load_cpp("flow")
     dt = particles.dtype
     x = particles.detach().contiguous()
-    y = private.detach().to(dt).contiguous()
     th = projections.detach().to(dt).contiguous()
+    if sketch is None:
+        y = private.detach().to(dt).contiguous()
+        tb = lv = None
+    else:  # no private rows: the C++ step reads the (k, L) table and its levels in float64
+        y = torch.empty(0, x.shape[1], dtype=dt)
+        tb = sketch[0].detach().to("cpu", torch.float64).contiguous().numpy()
+        lv = sketch[1].detach().to("cpu", torch.float64).contiguous().numpy()
     n, d = x.shape
     m, k = y.shape[0], th.shape[0]
     new = torch.empty_like(x)
@@ -185,13 +221,13 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
     nx = ny = br = None
     if return_noise:
         nx = torch.empty(n, k, dtype=dt)
-        ny = torch.empty(m, k, dtype=dt)
+        ny = torch.empty(m, k, dtype=dt) if sketch is None else None
         br = torch.empty(n, d, dtype=dt) if reg > 0 else None
     q = 0 if quantiles == "exact" else (n if num_quantiles is None else int(num_quantiles))
     mod.flow_step(x.numpy(), y.numpy(), th.numpy(), float(noise_std), float(step_size), float(reg),
                   int(seed), int(q), new.numpy(), drift.numpy(),
                   None if nx is None else nx.numpy(), None if ny is None else ny.numpy(),
-                  None if br is None else br.numpy(), _CPU_MAX_CHUNK)
+                  None if br is None else br.numpy(), _CPU_MAX_CHUNK, table=tb, levels=lv)
     noise = dict(particles=nx, private=ny, brownian=br) if return_noise else None
     return new, drift, noise
 
@@ -199,30 +235,55 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
 set_auto("flow_step", "cpu", [("cpu", 0)])
 
 
-def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch.Tensor, *, noise_std: float,
-              step_size: float, reg: float = 0.0, seed: int = 0, quantiles: str = "exact",
-              num_quantiles: Optional[int] = None, return_noise: bool = False, backend: str = "auto"):
+def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projections: torch.Tensor, *,
+              noise_std: float, step_size: float, reg: float = 0.0, seed: int = 0, quantiles: str = "exact",
+              num_quantiles: Optional[int] = None, return_noise: bool = False, backend: str = "auto",
+              sketch: Optional[Sequence[torch.Tensor]] = None):
     """One flow step through the dispatch table (low level; :class:`DPSlicedWassersteinFlow` is the private API).
 
     This function releases nothing by itself and clips nothing: ``private`` must already be clipped, and the
     caller accounts the release. Noise is drawn from the integer ``seed`` (each backend its own generator;
     ``return_noise=True`` returns the exact draws so :func:`fastdpot.reference.flow.flow_step` can replay them).
 
+    Sketch mode: ``private=None, sketch=(table, levels)``. The target of direction j is then the released quantile
+    table ``table[j]`` at ``levels`` (e.g. the post-processed :func:`fastdpot.privacy.sliced_quantile_sketch`):
+    each particle's level u (``"exact"``: r/(N-1) from its rank; ``"grid"``: the grid CDF; ``"histogram"``: the
+    histogram CDF) maps to ``Q_j(u)``, piecewise linear through ``(levels[l], table[j, l])``, the first / last
+    segment extended to u = 0 / 1, u clamped to [0, 1], constant when L = 1
+    (:mod:`fastdpot.reference.flow_sketch`). ``noise_std`` is then only the particles' smoothing noise (no private
+    draw happens); the flows pass 0 in sketch mode. The ``"triton"`` backend supports ``"exact"`` sketch mode only.
+
     Shape:
-        particles (N, d); private (M, d); projections (k, d). Returns ``(new_particles (N, d), drift (N, d), noise)``
-        with ``noise`` None or ``dict(particles=(N, k), private=(M, k), brownian=(N, d) or None)``.
-        ``noise_std`` σ is a standard deviation on projected values.
+        particles (N, d); private (M, d) or None; projections (k, d); sketch: table (k, L), levels (L,) strictly
+        increasing in [0, 1]. Returns ``(new_particles (N, d), drift (N, d), noise)`` with ``noise`` None or
+        ``dict(particles=(N, k), private=(M, k) or None in sketch mode, brownian=(N, d) or None)``.
+        ``noise_std`` σ is a standard deviation on projected values; table values are in the projections' unit.
 
     Raises:
-        ValueError: bad shapes / values (see :func:`fastdpot.reference.flow.flow_step`).
+        ValueError: bad shapes / values (see :func:`fastdpot.reference.flow.flow_step`), both or neither of
+            ``private`` and ``sketch``, a bad table / levels
+            (:func:`fastdpot.reference.flow_sketch.check_sketch_target`), a sketch on a backend/mode without it.
         BackendUnavailableError: an explicitly requested backend is missing.
     """
     check_tensor(particles, "particles", 2)
-    check_tensor(private, "private", 2)
     check_tensor(projections, "projections", 2)
-    if private.shape[1] != particles.shape[1] or projections.shape[1] != particles.shape[1]:
-        raise ValueError(f"particles, private and projections must share d, got {particles.shape[1]}, "
-                         f"{private.shape[1]}, {projections.shape[1]}")
+    if (private is None) == (sketch is None):
+        raise ValueError("give exactly one target: private rows (private=...) or a quantile table "
+                         "(private=None, sketch=(table, levels))")
+    if sketch is not None:
+        from .reference.flow_sketch import check_sketch_target
+
+        if not isinstance(sketch, (tuple, list)) or len(sketch) != 2:
+            raise ValueError(f"sketch must be a pair (table (k, L), levels (L,)), got {type(sketch).__name__}")
+        sketch = tuple(check_sketch_target(sketch[0], sketch[1], projections.shape[0]))
+        if projections.shape[1] != particles.shape[1]:
+            raise ValueError(f"particles and projections must share d, got {particles.shape[1]}, "
+                             f"{projections.shape[1]}")
+    else:
+        check_tensor(private, "private", 2)
+        if private.shape[1] != particles.shape[1] or projections.shape[1] != particles.shape[1]:
+            raise ValueError(f"particles, private and projections must share d, got {particles.shape[1]}, "
+                             f"{private.shape[1]}, {projections.shape[1]}")
     if particles.shape[0] < 2:
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={particles.shape[0]}")
     check_nonnegative(noise_std, "noise_std")
@@ -234,9 +295,11 @@ def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch
     if quantiles == "histogram" and num_quantiles is None:
         raise ValueError("num_quantiles (the number of histogram bins) is required for quantiles='histogram'")
     _, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0])
+    extra = {} if sketch is None else dict(sketch=sketch)  # backends without sketch mode keep their signature
     return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
               reg=float(reg), seed=int(seed), quantiles=quantiles, num_quantiles=num_quantiles,
-              return_noise=return_noise)
+              return_noise=return_noise, **extra)
+
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -315,6 +378,12 @@ class DPSlicedWassersteinFlow:
         device: device of the particles.
         backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` for op ``flow_step``.
         accountant: accountant kind of :class:`fastdpot.privacy.PrivacyAccountant` (``"rdp"``).
+        release: ``"points"`` (default: the B·k noisy projections, the papers' release) or ``"sketch"`` (the
+            sliced quantile sketch of the batch, L = ``num_bins`` noisy bin means per direction, isotonic fit, then
+            a table target for :func:`flow_step`; same Δ, σ and accounting; no smoothing noise on the particles;
+            see the module docstring). The ``"triton"`` backend supports ``"sketch"`` with ``quantiles="exact"``.
+        num_bins: L, 1 <= L <= B, the sketch's bins per direction (required with ``release="sketch"``, unused and
+            refused with ``"points"``).
 
     Shape:
         particles (N, d); private data (n, d); private batch (B, d).
@@ -322,11 +391,14 @@ class DPSlicedWassersteinFlow:
     Raises:
         ValueError: step_size <= 0, reg < 0, k < 1, N < 2, inconsistent privacy arguments, a private flow without
             ``steps`` or without ``batch_size``/``sample_rate``, non-finite ``init`` or of the wrong shape, an ``init``
-            string not in :data:`INIT_KINDS`, ``init_scale`` <= 0 (or != 1 with a tensor ``init``).
+            string not in :data:`INIT_KINDS`, ``init_scale`` <= 0 (or != 1 with a tensor ``init``), ``release`` not
+            ``"points"``/``"sketch"``, ``num_bins`` < 1, > the batch size, missing with ``"sketch"`` or given with
+            ``"points"``, or ``"sketch"`` on the triton backend with non-exact quantiles.
 
     References:
         Sebag et al., TMLR, DPSWflow-r / DPSWflow; Rakotomamonjy & Ralaivola, ICML 2021, Lemma 2 (sensitivity);
-        dp-accounting (RDP of the sampled-without-replacement Gaussian).
+        dp-accounting (RDP of the sampled-without-replacement Gaussian); scipy.optimize.isotonic_regression
+        (the sketch's post-processing).
     """
 
     def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, reg: float = 0.0,
@@ -338,7 +410,7 @@ class DPSlicedWassersteinFlow:
                  init: Union[None, str, torch.Tensor] = None, init_scale: float = 1.0,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
                  backend: str = "auto", normalize: bool = False, accountant: str = "rdp",
-                 secure_mode: bool = True):
+                 secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
         n = check_int(num_particles, "num_particles", 2)
         d = check_int(dim, "dim", 1)
         k = check_int(num_projections, "num_projections", 1)
@@ -356,6 +428,19 @@ class DPSlicedWassersteinFlow:
         if isinstance(init, torch.Tensor) and init_scale != 1.0:
             raise ValueError(f"init_scale only applies to a string init; scale the init tensor yourself (got "
                              f"init_scale={init_scale!r})")
+        check_choice(release, "release", ("points", "sketch"))
+        if release == "sketch":
+            if num_bins is None:
+                raise ValueError("num_bins (L, the sketch's bins per direction) is required for release='sketch'")
+            num_bins = check_int(num_bins, "num_bins", 1)
+            if batch_size is not None and isinstance(batch_size, int) and num_bins > batch_size:
+                raise ValueError(f"num_bins must be <= batch_size = {batch_size} (each bin needs a row), got "
+                                 f"{num_bins}")
+            if backend == "triton" and quantiles != "exact":
+                raise ValueError(f"release='sketch' on the triton backend needs quantiles='exact', got "
+                                 f"{quantiles!r}")
+        elif num_bins is not None:
+            raise ValueError(f"num_bins is only used with release='sketch', got num_bins={num_bins!r}")
         if num_quantiles is not None:
             num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
         if quantiles == "histogram" and num_quantiles is None:
@@ -407,7 +492,7 @@ class DPSlicedWassersteinFlow:
             batch_size=batch_size, sample_rate=sample_rate, steps=steps, variant=variant, pool_size=pool_size,
             quantiles=quantiles, num_quantiles=num_quantiles, bound=bound, directions=directions,
             normalize=bool(normalize),
-            accountant=accountant)
+            accountant=accountant, release=release, num_bins=num_bins)
         self.backend = backend
         if init is None or isinstance(init, str):
             x = draw_init("gaussian" if init is None else init, n, d, generator, init_scale)
@@ -496,6 +581,9 @@ class DPSlicedWassersteinFlow:
         if not 1 <= b <= n:
             raise ValueError(f"batch size must be in [1, n={n}], got {b} (batch_size={c['batch_size']!r}, "
                              f"sample_rate={c['sample_rate']!r})")
+        if c["num_bins"] is not None and c["num_bins"] > b:
+            raise ValueError(f"num_bins must be <= the batch size B = {b} (each bin needs a row), got "
+                             f"{c['num_bins']}")
         return b
 
     def _event(self):
@@ -638,6 +726,10 @@ class DPSlicedWassersteinFlow:
             still counted as spent).
         """
         self._check_batch(private_batch, "private_batch")
+        nb = self._config["num_bins"]
+        if nb is not None and nb > private_batch.shape[0]:
+            raise ValueError(f"num_bins must be <= the batch size, got num_bins={nb} and a private_batch of "
+                             f"{private_batch.shape[0]} rows")
         self._bind("full", None)
         return self._take_step(private_batch)
 
@@ -654,9 +746,15 @@ class DPSlicedWassersteinFlow:
         theta = self._directions().to(self.device)
         seed = self._rng.seed()  # the step's Philox key: fresh OS bits in secure mode, never stored
         _, fn = dispatch("flow_step", self.backend, self.device.type, self._particles.shape[0] * theta.shape[0])
-        new, drift, _ = fn(self._particles, batch, theta, noise_std=float(self.noise_std), step_size=c["step_size"],
-                           reg=c["reg"], seed=seed, quantiles=c["quantiles"], num_quantiles=c["num_quantiles"],
-                           return_noise=False)
+        if c["release"] == "sketch":  # the step's one release: the sketch; the particles get no smoothing noise
+            table = self._release_sketch(batch, theta)
+            new, drift, _ = fn(self._particles, None, theta, noise_std=0.0, step_size=c["step_size"], reg=c["reg"],
+                               seed=seed, quantiles=c["quantiles"], num_quantiles=c["num_quantiles"],
+                               return_noise=False, sketch=table)
+        else:
+            new, drift, _ = fn(self._particles, batch, theta, noise_std=float(self.noise_std),
+                               step_size=c["step_size"], reg=c["reg"], seed=seed, quantiles=c["quantiles"],
+                               num_quantiles=c["num_quantiles"], return_noise=False)
         self._step += 1
         if not bool(torch.isfinite(new).all()):
             raise NonFiniteParticlesError(
@@ -665,6 +763,22 @@ class DPSlicedWassersteinFlow:
         self._particles = new
         self._last_drift_norm = float(drift.norm(dim=1).mean())
         return new
+
+    def _release_sketch(self, batch: torch.Tensor, theta: torch.Tensor):
+        """The sketch release of one step and its post-processing: ``(table (k, L), levels (L,))``.
+
+        :func:`fastdpot.privacy.sliced_quantile_sketch` clips (or normalises) ``batch`` inside, bins each
+        direction's sorted projections into L rank bins and adds N(0, σ²), σ = z·Δ, to every bin sum; the noisy
+        bin means are then fitted non-decreasing per direction
+        (:func:`fastdpot.privacy.sketch.sketch_quantile_table`), which is post-processing.
+        The noise comes from the flow's privacy randomness ``self._rng`` (secret OS draws unless
+        ``secure_mode=False``).
+        """
+        c = self._config
+        p = _privacy()
+        sketch = p.sliced_quantile_sketch(batch, theta, c["num_bins"], float(self.noise_std), radius=c["radius"],
+                                          normalize=c["normalize"], generator=self._rng)
+        return p.sketch.sketch_quantile_table(sketch)
 
     def run(self, private_data: torch.Tensor, steps: Optional[int] = None, progress: bool = True,
             checkpoint_path: Optional[str] = None, checkpoint_every: Optional[int] = None,
@@ -761,7 +875,8 @@ class DPSlicedWassersteinFlow:
             budget=None if self._budget is None else self._budget.state_dict())
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if {"directions": "uniform", **state["config"]} != self._config:  # checkpoints older than `directions`
+        if {"directions": "uniform", "release": "points", "num_bins": None, **state["config"]} != self._config:
+            # checkpoints older than `directions` / `release` / `num_bins` get their defaults
             raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
         parts = state["particles"]
         check_finite_tensor(parts, "state['particles']")

@@ -91,6 +91,9 @@ class PipelineConfig:
         clip_radius: r > 0 for ``center="public"`` (latent units; the latents have norm 1). None: the median of the
             public half's distances to their class means (a public statistic; 0.43 for the default Fashion-MNIST
             auto-encoder, so about half of the private rows are clipped).
+        release, num_bins: the flows' per-step release (:class:`fastdpot.flow.DPSlicedWassersteinFlow`):
+            ``"points"`` (default, the B·k noisy projections) or ``"sketch"`` (the sliced quantile sketch with
+            L = ``num_bins`` bins per direction, required there and <= the batch size; same Δ, σ and accounting).
         init, init_scale: the flows' data-independent start (:func:`fastdpot.flow.draw_init`, drawn from the
             flow's seeded generator, no privacy cost), s = init_scale > 0 (latent units; the latents have norm 1):
             ``"gaussian"`` N(0, s²·I_d), ``"sphere"`` uniform on the sphere of radius s, ``"gaussian_scaled"``
@@ -129,6 +132,8 @@ class PipelineConfig:
     center: str = "none"
     clip_radius: Optional[float] = None
     replayable_noise: bool = False
+    release: str = "points"
+    num_bins: Optional[int] = None
 
     def resolved(self) -> "PipelineConfig":
         """A copy with the --quick reductions and the data-dependent defaults applied, validated."""
@@ -161,6 +166,15 @@ class PipelineConfig:
         check_choice(c.center, "center", ("public", "none"))
         if not isinstance(c.replayable_noise, bool):
             raise ValueError(f"replayable_noise must be a bool, got {c.replayable_noise!r}")
+        check_choice(c.release, "release", ("points", "sketch"))
+        if c.release == "sketch":
+            if c.num_bins is None:
+                raise ValueError("num_bins is required for release='sketch'")
+            check_int(c.num_bins, "num_bins", 1)
+            if c.num_bins > c.batch_size:
+                raise ValueError(f"num_bins must be <= batch_size = {c.batch_size}, got {c.num_bins}")
+        elif c.num_bins is not None:
+            raise ValueError(f"num_bins is only used with release='sketch', got num_bins={c.num_bins!r}")
         if c.clip_radius is not None:
             c.clip_radius = check_positive(c.clip_radius, "clip_radius")
             if c.center != "public":
@@ -328,7 +342,8 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
               radius=1.0 if shift is None else clip_radius, normalize=shift is None, batch_size=batch, steps=steps,
               variant="resample", quantiles="exact",
               bound=cfg.bound, directions=cfg.directions, device=cfg.device, backend=cfg.backend,
-              secure_mode=not cfg.replayable_noise)
+              secure_mode=not cfg.replayable_noise,
+              **({} if cfg.release == "points" else dict(release=cfg.release, num_bins=cfg.num_bins)))
     gen = torch.Generator().manual_seed(cfg.seed + 1)  # public: initial particles (and every draw if replayable)
     resumed = False
     if checkpoint_path is not None and os.path.isfile(checkpoint_path):
@@ -369,7 +384,7 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
                              bound=kw["bound"], directions=cfg.directions, init=cfg.init,
                              init_scale=cfg.init_scale, center="none" if shift is None else "public",
                              clip_radius=None if shift is None else clip_radius,
-                             replayable_noise=cfg.replayable_noise),
+                             replayable_noise=cfg.replayable_noise, release=cfg.release, num_bins=cfg.num_bins),
                 resumed=resumed)
 
 
@@ -597,7 +612,15 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         f"{' (blocks of d orthonormal rows, each a Haar-random rotation)' if p['directions'] == 'orthogonal' else ''}"
         f"; a batch of B = "
         f"{p['batch_size']} private latents drawn uniformly without replacement (fresh every step, never a replayed "
-        f"epoch); the release is Y Θᵀ + V with V i.i.d. N(0, σ²) on each of the B·k projected values.",
+        f"epoch); "
+        + (f"the release is Y Θᵀ + V with V i.i.d. N(0, σ²) on each of the B·k projected values."
+           if p.get("release", "points") == "points" else
+           f"the release is the sliced quantile sketch (`fastdpot.privacy.sliced_quantile_sketch`): per direction "
+           f"the B projected latents are sorted and summed in L = {p['num_bins']} rank bins whose sizes depend only "
+           f"on B and L, and N(0, σ²) is added to each of the k·L bin sums; the flow's target is the isotonic fit "
+           f"of the noisy bin means (post-processing). Its sensitivity is that of the per-point release (sorting "
+           f"is an ℓ1 contraction, binning does not increase ℓ1; proof in the mechanism's docstring), so Δ, σ and "
+           f"the accountant event below are the same; the particles get no smoothing noise."),
         f"* Number of releases: T = {p['steps']} steps per flow "
         f"({'one flow per class on disjoint label partitions: ' + str(len(f0)) + ' flows' if p['class_conditional'] else 'one flow'}); "
         f"steps actually taken: {[f['steps_taken'] for f in f0]}.",
@@ -753,9 +776,9 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         with open(cfg_path) as f:
             old = json.load(f)
         # folders older than `init` / `center` ran N(0, I_d) starts / unit-sphere latents; older than secure mode
-        # drew every privacy draw from the seed (replayable)
+        # drew every privacy draw from the seed (replayable); older than `release` released points
         legacy = {"init": "gaussian", "init_scale": 1.0, "center": "none", "clip_radius": None,
-                  "replayable_noise": True}
+                  "replayable_noise": True, "release": "points", "num_bins": None}
         if {**legacy, **old} != _finite(asdict(cfg)):
             raise ValueError(f"{run_dir!r} holds a flow checkpoint of a different config; use another --name or "
                              f"delete the folder")
@@ -821,6 +844,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         class_conditional=p["class_conditional"], num_particles=int(fl["samples"].shape[0]),
         latent_dim=int(ae["latents"].shape[1]), num_projections=p["num_projections"], step_size=p["step_size"],
         reg=cfg.reg, epochs=cfg.epochs, init=cfg.init, init_scale=cfg.init_scale, center=cfg.center,
+        release=cfg.release, num_bins=cfg.num_bins,
         clip_radius=radius, spread=cfg.spread,
         spread_scales=spread_scales, autoencoder=dict(ae["config"], cached=ae["info"]["cached"],
                                                       train_bce=ae["info"]["train_loss"],

@@ -37,13 +37,13 @@ from ._common import (STREAM_BROWNIAN, STREAM_PARTICLES, STREAM_PRIVATE, check_l
 from .drift import accumulate_drift
 from . import histogram
 from .projection_noise import project_noise
-from .quantile import transport_exact, transport_grid
+from .quantile import table_segments, transport_exact, transport_grid, transport_table
 
 __all__ = ["flow_step_triton"]
 
 
 def flow_step_triton(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles,
-                     num_quantiles, return_noise):
+                     num_quantiles, return_noise, sketch=None):
     """Backend function of op ``"flow_step"`` (signature of the dispatch contract).
 
     Args:
@@ -57,13 +57,17 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
             (default 1024).
         return_noise: also return ``dict(particles=(N, k) σ-scaled, private=(M, k) σ-scaled, brownian=(N, d)
             standard normals or None)``, the exact draws, so the torch reference replays the step.
+        sketch: None, or ``(table (k, L), levels (L,))`` with ``private=None``: the target of the particle of rank
+            r is the table's piecewise-linear ``Q_j(r/(N-1))`` (``fastdpot.reference.flow_sketch``; evaluated in
+            float64). Only ``quantiles="exact"``; no private noise is drawn (``noise["private"]`` is None).
 
     Returns:
         ``(new_particles (N, d), drift (N, d), noise or None)``; no autograd (inputs are detached).
 
     Raises:
-        ValueError: unsupported dtype / device mix, bad ``quantiles``, N < 2. BackendUnavailableError: CPU tensors
-        without TRITON_INTERPRET=1.
+        ValueError: unsupported dtype / device mix, bad ``quantiles``, N < 2, a sketch with ``quantiles`` other than
+        ``"exact"`` (not implemented in Triton: use the ``cpu`` or ``reference`` backend). BackendUnavailableError:
+        CPU tensors without TRITON_INTERPRET=1.
 
     References:
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
@@ -72,8 +76,14 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
     """
     if quantiles not in ("exact", "grid", "histogram"):
         raise ValueError(f"quantiles must be one of ['exact', 'grid', 'histogram'], got {quantiles!r}")
+    if sketch is not None and quantiles != "exact":
+        raise ValueError(f"the triton backend supports sketch mode (a quantile-table target) only with "
+                         f"quantiles='exact', got quantiles={quantiles!r}; use backend='cpu' or 'reference'")
     x = particles.detach()
-    y = private.detach().to(x.dtype)
+    if sketch is not None:  # no private rows: an empty (0, d) batch keeps the launch checks and noise layout
+        y = torch.empty((0, x.shape[1]), dtype=x.dtype, device=x.device)
+    else:
+        y = private.detach().to(x.dtype)
     theta = projections.detach().to(x.dtype)
     check_launchable(x, y, theta)
     n, d = x.shape
@@ -82,10 +92,11 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
     with device_guard(x):
         return _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles,
-                          return_noise)
+                          return_noise, sketch)
 
 
-def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles, return_noise):
+def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles, return_noise,
+               sketch=None):
     sigma = float(noise_std)
     seed_p, seed_q, seed_b = (stream_seed(seed, s) for s in (STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN))
     dev, dt = x.device, x.dtype
@@ -106,9 +117,21 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
         return new, drift, noise
     kc = direction_chunk(n, k)
     buf = torch.empty((kc, n), dtype=dt, device=dev)
+    if sketch is not None:
+        table = sketch[0].detach().to(dev, torch.float64).contiguous()
+        seg, w = table_segments(n, sketch[1].detach().to(dev))
     for j0 in range(0, k, kc):
         c = min(kc, k - j0)
         coef = buf[:c]
+        if sketch is not None:
+            project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
+                          fast_noise=fast_noise_stream(STREAM_PARTICLES))
+            ps, idx = torch.sort(coef, dim=1)
+            transport_table(ps, idx, seg, w, table[j0:j0 + c], coef)
+            del ps, idx
+            accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
+                             step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
+            continue
         qs = torch.sort(project_noise(y, theta, j0, c, seed_q, sigma, noise_q), dim=1).values
         if quantiles == "histogram":
             bins = 1024 if num_quantiles is None else int(num_quantiles)
@@ -125,5 +148,6 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
             del ps, idx
         accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
                          step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
-    noise = dict(particles=noise_p, private=noise_q, brownian=brown) if return_noise else None
+    noise = dict(particles=noise_p, private=None if sketch is not None else noise_q,
+                 brownian=brown) if return_noise else None
     return new, drift, noise

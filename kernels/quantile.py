@@ -13,7 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["transport_exact", "transport_grid", "grid_quantiles", "target_at_level"]
+__all__ = ["transport_exact", "transport_grid", "grid_quantiles", "target_at_level", "table_segments",
+           "transport_table"]
 
 
 @triton.jit
@@ -125,4 +126,52 @@ def transport_grid(sorted_proj: torch.Tensor, index: torch.Tensor, sorted_target
     block = 1024 if sorted_proj.is_cuda else 256
     _transport_grid_kernel[(triton.cdiv(n, block), kc)](sorted_proj, index, j, xq, tq, lv, coef, n,
                                                         num_quantiles, BLOCK=block)
+    return coef
+
+
+def table_segments(n: int, levels: torch.Tensor):
+    """Sketch mode: the table segment ``s_r`` and weight ``w_r = (u_r - lv[s_r]) / (lv[s_r+1] - lv[s_r])`` of every
+    rank r at level ``u_r = r/(N-1)`` (the same for every direction), float64; L = 1 gives s = 0, w = 0.
+    The piecewise-linear rule (end segments extended) is :mod:`fastdpot.reference.flow_sketch`'s.
+
+    Shape: levels (L,) strictly increasing in [0, 1] -> (seg (N,) int64, w (N,) float64).
+    """
+    lv = levels.to(torch.float64)
+    u = torch.arange(n, dtype=torch.float64, device=lv.device) / (n - 1)
+    L = lv.shape[0]
+    if L == 1:
+        return torch.zeros(n, dtype=torch.int64, device=lv.device), torch.zeros(n, dtype=torch.float64,
+                                                                                  device=lv.device)
+    seg = (torch.searchsorted(lv, u, right=True) - 1).clamp(0, L - 2)
+    return seg, (u - lv[seg]) / (lv[seg + 1] - lv[seg])
+
+
+@triton.jit
+def _transport_table_kernel(sorted_ptr, index_ptr, seg_ptr, w_ptr, tb_ptr, coef_ptr, N, L, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    c = tl.program_id(1).to(tl.int64)
+    r = pid * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
+    mask = r < N
+    v = tl.load(sorted_ptr + c * N + r, mask=mask, other=0.0)
+    idx = tl.load(index_ptr + c * N + r, mask=mask, other=0)
+    sg = tl.load(seg_ptr + r, mask=mask, other=0)
+    w = tl.load(w_ptr + r, mask=mask, other=0.0)
+    s1 = tl.minimum(sg + 1, L - 1)
+    t0 = tl.load(tb_ptr + c * L + sg, mask=mask, other=0.0)
+    t1 = tl.load(tb_ptr + c * L + s1, mask=mask, other=0.0)
+    t = t0 + w * (t1 - t0)  # float64 (the table and weights are float64)
+    tl.store(coef_ptr + c * N + idx, (v.to(tl.float64) - t).to(v.dtype), mask=mask)
+
+
+def transport_table(sorted_proj: torch.Tensor, index: torch.Tensor, seg: torch.Tensor, w: torch.Tensor,
+                    table: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
+    """Sketch mode, exact levels: ``coef[c, index[c, r]] = sorted[c, r] - Q_c(r/(N-1))`` with Q_c the table row's
+    piecewise-linear quantile function, from :func:`table_segments`' ``seg``, ``w``.
+
+    Shape: sorted_proj, index, coef (kc, N); seg, w (N,); table (kc, L) float64.
+    """
+    kc, n = sorted_proj.shape
+    block = 1024 if sorted_proj.is_cuda else 256
+    _transport_table_kernel[(triton.cdiv(n, block), kc)](sorted_proj, index, seg, w, table, coef, n,
+                                                         table.shape[1], BLOCK=block)
     return coef

@@ -327,3 +327,61 @@ def test_center_cli_and_privacy_md(idx_dir, tmp_path):
                 dict(clip_radius=0.5)):  # a radius without center="public" would be silently ignored
         with pytest.raises(ValueError):
             PipelineConfig(**bad).resolved()
+
+
+def test_sketch_release_reaches_the_flows_and_privacy_md(monkeypatch):
+    # fast: the CLI's options reach PipelineConfig; stage_flow on small synthetic latents builds sketch flows
+    # whose privacy record and privacy.md text name the release
+    import fastdpot.pipeline as pl
+
+    seen = {}
+    monkeypatch.setattr(pl, "run_pipeline", lambda cfg, *a, **kw: seen.setdefault("cfg", cfg) and {})
+    assert cli.main(["flow", "--release", "sketch", "--num-bins", "4", "--no-progress"]) == 0
+    assert seen["cfg"].release == "sketch" and seen["cfg"].num_bins == 4
+    g = torch.Generator().manual_seed(0)
+    lat = torch.nn.functional.normalize(torch.randn(120, 4, generator=g), dim=1)
+    cfg = PipelineConfig(release="sketch", num_bins=4, epochs=1.0, batch_size=20, latent_dim=4).resolved()
+    fl = stage_flow(cfg, lat, None, 20, progress=False)  # one flow (no labels): one noise calibration
+    assert fl["flow"].config["release"] == "sketch" and fl["flow"].config["num_bins"] == 4
+    assert fl["privacy"]["release"] == "sketch" and fl["privacy"]["num_bins"] == 4
+    text = pl._privacy_md(cfg, dict(privacy=fl["privacy"], dataset="synthetic", n_public=0, n_private=120,
+                                    latent_dim=4, epsilon=fl["epsilon"]))
+    assert "sliced quantile sketch" in text and "L = 4 rank bins" in text and "Y Θᵀ + V" not in text
+    cfg0 = PipelineConfig(epochs=1.0, batch_size=20, latent_dim=4).resolved()
+    fl0 = stage_flow(cfg0, lat, None, 20, progress=False)
+    assert fl0["flow"].config["release"] == "points" and fl0["privacy"]["release"] == "points"
+    assert "Y Θᵀ + V" in pl._privacy_md(cfg0, dict(privacy=fl0["privacy"], dataset="synthetic", n_public=0,
+                                                   n_private=120, latent_dim=4, epsilon=fl0["epsilon"]))
+    assert fl["epsilon"] == fl0["epsilon"]  # the same z, Δ and sampler: the same ε
+    with pytest.raises(SystemExit):
+        cli.main(["flow", "--release", "bins"])
+    for bad in (dict(release="sketch"), dict(release="sketch", num_bins=0), dict(release="sketch", num_bins=101),
+                dict(num_bins=5), dict(release="x")):
+        with pytest.raises(ValueError, match="num_bins|release"):
+            PipelineConfig(**bad).resolved()
+
+
+@pytest.mark.slow
+def test_sketch_release_cli_records_it(idx_dir, tmp_path):
+    assert cli.main(_args(idx_dir, tmp_path, "--release", "sketch", "--num-bins", "4")) == 0
+    run = tmp_path / "runs" / "r"
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["release"] == "sketch" and m["num_bins"] == 4
+    assert json.loads((run / "config.json").read_text())["release"] == "sketch"
+    assert 0 < m["epsilon_spent"] <= 10.0 + 1e-9
+    text = (run / "privacy.md").read_text()
+    assert "sliced quantile sketch" in text and "L = 4 rank bins" in text and "Y Θᵀ + V" not in text
+
+
+@pytest.mark.slow
+def test_run_folders_without_release_resume_as_points(idx_dir, tmp_path):
+    # a run folder written before `release` existed resumes as the points release
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "old")) == 0
+    assert "Y Θᵀ + V" in (tmp_path / "runs" / "old" / "privacy.md").read_text()
+    cfg_path = tmp_path / "runs" / "old" / "config.json"
+    old = json.loads(cfg_path.read_text())
+    assert old["release"] == "points"
+    del old["release"], old["num_bins"]
+    cfg_path.write_text(json.dumps(old))
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "old")) == 0
+    assert json.loads((tmp_path / "runs" / "old" / "metrics.json").read_text())["flow_resumed"]

@@ -222,4 +222,4 @@ def quantile_table_eval(table: torch.Tensor, levels: torch.Tensor, u: torch.Tens
     s = (torch.searchsorted(lv.contiguous(), u.contiguous(), right=True) - 1).clamp(0, L - 2)
     u0, u1 = lv[s], lv[s + 1]
     t0, t1 = table.gather(1, s), table.gather(1, s + 1)
-    return t0 + (u - u0) * (t1 - t0) / (u1 - u0)
+    return t0 + (u - u0) * ((t1 - t0) / (u1 - u0))

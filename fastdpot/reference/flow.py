@@ -148,14 +148,16 @@ def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch
 def step_with_transport(particles, private, projections, noise_particles, noise_private, step_size, reg, brownian,
                         transport) -> Tuple[torch.Tensor, torch.Tensor]:
     """The step shared by every quantile mode: validate, project, add the given noise, ``target = transport(xp, yp)``
-    ((N, k) target quantiles for the (N, k) noisy particle and (M, k) noisy private projections), drift
+    ((N, k) target quantiles for the (N, k) noisy particle and (M, k) noisy private projections; ``private`` may
+    be None, then ``yp`` is None and the transport carries its own target), drift
     ``(xp − target) Θ / k`` and the Euler--Maruyama update. Arguments and shapes as in :func:`flow_step`."""
     check_tensor(particles, "particles", 2)
-    check_tensor(private, "private", 2)
+    if private is not None:  # None: the target is not private rows (sketch mode, fastdpot.reference.flow_sketch)
+        check_tensor(private, "private", 2)
+        check_same_dim(particles, private, "particles", "private")
     check_tensor(projections, "projections", 2)
-    d = check_same_dim(particles, private, "particles", "private")
-    check_same_dim(particles, projections, "particles", "projections")
-    n, m, k = particles.shape[0], private.shape[0], projections.shape[0]
+    d = check_same_dim(particles, projections, "particles", "projections")
+    n, m, k = particles.shape[0], 0 if private is None else private.shape[0], projections.shape[0]
     if n < 2:
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
     h = check_positive(step_size, "step_size")
@@ -172,8 +174,10 @@ def step_with_transport(particles, private, projections, noise_particles, noise_
         if tuple(brownian.shape) != (n, d):
             raise ValueError(f"brownian must have shape ({n}, {d}), got {tuple(brownian.shape)}")
 
+    if private is None and noise_private is not None:
+        raise ValueError("noise_private must be None when there are no private rows (private=None)")
     xp = particles @ projections.t()
-    yp = private.to(particles.dtype) @ projections.t()
+    yp = None if private is None else private.to(particles.dtype) @ projections.t()
     if noise_particles is not None:
         xp = xp + noise_particles
     if noise_private is not None:

@@ -1,0 +1,202 @@
+"""Sketch mode of op ``flow_step`` (target = a quantile table): the table rule, the reference against the points
+mode, the C++ and Triton steps against the reference with replayed noise, and bad input."""
+import os
+
+import pytest
+import torch
+
+import fastdpot.flow as F
+from fastdpot._ext import cpp_status
+from fastdpot.reference.flow import flow_step as ref_points
+from fastdpot.reference.flow_sketch import flow_step_sketch, table_quantiles
+
+HAVE_CPU = cpp_status("flow")[0]
+needs_cpu = pytest.mark.skipif(not HAVE_CPU, reason="C++ extension fastdpot._C_flow not built")
+HAVE_TRITON = (os.environ.get("TRITON_INTERPRET", "0") == "1" or torch.cuda.is_available())
+try:
+    import triton  # noqa: F401
+except ImportError:  # pragma: no cover
+    HAVE_TRITON = False
+needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="Triton kernels need CUDA or TRITON_INTERPRET=1")
+
+
+def _inputs(n, d, k, L, dtype=torch.float64, seed=0, levels="centres"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=dtype)
+    th = torch.randn(k, d, generator=g, dtype=torch.float64)
+    th = (th / th.norm(dim=1, keepdim=True)).to(dtype)
+    tb = torch.sort(torch.randn(k, L, generator=g, dtype=torch.float64) * 0.8 + 0.3, dim=1).values
+    if levels == "centres":  # bin centres of L equal bins: the first / last segments are extrapolated
+        lv = (torch.arange(L, dtype=torch.float64) + 0.5) / L
+    else:  # random strictly increasing levels in (0, 1)
+        lv = torch.sort(torch.rand(L, generator=g, dtype=torch.float64)).values
+    return x, th, tb, lv
+
+
+def _grid_inputs(n, d, dtype=torch.float32, seed=0):
+    """Particles whose coordinates are distinct multiples of 1/64 (exact in float32) and axis directions: every
+    projection is exact and neighbours in rank are 1/64 apart, so no float32 rounding can reorder them."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.stack([torch.randperm(n, generator=g) for _ in range(d)], dim=1).to(dtype) / 64 - n / 128
+    th = torch.eye(d, dtype=dtype)
+    tb = torch.sort(torch.randn(d, 4, generator=g, dtype=torch.float64), dim=1).values
+    lv = torch.tensor([0.125, 0.375, 0.625, 0.875], dtype=torch.float64)
+    return x, th, tb, lv
+
+
+def test_table_rule_by_hand():
+    tb = torch.tensor([[0.0, 1.0, 1.5], [2.0, 2.0, 4.0]], dtype=torch.float64)
+    lv = torch.tensor([0.25, 0.75, 0.875], dtype=torch.float64)
+    u = torch.tensor([[0.0, 0.0], [0.5, 0.5], [0.75, 0.8125], [1.0, 1.0], [-3.0, 7.0]], dtype=torch.float64)
+    got = table_quantiles(tb, lv, u)
+    want = torch.tensor([[-0.5, 2.0],     # below the first level: the first segment's slope extended
+                         [0.5, 2.0],
+                         [1.0, 3.0],      # at a knot / inside the last segment
+                         [2.0, 6.0],      # above the last level: the last segment's slope extended
+                         [-0.5, 6.0]],    # u clamped to [0, 1]
+                        dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    one = table_quantiles(tb[:, :1], lv[:1], u)  # L = 1: constant
+    torch.testing.assert_close(one, tb[:, 0].expand(5, 2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n,m,mode,Q", [(40, 40, "exact", None), (97, 13, "exact", None), (33, 250, "exact", None),
+                                        (33, 5, "grid", 9), (61, 7, "grid", None)])
+def test_sketch_of_all_sorted_projections_is_the_points_mode(n, m, mode, Q):
+    # the table of the sorted private projections at levels l/(M-1) is the private quantile function itself, so
+    # (without private noise) sketch mode reproduces the points mode; in grid mode the points mode interpolates
+    # the private quantiles linearly between its Q levels, which equals Q_j when every l/(M-1) is a grid level
+    # ((Q-1) a multiple of (M-1))
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    y = torch.randn(m, 4, generator=g, dtype=torch.float64) * 0.5 + 1
+    th = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    nx = 0.3 * torch.randn(n, 6, generator=g, dtype=torch.float64)
+    tb = torch.sort(y @ th.t(), dim=0).values.t().contiguous()
+    lv = torch.arange(m, dtype=torch.float64) / (m - 1)
+    new_p, drift_p = ref_points(x, y, th, nx, None, 0.5, quantiles=mode, num_quantiles=Q)
+    new_s, drift_s = flow_step_sketch(x, tb, lv, th, nx, 0.5, quantiles=mode, num_quantiles=Q)
+    torch.testing.assert_close(drift_s, drift_p, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(new_s, new_p, rtol=1e-12, atol=1e-12)
+
+
+def test_sketch_moves_one_dimensional_particles_onto_the_table():
+    # d = 1, θ = 1, h = 1, no noise: one exact step puts the particle of rank r at Q(r/(N-1))
+    x = torch.randn(50, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    tb = torch.tensor([[-1.0, 0.0, 3.0]], dtype=torch.float64)
+    lv = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
+    new, _ = flow_step_sketch(x, tb, lv, torch.ones(1, 1, dtype=torch.float64), None, 1.0)
+    u = (torch.arange(50, dtype=torch.float64) / 49).unsqueeze(1)
+    torch.testing.assert_close(torch.sort(new, dim=0).values, table_quantiles(tb, lv, u), rtol=0, atol=1e-14)
+
+
+def _check_replay(new, drift, noise, x, th, tb, lv, mode, Q, reg, tol):
+    assert noise["private"] is None
+    rn, rd = flow_step_sketch(x.double(), tb, lv, th.double(), noise["particles"].double(), 0.5, reg=reg,
+                              brownian=None if noise["brownian"] is None else noise["brownian"].double(),
+                              quantiles=mode, num_quantiles=Q)
+    torch.testing.assert_close(drift.double(), rd, **tol)
+    torch.testing.assert_close(new.double(), rn, **tol)
+
+
+@needs_cpu
+@pytest.mark.parametrize("n,d,k,L,mode,Q,reg,levels", [
+    (50, 3, 7, 5, "exact", None, 0.0, "centres"),
+    (1001, 8, 70, 12, "exact", None, 0.1, "random"),   # above the radix-sort threshold
+    (600, 48, 20, 1, "exact", None, 0.1, "centres"),   # L = 1: constant target
+    (257, 5, 9, 2, "grid", 37, 0.0, "random"),
+    (300, 5, 9, 100, "grid", None, 0.3, "centres"),    # Q defaults to N
+    (2, 1, 1, 3, "exact", None, 0.0, "centres"),
+])
+def test_cpu_float64_matches_reference_with_replayed_noise(n, d, k, L, mode, Q, reg, levels):
+    x, th, tb, lv = _inputs(n, d, k, L, seed=3, levels=levels)
+    new, drift, noise = F.flow_step(x, None, th, noise_std=0.3, step_size=0.5, reg=reg, seed=123, quantiles=mode,
+                                    num_quantiles=Q, return_noise=True, backend="cpu", sketch=(tb, lv))
+    assert new.dtype == torch.float64 and drift.dtype == torch.float64
+    _check_replay(new, drift, noise, x, th, tb, lv, mode, Q, reg, dict(rtol=1e-10, atol=1e-11))
+
+
+@needs_cpu
+@pytest.mark.parametrize("n,mode,Q", [(40, "exact", None), (700, "exact", None), (700, "grid", 64)])
+def test_cpu_float32_matches_float64_reference(n, mode, Q):
+    # exact projections with rank gaps of 1/64 (no reordering by rounding); the float32 error is then that of the
+    # table value rounded to float32 and of the float32 drift sum: a few ulps of values below n/128 + 4
+    x, th, tb, lv = _grid_inputs(n, 6)
+    new, drift, noise = F.flow_step(x, None, th, noise_std=0.0, step_size=0.5, reg=0.0, seed=5, quantiles=mode,
+                                    num_quantiles=Q, return_noise=True, backend="cpu", sketch=(tb, lv))
+    assert drift.dtype == torch.float32
+    scale = n / 128 + 4
+    _check_replay(new, drift, noise, x, th, tb, lv, mode, Q, 0.0, dict(rtol=0, atol=8 * 2.0**-24 * scale))
+
+
+@needs_cpu
+def test_cpu_chunking_does_not_change_the_sketch_step(monkeypatch):
+    x, th, tb, lv = _inputs(300, 6, 11, 5, seed=5)
+    kw = dict(noise_std=0.2, step_size=0.5, reg=0.1, seed=9, backend="cpu", sketch=(tb, lv))
+    full = F.flow_step(x, None, th, **kw)
+    monkeypatch.setattr(F, "_CPU_MAX_CHUNK", 3)  # 11 directions in chunks of 3, 3, 3, 2
+    chunked = F.flow_step(x, None, th, **kw)
+    torch.testing.assert_close(full[0], chunked[0], rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(full[1], chunked[1], rtol=1e-13, atol=1e-13)
+
+
+@needs_cpu
+def test_cpu_sketch_uses_the_particle_noise_stream_of_the_points_mode():
+    # the particles' smoothing noise is the same draw in both modes (stream 2j); sketch mode draws no private noise
+    x, th, tb, lv = _inputs(64, 4, 5, 3, seed=6)
+    y = torch.randn(10, 4, dtype=torch.float64)
+    _, _, n_pts = F.flow_step(x, y, th, noise_std=0.4, step_size=0.5, seed=77, return_noise=True, backend="cpu")
+    _, _, n_sk = F.flow_step(x, None, th, noise_std=0.4, step_size=0.5, seed=77, return_noise=True, backend="cpu",
+                             sketch=(tb, lv))
+    torch.testing.assert_close(n_sk["particles"], n_pts["particles"], rtol=0, atol=0)
+    assert n_sk["private"] is None
+
+
+def test_histogram_sketch_goes_through_the_reference():
+    x, th, tb, lv = _inputs(120, 4, 6, 5, seed=7)
+    for backend in ("reference", "cpu") if HAVE_CPU else ("reference",):
+        new, drift, noise = F.flow_step(x, None, th, noise_std=0.2, step_size=0.5, seed=3, quantiles="histogram",
+                                        num_quantiles=16, return_noise=True, backend=backend, sketch=(tb, lv))
+        _check_replay(new, drift, noise, x, th, tb, lv, "histogram", 16, 0.0, dict(rtol=1e-12, atol=1e-12))
+
+
+@needs_triton
+def test_triton_exact_sketch_matches_reference():
+    dev = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1" else "cpu"
+    x, th, tb, lv = _inputs(37, 5, 7, 4, seed=8)
+    new, drift, noise = F.flow_step(x.to(dev), None, th.to(dev), noise_std=0.3, step_size=0.5, reg=0.1, seed=11,
+                                    return_noise=True, backend="triton", sketch=(tb.to(dev), lv.to(dev)))
+    noise = {key: None if v is None else v.cpu() for key, v in noise.items()}
+    _check_replay(new.cpu(), drift.cpu(), noise, x, th, tb, lv, "exact", None, 0.1, dict(rtol=1e-10, atol=1e-11))
+    xs, ths, tbs, lvs = _grid_inputs(40, 3)
+    new, drift, noise = F.flow_step(xs.to(dev), None, ths.to(dev), noise_std=0.0, step_size=0.5, seed=2,
+                                    return_noise=True, backend="triton", sketch=(tbs.to(dev), lvs.to(dev)))
+    noise = {key: None if v is None else v.cpu() for key, v in noise.items()}
+    _check_replay(new.cpu(), drift.cpu(), noise, xs, ths, tbs, lvs, "exact", None, 0.0,
+                  dict(rtol=0, atol=8 * 2.0**-24 * (40 / 128 + 4)))
+    with pytest.raises(ValueError, match="triton backend supports sketch mode .* only with quantiles='exact'"):
+        F.flow_step(x.to(dev), None, th.to(dev), noise_std=0.3, step_size=0.5, quantiles="grid", num_quantiles=8,
+                    backend="triton", sketch=(tb.to(dev), lv.to(dev)))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(private="rows"), "exactly one target"),
+    (dict(sketch=None), "exactly one target"),
+    (dict(sketch="table"), "sketch must be a pair"),
+    (dict(levels=torch.tensor([0.5, 0.25, 0.75], dtype=torch.float64)), "strictly increasing"),
+    (dict(levels=torch.tensor([0.0, 0.5, 1.5], dtype=torch.float64)), r"in \[0, 1\]"),
+    (dict(levels=torch.tensor([0.0, float("nan"), 1.0], dtype=torch.float64)), "finite|NaN"),
+    (dict(levels=torch.tensor([0.0, 1.0], dtype=torch.float64)), "disagree on L"),
+    (dict(table=torch.zeros(4, 3, dtype=torch.float64)), "one row per direction"),
+    (dict(table=torch.full((5, 3), float("inf"), dtype=torch.float64)), "finite|Inf"),
+    (dict(table=torch.zeros(5, 0, dtype=torch.float64), levels=torch.zeros(0, dtype=torch.float64)), "must not be empty"),
+])
+def test_bad_sketch_input(bad, match):
+    x, th, tb, lv = _inputs(20, 3, 5, 3)
+    table, levels = bad.get("table", tb), bad.get("levels", lv)
+    sketch = bad.get("sketch", (table, levels))
+    private = torch.zeros(4, 3, dtype=torch.float64) if "private" in bad else None
+    before = (x.clone(), table.clone(), levels.clone())
+    with pytest.raises((ValueError, TypeError), match=match):
+        F.flow_step(x, private, th, noise_std=0.1, step_size=0.5, sketch=sketch, backend="reference")
+    torch.testing.assert_close((x, table, levels), before, equal_nan=True)
