@@ -86,6 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw the flow's batches, directions and noise from --seed (replayable: NO privacy guarantee "
                         "against anyone who holds the seed or the checkpoint; privacy.md and metrics.json say so); "
                         "default: secret randomness from the operating system")
+    f.add_argument("--method", default=d.method, choices=["flow", "gaussian", "public"],
+                   help="flow: the DP flow (with --epsilon inf: the non-private flow); gaussian: baseline, the DP "
+                        "Gaussian per class in the same latent space at the same (ε, δ); public: baseline, the "
+                        "public part's own labelled latents decoded (no private data)")
+    f.add_argument("--public-size", type=int, default=d.public_size,
+                   help="public training images (they train the auto-encoder), the rest private (default: half)")
+    f.add_argument("--flow-seeds", type=int, default=d.flow_seeds,
+                   help="run the flow (or baseline) stage with this many seeds on the same split and auto-encoder; "
+                        "metrics.json reports each and their mean / spread")
+    f.add_argument("--classifiers", default=d.classifiers,
+                   help="comma-separated downstream classifiers trained on the samples: logreg, mlp, cnn")
+    f.add_argument("--cnn-epochs", type=int, default=d.cnn_epochs, help="epochs of the downstream CNN")
     f.add_argument("--device", default="cpu", help="cpu or cuda")
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
     f.add_argument("--quick", action="store_true", help="a short run on a small part of the data")
@@ -114,7 +126,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                          checkpoint_every=args.checkpoint_every, bound=args.bound, directions=args.directions,
                          decode_on_sphere=not args.decode_off_sphere, spread=args.spread, init=args.init,
                          init_scale=args.init_scale, center=args.center, clip_radius=args.clip_radius,
-                         replayable_noise=args.replayable_noise, release=args.release, num_bins=args.num_bins)
+                         replayable_noise=args.replayable_noise, release=args.release, num_bins=args.num_bins,
+                         method=args.method, public_size=args.public_size, flow_seeds=args.flow_seeds,
+                         classifiers=args.classifiers, cnn_epochs=args.cnn_epochs)
     if args.device.startswith("cuda"):
         import torch
 
@@ -130,7 +144,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"fastdpot flow: error: {err}", file=sys.stderr)
         return 2
     keys = ["dataset", "epsilon_spent", "delta", "steps", "noise_multiplier", "fid", "fid_generated_samples",
-            "fid_real_samples", "accuracy_logreg", "accuracy_mlp", "wall_time_s"]
+            "fid_real_samples", "accuracy_logreg", "accuracy_mlp", "accuracy_cnn", "wall_time_s"]
+    if args.flow_seeds > 1:
+        keys.append("seed_summary")
     print(json.dumps({k: metrics.get(k) for k in keys if k in metrics}, indent=2))
     print(f"outputs in {run_dir}/ (samples.png, metrics.json, privacy.md; private/ holds the flow checkpoint, a "
           f"private artefact: do not publish it)")

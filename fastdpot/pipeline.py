@@ -37,6 +37,9 @@ from ._validate import (check_choice, check_delta, check_epsilon, check_int, che
 from .autoencoder import AutoEncoderConfig, decode, default_cache_dir, encode, train_autoencoder
 from .data import ImageData, load_dataset, public_private_split, to_float
 from .flow import INIT_KINDS
+from .metrics import CLASSIFIERS
+
+METHODS = ("flow", "gaussian", "public")
 
 __all__ = ["PipelineConfig", "run_pipeline", "stage_data", "stage_autoencoder", "stage_flow", "calibrate_spread",
            "stage_decode", "stage_metrics", "write_outputs", "samples_grid"]
@@ -98,6 +101,14 @@ class PipelineConfig:
             flow's seeded generator, no privacy cost), s = init_scale > 0 (latent units; the latents have norm 1):
             ``"gaussian"`` N(0, s²·I_d), ``"sphere"`` uniform on the sphere of radius s, ``"gaussian_scaled"``
             N(0, (s²/d)·I_d) (E‖x‖² = s²).
+        method: ``"flow"`` (the DP flow; ε = ∞ gives the non-private flow), ``"gaussian"`` (baseline: the DP
+            Gaussian per class in the same latent space, :func:`fastdpot.baselines.dp_class_gaussians`, rows bounded
+            as the flow's: unit sphere, or public centres and radius r with ``center="public"``) or ``"public"``
+            (baseline: the public half's own labelled latents, decoded; no private data, no privacy cost).
+        public_size: number of public training images (the auto-encoder's training set); None: half of them.
+        flow_seeds: run the generation stage (flow or baseline) with this many seeds cfg.seed + 1, cfg.seed + 2, …
+            on the same data split and auto-encoder; metrics.json reports each seed and their mean / spread.
+        classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``); cnn_epochs: the CNN's.
     """
     dataset: str = "auto"
     data_dir: Optional[str] = None
@@ -134,6 +145,11 @@ class PipelineConfig:
     replayable_noise: bool = False
     release: str = "points"
     num_bins: Optional[int] = None
+    method: str = "flow"
+    public_size: Optional[int] = None
+    flow_seeds: int = 1
+    classifiers: str = "logreg,mlp,cnn"
+    cnn_epochs: int = 5
 
     def resolved(self) -> "PipelineConfig":
         """A copy with the --quick reductions and the data-dependent defaults applied, validated."""
@@ -147,6 +163,7 @@ class PipelineConfig:
             c.fid_samples = min(c.fid_samples, 100)
             c.fid_real = min(c.fid_real, 100)
             c.checkpoint_every = min(c.checkpoint_every, 10)
+            c.cnn_epochs = min(c.cnn_epochs, 1)
         c.epsilon = check_epsilon(c.epsilon, "epsilon", allow_inf=True)
         c.delta = check_delta(c.delta)
         check_int(c.batch_size, "batch_size")
@@ -175,6 +192,15 @@ class PipelineConfig:
                 raise ValueError(f"num_bins must be <= batch_size = {c.batch_size}, got {c.num_bins}")
         elif c.num_bins is not None:
             raise ValueError(f"num_bins is only used with release='sketch', got num_bins={c.num_bins!r}")
+        check_choice(c.method, "method", METHODS)
+        if c.public_size is not None:
+            check_int(c.public_size, "public_size")
+        check_int(c.flow_seeds, "flow_seeds")
+        check_int(c.cnn_epochs, "cnn_epochs")
+        names = [v.strip() for v in str(c.classifiers).split(",") if v.strip()]
+        for v in names:
+            check_choice(v, "classifiers", CLASSIFIERS)
+        c.classifiers = ",".join(names)
         if c.clip_radius is not None:
             c.clip_radius = check_positive(c.clip_radius, "clip_radius")
             if c.center != "public":
@@ -187,7 +213,8 @@ class PipelineConfig:
 # stages
 # ------------------------------------------------------------------------------------------------------------
 def stage_data(cfg: PipelineConfig) -> Dict[str, Any]:
-    """Load train/test data and split the training set into disjoint public / private halves (seed ``cfg.seed``).
+    """Load train/test data and split the training set into disjoint public / private halves (seed ``cfg.seed``;
+    ``cfg.public_size`` public images instead of half when given).
 
     Returns:
         dict with ``public`` and ``private`` (:class:`ImageData`), ``test`` (:class:`ImageData`), ``public_index``
@@ -195,7 +222,9 @@ def stage_data(cfg: PipelineConfig) -> Dict[str, Any]:
     """
     train = load_dataset(cfg.dataset, "train", cfg.data_dir, cfg.celeba_dir, cfg.max_train)
     test = load_dataset(cfg.dataset, "test", cfg.data_dir, cfg.celeba_dir, cfg.max_test)
-    pub, priv = public_private_split(len(train), seed=cfg.seed)
+    if cfg.public_size is not None and not cfg.public_size < len(train):
+        raise ValueError(f"public_size must be < the {len(train)} training images, got {cfg.public_size}")
+    pub, priv = public_private_split(len(train), seed=cfg.seed, public_size=cfg.public_size)
     return dict(public=train.subset(pub), private=train.subset(priv), test=test, public_index=pub,
                 private_index=priv, dataset=train.name)
 
@@ -234,7 +263,7 @@ def stage_autoencoder(cfg: PipelineConfig, data: Dict[str, Any], progress: bool 
     recon = decode(model, encode(model, test, device=cfg.device), device=cfg.device)
     mse = float(((recon - to_float(test)) ** 2).mean())
     public = (encode(model, data["public"].images, device=cfg.device)
-              if "public" in (cfg.spread, cfg.center) else None)
+              if "public" in (cfg.spread, cfg.center) or cfg.method == "public" else None)
     return dict(model=model, info=info, latents=latents, labels=data["private"].labels, public_latents=public,
                 public_labels=data["public"].labels, recon_mse=mse, config=asdict(ae_cfg))
 
@@ -284,8 +313,9 @@ def _flow_steps(n: int, epochs: float, batch: int) -> int:
 def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torch.Tensor], num_particles: int,
                checkpoint_path: Optional[str] = None, progress: bool = True,
                centers: Optional[torch.Tensor] = None, clip_radius: Optional[float] = None,
-               public_labels: Optional[torch.Tensor] = None) -> Dict[str, Any]:
-    """The DP sliced-Wasserstein flow (DPSWflow-r) on the private latents.
+               public_labels: Optional[torch.Tensor] = None, seed: Optional[int] = None) -> Dict[str, Any]:
+    """The DP sliced-Wasserstein flow (DPSWflow-r) on the private latents (generator seed ``seed``, default
+    ``cfg.seed + 1``).
 
     Class-conditional (one flow per label on its partition; parallel composition) when ``labels`` is given and
     ``cfg.class_conditional``; T = round(epochs · n̄ / B) with n̄ = n/C the mean class size (one T shared by all
@@ -344,7 +374,8 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
               bound=cfg.bound, directions=cfg.directions, device=cfg.device, backend=cfg.backend,
               secure_mode=not cfg.replayable_noise,
               **({} if cfg.release == "points" else dict(release=cfg.release, num_bins=cfg.num_bins)))
-    gen = torch.Generator().manual_seed(cfg.seed + 1)  # public: initial particles (and every draw if replayable)
+    # public: initial particles (and every draw if replayable)
+    gen = torch.Generator().manual_seed(cfg.seed + 1 if seed is None else int(seed))
     resumed = False
     if checkpoint_path is not None and os.path.isfile(checkpoint_path):
         flow = (ClassConditionalFlow if cond else DPSlicedWassersteinFlow).load(
@@ -487,8 +518,9 @@ def stage_decode(model, samples: torch.Tensor, device="cpu", on_sphere: bool = T
 
 def stage_metrics(cfg: PipelineConfig, images: torch.Tensor, labels: Optional[torch.Tensor], test: ImageData,
                   fid_cache: Optional[str] = None, progress: bool = True) -> Dict[str, Any]:
-    """FID (``cfg.fid_samples`` generated vs ``cfg.fid_real`` real test images) and downstream accuracy (LogReg /
-    MLP trained on all generated labelled images, tested on the whole real test set).
+    """FID (``cfg.fid_samples`` generated vs ``cfg.fid_real`` real test images) and downstream accuracy (the
+    ``cfg.classifiers``: LogReg / MLP / CNN trained on all generated labelled images, tested on the whole real test
+    set).
 
     The generated subset is drawn with ``cfg.seed``; the real subset with a fixed seed, so its Inception statistics
     (cached in ``fid_cache``, keyed by the pixels) serve every run on the same test set.
@@ -512,8 +544,9 @@ def stage_metrics(cfg: PipelineConfig, images: torch.Tensor, labels: Optional[to
                fid_real_seconds=t_real, fid_generated_seconds=time.perf_counter() - t0)
     if labels is not None and test.labels is not None:
         t0 = time.perf_counter()
-        acc = M.downstream_accuracy(images.flatten(1), labels, to_float(test.images).flatten(1), test.labels,
-                                    seed=cfg.seed)
+        acc = M.downstream_accuracy(images, labels, to_float(test.images), test.labels,
+                                    classifiers=[v for v in cfg.classifiers.split(",") if v], seed=cfg.seed,
+                                    cnn_epochs=cfg.cnn_epochs)
         out.update({f"accuracy_{k}": v for k, v in acc.items()})
         out.update(downstream_train_samples=int(images.shape[0]), downstream_test_samples=len(test),
                    downstream_seconds=time.perf_counter() - t0)
@@ -706,8 +739,10 @@ def write_outputs(run_dir: str, cfg: PipelineConfig, result: Dict[str, Any], ima
         C = int(labels.max()) + 1
         names = list(class_names) if class_names and len(class_names) == C else [str(c) for c in range(C)]
     eps_txt = ("inf (non-private)" if math.isinf(cfg.epsilon) else
-               f"≤ {cfg.epsilon:g}" if result["privacy"]["class_conditional"] else f"{result['epsilon']:.2f}")
-    title = f"{result['dataset']}: DPSWflow-r, ε = {eps_txt}, δ = {cfg.delta:g}"
+               f"≤ {cfg.epsilon:g}" if result["privacy"].get("class_conditional") else f"{result['epsilon']:.2f}")
+    what = {"flow": "DPSWflow-r", "gaussian": "DP Gaussian per class", "public": "public-only"}[cfg.method]
+    title = (f"{result['dataset']}: {what}, ε = {eps_txt}, δ = {cfg.delta:g}" if cfg.method != "public" else
+             f"{result['dataset']}: public-only baseline (no private data)")
     paths = dict(samples=os.path.join(run_dir, "samples.png"), metrics=os.path.join(run_dir, "metrics.json"),
                  privacy=os.path.join(run_dir, "privacy.md"))
     _save_grid_png(grid, paths["samples"], names, title)
@@ -715,7 +750,12 @@ def write_outputs(run_dir: str, cfg: PipelineConfig, result: Dict[str, Any], ima
         json.dump(result["metrics"], f, indent=2, default=_json_default)
         f.write("\n")
     with open(paths["privacy"], "w") as f:
-        f.write(_privacy_md(cfg, result))
+        if cfg.method == "flow":
+            f.write(_privacy_md(cfg, result))
+        else:
+            from .baselines import baseline_privacy_md
+
+            f.write(baseline_privacy_md(cfg, result))
     return paths
 
 
@@ -738,8 +778,20 @@ def _finite(v):
     return v
 
 
+def seed_summary(rows) -> Dict[str, Dict[str, float]]:
+    """{metric: {mean, std (sample, ddof 1; 0 for one seed), min, max, n}} over the per-seed rows' fid and
+    accuracy_* values."""
+    keys = [k for k in (rows[0] if rows else {}) if k == "fid" or k.startswith("accuracy_")]
+    out = {}
+    for k in keys:
+        v = torch.tensor([float(r[k]) for r in rows], dtype=torch.float64)
+        out[k] = dict(mean=float(v.mean()), std=float(v.std()) if v.numel() > 1 else 0.0, min=float(v.min()),
+                      max=float(v.max()), n=int(v.numel()))
+    return out
+
+
 def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
-                 cache_dir: Optional[str] = None) -> Dict[str, Any]:
+                 cache_dir: Optional[str] = None, data: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Run every stage and write the outputs into ``run_dir``; returns the metrics dict (also in metrics.json).
 
     The flow stage checkpoints to ``run_dir/private/flow_checkpoint.pt`` every ``cfg.checkpoint_every`` steps;
@@ -748,6 +800,8 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     generator state that replays every draw with ``replayable_noise``; ``flows.json``: per-class n_c, q_c, z_c, ε_c):
     keep it with the private data, never publish it. ``samples.png``, ``metrics.json``, ``privacy.md`` and
     ``config.json`` are the publishable outputs.
+    ``data`` replaces :func:`stage_data`'s output (a dict with ``public``, ``private``, ``test`` and ``dataset``;
+    :mod:`fastdpot.tuning` passes splits of the public half).
 
     Raises:
         ValueError: invalid configuration (see :meth:`PipelineConfig.resolved`).
@@ -778,81 +832,109 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         # folders older than `init` / `center` ran N(0, I_d) starts / unit-sphere latents; older than secure mode
         # drew every privacy draw from the seed (replayable); older than `release` released points
         legacy = {"init": "gaussian", "init_scale": 1.0, "center": "none", "clip_radius": None,
-                  "replayable_noise": True, "release": "points", "num_bins": None}
-        if {**legacy, **old} != _finite(asdict(cfg)):
+                  "replayable_noise": True, "release": "points", "num_bins": None, "method": "flow",
+                  "public_size": None}
+        scoring = ("flow_seeds", "classifiers", "cnn_epochs")  # do not change the checkpointed flow
+        strip = lambda c: {k: v for k, v in c.items() if k not in scoring}  # noqa: E731
+        if strip({**legacy, **old}) != strip(_finite(asdict(cfg))):
             raise ValueError(f"{run_dir!r} holds a flow checkpoint of a different config; use another --name or "
                              f"delete the folder")
     with open(cfg_path, "w") as f:
         json.dump(_finite(asdict(cfg)), f, indent=2)
 
     t0 = time.perf_counter()
-    data = stage_data(cfg)
+    data = stage_data(cfg) if data is None else data  # given: the tuning protocol's stand-in split
     mark("data", t0)
     t0 = time.perf_counter()
     ae = stage_autoencoder(cfg, data, progress=progress, cache_dir=cache_dir)
     mark("autoencoder", t0)
     n_particles = cfg.num_particles or len(data["test"])
-    t0 = time.perf_counter()
     labels = ae["labels"] if cfg.class_conditional else None
     centers, radius = None, None
-    if cfg.center == "public":
+    if cfg.center == "public" and cfg.method != "public":
         nc = None if labels is None else int(max(int(labels.max()), int(ae["public_labels"].max()))) + 1
         centers, radius = public_centers(ae["public_latents"], None if labels is None else ae["public_labels"],
                                          cfg.clip_radius, num_classes=nc)
-    os.makedirs(private_dir, exist_ok=True)
-    fl = stage_flow(cfg, ae["latents"], labels, n_particles, checkpoint_path=ckpt, progress=progress,
-                    centers=centers, clip_radius=radius, public_labels=ae["public_labels"] if labels is not None
-                    else None)
-    with open(os.path.join(private_dir, "flows.json"), "w") as f:  # per-flow values: private (they depend on n_c)
-        json.dump(_finite(fl["privacy"]["flows"]), f, indent=2, default=_json_default)
-    mark("flow", t0)
-    t0 = time.perf_counter()
-    samples, spread_scales = fl["samples"], None
-    if cfg.spread == "public":
-        samples, spread_scales = calibrate_spread(samples, fl["sample_labels"], ae["public_latents"],
-                                                  ae["public_labels"] if fl["sample_labels"] is not None else None)
-    images = stage_decode(ae["model"], samples, device=cfg.device, on_sphere=cfg.decode_on_sphere)
-    mark("decode", t0)
-    t0 = time.perf_counter()
     fid_cache = os.path.join(cache_dir, "fid_real_stats",
                              f"{data['dataset'].replace(':', '_').replace('/', '_')}_n{cfg.fid_real}.npz")
-    met = stage_metrics(cfg, images, fl["sample_labels"], data["test"], fid_cache=fid_cache, progress=progress)
-    mark("metrics", t0)
+    os.makedirs(private_dir, exist_ok=True)
+    per_seed = []
+    for i in range(cfg.flow_seeds):  # the first seed is the run's (its checkpoint, samples.png, top-level metrics)
+        seed = cfg.seed + 1 + i
+        t0 = time.perf_counter()
+        if cfg.method == "flow":
+            path = ckpt if i == 0 else os.path.join(private_dir, f"flow_checkpoint_seed{seed}.pt")
+            fl_i = stage_flow(cfg, ae["latents"], labels, n_particles, checkpoint_path=path, progress=progress,
+                              centers=centers, clip_radius=radius, seed=seed,
+                              public_labels=ae["public_labels"] if labels is not None else None)
+            if i == 0:  # per-flow values: private (they depend on the class sizes n_c)
+                with open(os.path.join(private_dir, "flows.json"), "w") as f:
+                    json.dump(_finite(fl_i["privacy"]["flows"]), f, indent=2, default=_json_default)
+        else:
+            from .baselines import stage_baseline
+
+            fl_i = stage_baseline(cfg, ae, n_particles, seed, centers=centers, clip_radius=radius)
+        if i == 0:
+            mark("flow", t0)
+        t0 = time.perf_counter()
+        samples, scales_i = fl_i["samples"], None
+        if cfg.spread == "public" and cfg.method == "flow":
+            samples, scales_i = calibrate_spread(samples, fl_i["sample_labels"], ae["public_latents"],
+                                                 ae["public_labels"] if fl_i["sample_labels"] is not None else None)
+        images_i = stage_decode(ae["model"], samples, device=cfg.device, on_sphere=cfg.decode_on_sphere)
+        if i == 0:
+            mark("decode", t0)
+        t0 = time.perf_counter()
+        met_i = stage_metrics(cfg, images_i, fl_i["sample_labels"], data["test"], fid_cache=fid_cache,
+                              progress=progress)
+        if i == 0:
+            mark("metrics", t0)
+            fl, spread_scales, images, met = fl_i, scales_i, images_i, met_i
+        per_seed.append(dict(flow_seed=seed, **{k: v for k, v in met_i.items()
+                                                if k == "fid" or k.startswith("accuracy_")}))
     stages.close()
 
     p = fl["privacy"]
-    cond = p["class_conditional"]
-    zs = [f["noise_multiplier"] for f in p["flows"]]
+    cond = bool(p.get("class_conditional", cfg.class_conditional))
+    private = bool(p["private"])
     # class-conditional: z_c, σ_c, q_c = B/n_c and the exact ε_c are functions of the private class sizes: not
     # published (they are in private/flows.json); ε spent is reported as the guaranteed bound, the target
-    per_flow = {} if cond else dict(noise_multiplier=zs[0], noise_std=p["flows"][0]["noise_std"],
-                                    sample_rate=p["flows"][0]["sample_rate"])
-    eps_spent = (cfg.epsilon if p["private"] else math.inf) if cond else fl["epsilon"]
-    metrics = dict(
-        dataset=data["dataset"], n_public=len(data["public"]), n_private=len(data["private"]),
-        n_test=len(data["test"]), split_seed=cfg.seed, seed=cfg.seed, quick=cfg.quick,
-        private=p["private"], epsilon_target=cfg.epsilon, epsilon_spent=eps_spent,
-        epsilon_spent_is_bound=bool(cond and p["private"]), delta=cfg.delta,
+    eps_spent = (cfg.epsilon if private else math.inf) if cond and cfg.method == "flow" else fl["epsilon"]
+    common = dict(
+        dataset=data["dataset"], method=cfg.method, n_public=len(data["public"]), n_private=len(data["private"]),
+        public_size=cfg.public_size, n_test=len(data["test"]), split_seed=cfg.seed, seed=cfg.seed,
+        flow_seed=cfg.seed + 1, quick=cfg.quick, private=private, epsilon_target=cfg.epsilon,
+        epsilon_spent=eps_spent, epsilon_spent_is_bound=bool(cond and private and cfg.method == "flow"),
+        delta=cfg.delta,
         noise="replayable from seed: NO privacy guarantee against anyone who holds the seed or the checkpoint"
               if cfg.replayable_noise else "secret (operating-system CSPRNG; not stored)",
         neighbouring_relation=("replace one image, its label unchanged (labels and class sizes assumed public)"
                                if cond else "replace one image (substitution)"),
-        steps=p["steps"], steps_taken=[f["steps_taken"] for f in p["flows"]], batch_size=p["batch_size"],
-        **per_flow,
-        sensitivity=p["flows"][0]["sensitivity"],
-        accountant="rdp (dp-accounting), sampled without replacement, substitution neighbours",
-        class_conditional=p["class_conditional"], num_particles=int(fl["samples"].shape[0]),
-        latent_dim=int(ae["latents"].shape[1]), num_projections=p["num_projections"], step_size=p["step_size"],
-        reg=cfg.reg, epochs=cfg.epochs, init=cfg.init, init_scale=cfg.init_scale, center=cfg.center,
-        release=cfg.release, num_bins=cfg.num_bins,
-        clip_radius=radius, spread=cfg.spread,
-        spread_scales=spread_scales, autoencoder=dict(ae["config"], cached=ae["info"]["cached"],
-                                                      train_bce=ae["info"]["train_loss"],
-                                                      test_recon_mse=ae["recon_mse"]),
+        num_particles=int(fl["samples"].shape[0]), latent_dim=int(ae["latents"].shape[1]), center=cfg.center,
+        clip_radius=radius,
+        autoencoder=dict(ae["config"], cached=ae["info"]["cached"], train_bce=ae["info"]["train_loss"],
+                         test_recon_mse=ae["recon_mse"]),
         flow_resumed=fl["resumed"], wall_time_s=dict(times, total=round(sum(times.values()), 2)),
         device=cfg.device, torch_threads=torch.get_num_threads(), machine=platform.machine(),
-        **met)
-    metrics = _finite(metrics)
+        seeds=per_seed, seed_summary=seed_summary(per_seed))
+    if cfg.method == "flow":
+        per_flow = {} if cond else dict(noise_multiplier=p["flows"][0]["noise_multiplier"],
+                                        noise_std=p["flows"][0]["noise_std"],
+                                        sample_rate=p["flows"][0]["sample_rate"])
+        specific = dict(
+            steps=p["steps"], steps_taken=[f["steps_taken"] for f in p["flows"]], batch_size=p["batch_size"],
+            **per_flow, sensitivity=p["flows"][0]["sensitivity"],
+            accountant="rdp (dp-accounting), sampled without replacement, substitution neighbours",
+            class_conditional=cond, num_projections=p["num_projections"], step_size=p["step_size"], reg=cfg.reg,
+            epochs=cfg.epochs, init=cfg.init, init_scale=cfg.init_scale, release=cfg.release,
+            num_bins=cfg.num_bins, spread=cfg.spread, spread_scales=spread_scales)
+    else:
+        specific = dict(class_conditional=cfg.class_conditional, noise_std=p.get("noise_std"),
+                        sensitivity=p.get("sensitivity"),
+                        accountant=("Gaussian mechanism, one release per class (analytic σ), parallel composition, "
+                                    "replace-one neighbours keeping the label" if cfg.method == "gaussian" else
+                                    "none: no private data used"))
+    metrics = _finite(dict(common, **specific, **met))
     result = dict(metrics=metrics, privacy=p, epsilon=fl["epsilon"], dataset=data["dataset"],
                   n_public=len(data["public"]), n_private=len(data["private"]),
                   latent_dim=int(ae["latents"].shape[1]))

@@ -235,16 +235,18 @@ def load_fashion_mnist_available(data_dir: Optional[str] = None) -> bool:
     return all(find_idx_file(d, s) is not None for pair in _STEMS.values() for s in pair)
 
 
-def public_private_split(num_samples: int, seed: int, public_fraction: float = 0.5) -> Tuple[torch.Tensor, torch.Tensor]:
+def public_private_split(num_samples: int, seed: int, public_fraction: float = 0.5,
+                         public_size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Disjoint public / private index sets of a training set, from a recorded seed.
 
     The public part trains the auto-encoder (public by assumption); only the private part enters the DP flow.
+    ``public_size`` (an integer in [1, num_samples)) fixes the public part's size instead of ``public_fraction``.
 
     Returns:
         (public_index, private_index): sorted int64 tensors whose union is ``range(num_samples)``.
 
     Raises:
-        ValueError: ``num_samples`` < 2 or ``public_fraction`` outside (0, 1).
+        ValueError: ``num_samples`` < 2, ``public_fraction`` outside (0, 1), ``public_size`` outside [1, num_samples).
     """
     if isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 2:
         raise ValueError(f"num_samples must be an integer >= 2, got {num_samples!r}")
@@ -252,4 +254,8 @@ def public_private_split(num_samples: int, seed: int, public_fraction: float = 0
         raise ValueError(f"public_fraction must be in (0, 1), got {public_fraction!r}")
     perm = torch.randperm(int(num_samples), generator=torch.Generator().manual_seed(int(seed)))
     n_pub = min(max(1, int(round(public_fraction * num_samples))), num_samples - 1)
+    if public_size is not None:
+        if isinstance(public_size, bool) or int(public_size) != public_size or not 1 <= public_size < num_samples:
+            raise ValueError(f"public_size must be an integer in [1, {num_samples}), got {public_size!r}")
+        n_pub = int(public_size)
     return torch.sort(perm[:n_pub]).values, torch.sort(perm[n_pub:]).values

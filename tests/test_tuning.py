@@ -1,0 +1,61 @@
+"""The public-only tuning protocol: the three-way split of the public part, the grid parser, and a tiny sweep."""
+import json
+import math
+
+import pytest
+import torch
+
+from fastdpot.data import ImageData
+from fastdpot.pipeline import PipelineConfig
+from fastdpot.tuning import main, parse_grid, run_tuning, tuning_split
+
+
+def _public(n=90):
+    return ImageData(torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1).expand(n, 1, 4, 4).contiguous(),
+                     torch.arange(n) % 3, "toy")
+
+
+def test_tuning_split_is_disjoint_seeded_and_covers_the_public_part():
+    pub = _public()
+    s = tuning_split(pub, seed=3)
+    idx = [s["holdout_index"], s["standin_public_index"], s["standin_private_index"]]
+    assert [len(i) for i in idx] == [30, 30, 30]
+    assert sorted(torch.cat(idx).tolist()) == list(range(90))
+    assert len(s["test"]) == 30 and len(s["public"]) == 30 and len(s["private"]) == 30
+    torch.testing.assert_close(s["test"].images[:, 0, 0, 0].long(), s["holdout_index"])  # rows of P, nothing else
+    assert s["dataset"] == "toy:tuning"
+    assert torch.equal(tuning_split(pub, seed=3)["holdout_index"], s["holdout_index"])
+    assert not torch.equal(tuning_split(pub, seed=4)["holdout_index"], s["holdout_index"])
+    t = tuning_split(pub, seed=0, holdout_size=10, standin_public_size=20)
+    assert (len(t["test"]), len(t["public"]), len(t["private"])) == (10, 20, 60)
+    with pytest.raises(ValueError, match="stand-in"):
+        tuning_split(pub, holdout_size=10, standin_public_size=79)
+
+
+def test_parse_grid():
+    g = parse_grid(["step_size=0.1,0.3", "epsilon=inf,10", "latent_dim=none,16", "center=public", "quick=true"])
+    assert g == {"step_size": [0.1, 0.3], "epsilon": [math.inf, 10], "latent_dim": [None, 16],
+                 "center": ["public"], "quick": [True]}
+    for bad in (["step_size"], ["nope=1"], ["epochs="], ["epochs=1", "epochs=2"]):
+        with pytest.raises(ValueError):
+            parse_grid(bad)
+    with pytest.raises(ValueError, match="select"):
+        run_tuning(PipelineConfig(classifiers="logreg"), {"epochs": [1]}, "/nonexistent", select="accuracy_cnn")
+
+
+@pytest.mark.slow  # two small pipeline runs with FID (about a minute on 2 cores)
+def test_tiny_sweep_writes_a_ranked_table(tmp_path):
+    from fastdpot.data import load_digits
+
+    out = tmp_path / "tune"
+    rc = main(["--out", str(out), "--set", "dataset=digits", "--set", "quick=true", "--set", "fid_samples=4",
+               "--set", "fid_real=4", "--set", "num_particles=40", "--set", "classifiers=logreg",
+               "--grid", "step_size=0.1,1", "--select", "accuracy_logreg", "--cache-dir", str(tmp_path / "c")])
+    assert rc == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["settings"]["step_size"] for r in rows] == [0.1, 1]
+    assert all(0 < r["epsilon_spent"] <= 10 + 1e-9 for r in rows)
+    n_pub = len(load_digits("train")) // 2
+    assert rows[0]["n_holdout"] == n_pub // 3  # the held-out part comes from the public half, not the test set
+    table = (out / "table.md").read_text()
+    assert "| rank | step_size |" in table and "held-out" in table
