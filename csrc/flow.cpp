@@ -1,4 +1,4 @@
-// Fused CPU step of the (DP) sliced-Wasserstein particle flow -- PAPERS.md §2, fastdpot/reference/flow.py.
+// Fused CPU step of the (DP) sliced-Wasserstein particle flow -- Sebag et al., TMLR, fastdpot/reference/flow.py.
 //
 // For each chunk of C directions (C bounded so the chunk's projections take <= ~FASTDPOT_FLOW_CHUNK_MB = 256 MB):
 //   a. projections s_ij = <x_i, θ_j> + σ·N4(seed, stream 2j, i) (Philox of common.h, four normals per block:

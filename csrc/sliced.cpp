@@ -1,4 +1,4 @@
-// Fused CPU kernel of the (DP) sliced Wasserstein distance SW_p^p (PAPERS.md §1), one chunk of directions.
+// Fused CPU kernel of the (DP) sliced Wasserstein distance SW_p^p (Rakotomamonjy & Ralaivola, ICML 2021), one chunk of directions.
 //
 // Input: the projected values of both clouds for kc directions, laid out direction-major (kc, N) and (kc, M)
 // (the caller computes them with torch's BLAS: Θ_c Xᵀ). Per direction j, in parallel over directions (OpenMP):

@@ -1,4 +1,4 @@
-"""Auto-encoders whose latent space hosts the DP flow (PAPERS.md §2), trained on the PUBLIC half only.
+"""Auto-encoders whose latent space hosts the DP flow (Sebag et al., TMLR), trained on the PUBLIC half only.
 
 * :class:`ConvAutoEncoder` — the conv AE of the DPSWflow code for 28/32 px images: encoder convs
   (C→3, k3 s1 p1), (3→32, k4 s2 p1), (32→32, k3 s1 p1), (32→32, k3 s1 p1) with ReLU, linear 8192→d;
@@ -49,7 +49,7 @@ class ConvAutoEncoder(nn.Module):
 
     References:
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
-        (auto-encoder of the DPSWflow code; PAPERS.md §2).
+        (auto-encoder of the DPSWflow code; Sebag et al., TMLR).
     """
 
     def __init__(self, channels: int = 1, image_size: int = 28, latent_dim: int = 8):
@@ -98,7 +98,7 @@ class DCGANAutoEncoder(nn.Module):
 
     References:
         Radford, Metz, Chintala, "Unsupervised representation learning with deep convolutional GANs", ICLR 2016;
-        used for CelebA 64×64 in Sebag et al. (PAPERS.md §2).
+        used for CelebA 64×64 in Sebag et al., TMLR.
     """
 
     def __init__(self, channels: int = 3, image_size: int = 64, latent_dim: int = 48, width: int = 64):

@@ -1,4 +1,4 @@
-"""DP-Sinkhorn (Cao et al., NeurIPS 2021; PAPERS.md §3): a generator trained with the semi-debiased Sinkhorn loss
+"""DP-Sinkhorn (Cao et al., NeurIPS 2021): a generator trained with the semi-debiased Sinkhorn loss
 whose only contact with private data is a sanitised gradient w.r.t. the generated images.
 
 Privacy argument, as enforced by :func:`train_dp_sinkhorn`:
@@ -79,7 +79,7 @@ def sanitize_image_gradient(grad: torch.Tensor, num_private_rows: int, clip_norm
         ValueError: bad shapes or parameters, a ``torch.Generator`` with ``secure_mode=True``.
 
     References:
-        Cao et al. 2021, §4.3 and Algorithm 1 (PAPERS.md §3); the per-sample factor is derived in the module doc.
+        Cao et al., NeurIPS 2021, §4.3 and Algorithm 1; the per-sample factor is derived in the module doc.
     """
     check_tensor(grad, "grad", ndim=2)
     B = check_int(num_private_rows, "num_private_rows")

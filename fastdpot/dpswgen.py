@@ -1,4 +1,4 @@
-"""DPSWgen: a generator trained with the DP sliced Wasserstein loss (PAPERS.md §2 baseline, §1 mechanism).
+"""DPSWgen: a generator trained with the DP sliced Wasserstein loss (baseline of Sebag et al., TMLR; mechanism of Rakotomamonjy & Ralaivola, ICML 2021).
 
 Each training step releases ``X_b Θᵀ + V`` for a fresh batch X_b of B private rows, drawn uniformly without
 replacement (:class:`fastdpot.privacy.FixedSizeSampler`, a new subset every step, never a replayed epoch), rows
@@ -23,7 +23,7 @@ __all__ = ["MLPGenerator", "ConvGenerator", "DPSWgenResult", "train_dpswgen"]
 
 
 class MLPGenerator(nn.Module):
-    """The DPSWgen generator of PAPERS.md §2: latent→256→ReLU→512→BN→ReLU→256→ReLU→out (linear output).
+    """The DPSWgen generator of Sebag et al., TMLR: latent→256→ReLU→512→BN→ReLU→256→ReLU→out (linear output).
 
     Shape: (B, latent_dim) -> (B, out_dim).
     """

@@ -1,6 +1,6 @@
 """DP sliced-Wasserstein particle flows: DPSWflow-r (``variant="resample"``) and DPSWflow (``"presampled"``).
 
-PAPERS.md §2 (Sebag et al., TMLR). Particles follow the Euler--Maruyama discretisation of the smoothed
+Sebag et al., TMLR. Particles follow the Euler--Maruyama discretisation of the smoothed
 sliced-Wasserstein gradient flow towards a private data set; the private data enter only through their noisy
 projections ``Y Θᵀ + V`` (a Gaussian mechanism), released once per step.
 
@@ -30,7 +30,7 @@ Privacy guarantee (what the code enforces, and what it assumes)
 * ``variant="presampled"`` (DPSWflow): a pool of ``pool_size`` directions is drawn once and every step uses k of
   them drawn uniformly without replacement, so each step's directions are marginally k i.i.d. uniform directions
   and the same per-step tail bound and union bound apply; every step's noisy release is composed like DPSWflow-r
-  (the authors' code reports ε = 0 for this variant, PAPERS.md §2 (c); fastdpot does not).
+  (the authors' code reports ε = 0 for this variant; fastdpot does not).
 * The noisy particle projections use the same σ (the authors' smoothing); particles are public post-processing.
 * ``release="sketch"``: instead of the B·k noisy projections, each step releases the sliced quantile sketch of the
   batch (:func:`fastdpot.privacy.sliced_quantile_sketch`: per direction, sort the projected clipped rows, sum them in
@@ -327,7 +327,7 @@ def _atomic_save(obj, path):
 
 
 class DPSlicedWassersteinFlow:
-    """Differentially private sliced-Wasserstein particle flow (DPSWflow-r / DPSWflow), PAPERS.md §2.
+    """Differentially private sliced-Wasserstein particle flow (DPSWflow-r / DPSWflow), Sebag et al., TMLR.
 
     Each step: draw k unit directions Θ (fresh, or k of a fixed pool), project the particles and the private batch,
     add N(0, σ²) noise to every projected value, map each noisy particle projection to the private quantile at its

@@ -1,4 +1,4 @@
-"""Generative models from locally privatised data with the entropic Wasserstein loss (PAPERS.md §4).
+"""Generative models from locally privatised data with the entropic Wasserstein loss (Reshetova, Chen & Özgür).
 
 Each user releases Y = clip(X) + N(0, σ² I) once (:func:`fastdpot.privacy.gaussian_local_mechanism`, (ε, δ)-LDP).
 A generator trained on Y with the *entropic* loss W_{2, 2σ²}(P_G, Q_Y) -- regularisation matched to the noise and
@@ -107,7 +107,7 @@ def half_circle_experiment(num_points: int = 2000, epsilon: float = 5.0, delta: 
                            steps: int = 300, batch_size: Optional[int] = None, eval_points: int = 2000,
                            losses=LOSSES, seed: int = 0, backend: str = "auto", lr: float = 5e-3,
                            tiny_blur: float = 0.01, secure_mode: bool = True) -> Dict:
-    """The half-circle experiment of PAPERS.md §4: privatise ``num_points`` clean points once with the Gaussian
+    """The half-circle experiment of Reshetova, Chen & Özgür: privatise ``num_points`` clean points once with the Gaussian
     local mechanism (ε, δ; ℓ2 radius), train one generator per loss, report W₂ to fresh clean data.
 
     ``seed`` drives the synthetic data and training; the mechanism's noise comes from the operating system unless
@@ -140,7 +140,7 @@ def main(argv=None):
     import argparse
     import json
 
-    p = argparse.ArgumentParser(description="Half-circle experiment with locally privatised data (PAPERS.md §4)")
+    p = argparse.ArgumentParser(description="Half-circle experiment with locally privatised data (Reshetova, Chen & Özgür)")
     p.add_argument("--points", type=int, default=2000)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=None)

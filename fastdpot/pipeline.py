@@ -1,6 +1,6 @@
 """The main job: private image generation with a DP sliced-Wasserstein flow in an auto-encoder's latent space.
 
-Stages (PAPERS.md §2, DPSWflow-r), each a function that can be run and tested on its own:
+Stages (Sebag et al., TMLR, DPSWflow-r), each a function that can be run and tested on its own:
 
 1. :func:`stage_data` — load the training and test images, split the training set into disjoint public and
    private halves with a recorded seed.
@@ -47,7 +47,7 @@ __all__ = ["PipelineConfig", "run_pipeline", "stage_data", "stage_autoencoder", 
 
 @dataclass
 class PipelineConfig:
-    """Settings of one run (defaults: PAPERS.md §2, Fashion-MNIST DPSWflow-r at (ε, δ) = (10, 1e-5), except the
+    """Settings of one run (defaults: Sebag et al., TMLR, Fashion-MNIST DPSWflow-r at (ε, δ) = (10, 1e-5), except the
     flow's directions (one block of k = d orthogonal directions per step, deterministic sensitivity 2), h = 0.3,
     B = 100, 10 epochs, a small data-independent start N(0, 0.3²·I_d/d) with no spread calibration (``spread="flow"``:
     nothing taken from public statistics after the flow), and the auto-encoder's 10 epochs: chosen by the ε = 10
@@ -230,10 +230,10 @@ def stage_data(cfg: PipelineConfig) -> Dict[str, Any]:
 
 
 def _ae_defaults(images: torch.Tensor) -> Tuple[str, int]:
-    """(arch, latent d) by image size: 28/32 px: the conv AE of PAPERS.md §2 with d = 16 (the papers use d = 8; at
+    """(arch, latent d) by image size: 28/32 px: the conv AE of Sebag et al., TMLR with d = 16 (the papers use d = 8; at
     d = 8 this AE's own reconstructions score FID ≈ 100 on 2000 vs 2000 Fashion-MNIST images, which bounds any flow
     in its latent space; d = 16 gave FID 89.7 at ε = 10 against 111.5 at d = 8, docs/mainjob/README.md);
-    64 px: DCGAN AE, d = 48 (PAPERS.md §2)."""
+    64 px: DCGAN AE, d = 48 (Sebag et al., TMLR)."""
     H = images.shape[-1]
     if H == 64:
         return "dcgan", 48
@@ -440,7 +440,7 @@ def _flow_defaults(cfg: PipelineConfig, dim: int) -> Tuple[int, float]:
     the number of blocks -- and beat k = 70 uniform directions at σ ≈ 10.5 by 16 points of latent-space MLP accuracy;
     h = 0.3 from a small start keeps the particles' random walk under the noisy quantiles near the class spread,
     where h = 1 leaves them ≈ 1.6 times too spread);
-    d = 48: k = 300, h = 5 (PAPERS.md §2, not swept)."""
+    d = 48: k = 300, h = 5 (Sebag et al., TMLR, not swept)."""
     k_def, h_def = (300, 5.0) if dim >= 32 else (dim, 0.3)
     return cfg.num_projections or k_def, cfg.step_size or h_def
 
@@ -634,7 +634,7 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         "",
         f"* Data: `{result['dataset']}` training set, split with seed {cfg.seed} into a public half "
         f"({result['n_public']} images) and a disjoint private half ({result['n_private']} images).",
-        f"* The private images enter ONLY through the DP sliced-Wasserstein flow (DPSWflow-r, PAPERS.md §2), in "
+        f"* The private images enter ONLY through the DP sliced-Wasserstein flow (DPSWflow-r, Sebag et al., TMLR), in "
         f"the auto-encoder's latent space (d = {result['latent_dim']}); "
         + (f"each latent (on the unit sphere) is shifted by the PUBLIC half's mean latent of its class and clipped "
            f"inside the flow step to the ball of radius r = {p['clip_radius']:.4g} about 0 (‖y − y'‖ ≤ 2r; "

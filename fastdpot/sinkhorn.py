@@ -7,7 +7,7 @@
         - \\tfrac12 \\mathrm{OT}_\\varepsilon(\\alpha, \\alpha) - \\tfrac12 \\mathrm{OT}_\\varepsilon(\\beta, \\beta)
 
 Solver: the symmetric, averaged log-domain Sinkhorn loop with ε-scaling of GeomLoss (ε = blur^p, from the
-diameter^p of the data down to blur^p by factors scaling^p; PAPERS.md §3), written here on two engines:
+diameter^p of the data down to blur^p by factors scaling^p; Cao et al., NeurIPS 2021), written here on two engines:
 
 * ``"keops"`` -- pykeops ``LazyTensor`` log-sum-exp reductions: O(N + M) memory, any N, M;
 * ``"tensorized"`` (the ``"reference"`` backend of op ``"sinkhorn"``) -- dense (N, M) cost matrices in torch.
@@ -101,14 +101,14 @@ def euclidean() -> Cost:
 
 
 def l1() -> Cost:
-    """C(x, y) = ‖x − y‖₁ (the Laplace local mechanism's matching cost, PAPERS.md §4)."""
+    """C(x, y) = ‖x − y‖₁ (the Laplace local mechanism's matching cost, Reshetova, Chen & Özgür)."""
     return Cost("l1", dense=lambda u, v: torch.cdist(u, v, p=1.0),
                 keops=lambda ui, vj: (ui - vj).abs().sum(-1),
                 start=lambda D, d: math.sqrt(d) * D)
 
 
 def squared_euclidean_l1(m: float) -> Cost:
-    """C(x, y) = ‖x − y‖₂² + m‖x − y‖₁ (DP-Sinkhorn's image cost; m = 1 MNIST, 3 Fashion-MNIST; PAPERS.md §3)."""
+    """C(x, y) = ‖x − y‖₂² + m‖x − y‖₁ (DP-Sinkhorn's image cost; m = 1 MNIST, 3 Fashion-MNIST; Cao et al., NeurIPS 2021)."""
     m = check_nonnegative(m, "m")
     return Cost(f"squared_euclidean+{m:g}*l1",
                 dense=lambda u, v: sqdist_dense(u, v) + m * torch.cdist(u, v, p=1.0),
@@ -131,7 +131,7 @@ def custom_cost(dense: Callable, keops: Optional[Callable] = None, name: str = "
 
 
 def class_conditional(x: torch.Tensor, labels: torch.Tensor, num_classes: int, scale: float = 15.0) -> torch.Tensor:
-    """Class conditioning by concatenation: [x, scale·one_hot(label)] (DP-Sinkhorn uses scale 15; PAPERS.md §3).
+    """Class conditioning by concatenation: [x, scale·one_hot(label)] (DP-Sinkhorn uses scale 15; Cao et al., NeurIPS 2021).
 
     With the squared-Euclidean part of the cost, two points of different classes are 2·scale² further apart,
     so for scale² ≫ ε the transport plan never mixes classes.
@@ -382,7 +382,7 @@ def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None,
 
     References:
         Feydy et al., AISTATS 2019 (Sinkhorn divergences); Feydy, PhD thesis §3.3 (Eq. 3.186, 3.207-3.209);
-        Cao et al., NeurIPS 2021 (DP-Sinkhorn), PAPERS.md §3.
+        Cao et al., NeurIPS 2021 (DP-Sinkhorn).
     """
     check_tensor(x, "x", ndim=2)
     check_tensor(y, "y", ndim=2)
@@ -460,7 +460,7 @@ class SinkhornLoss(torch.nn.Module):
 
 def semi_debiased_sinkhorn_loss(fake: torch.Tensor, fake_extra: torch.Tensor, real: torch.Tensor, ratio: float,
                                 **kwargs) -> torch.Tensor:
-    """DP-Sinkhorn's semi-debiased loss L = 2·OT_ε(G, real) − OT_ε(G, G') (PAPERS.md §3; Cao et al. 2021, Eq. 6).
+    """DP-Sinkhorn's semi-debiased loss L = 2·OT_ε(G, real) − OT_ε(G, G') (Cao et al., NeurIPS 2021, Eq. 6).
 
     G = ``fake`` (B rows); G' = [G_{rB+1..B}, ``fake_extra``] shares (1 − r)B rows with G, the rB others are
     fresh samples (fresh latents, same labels). r = 0: G' = G (biased); r = 1: G' independent of G (unbiased
@@ -489,7 +489,7 @@ def semi_debiased_sinkhorn_loss(fake: torch.Tensor, fake_extra: torch.Tensor, re
 
 
 def entropic_regularization_for_noise(sigma: float, p: int = 2) -> float:
-    """The entropic regularisation matched to additive local-DP noise: λ = p·σ^p (PAPERS.md §4).
+    """The entropic regularisation matched to additive local-DP noise: λ = p·σ^p (Reshetova, Chen & Özgür).
 
     σ is the Gaussian noise standard deviation per coordinate (p = 2) or the Laplace scale (p = 1).
     """
@@ -501,7 +501,7 @@ def entropic_regularization_for_noise(sigma: float, p: int = 2) -> float:
 def entropic_wasserstein(x: torch.Tensor, y: torch.Tensor, p: int = 2, reg: float = 1.0, *,
                          a: Optional[torch.Tensor] = None, b: Optional[torch.Tensor] = None, scaling: float = 0.5,
                          backend: str = "auto", final_iters: int = 0) -> torch.Tensor:
-    """Entropic Wasserstein W_{p,λ}(α, β) = min_π E_π ‖x − y‖_p^p + λ·I_π, **not** debiased (PAPERS.md §4).
+    """Entropic Wasserstein W_{p,λ}(α, β) = min_π E_π ‖x − y‖_p^p + λ·I_π, **not** debiased (Reshetova, Chen & Özgür).
 
     I_π = KL(π | α⊗β) is the mutual information of the coupling. Costs: p = 2 → ‖x − y‖₂² (no ½),
     p = 1 → ‖x − y‖₁. For data privatised once by additive noise of std σ (Gaussian, p = 2) or scale σ
@@ -512,7 +512,7 @@ def entropic_wasserstein(x: torch.Tensor, y: torch.Tensor, p: int = 2, reg: floa
 
     References:
         D. Reshetova, W.-N. Chen, A. Özgür, "Training generative models from privatized data via entropic optimal
-        transport" (PAPERS.md §4), Eq. for W_{p, pσ^p}.
+        transport", Eq. for W_{p, pσ^p}.
     """
     check_choice(p, "p", (1, 2))
     reg = check_positive(reg, "reg")

@@ -1,4 +1,4 @@
-"""(DP) sliced Wasserstein losses — PAPERS.md §1 (Rakotomamonjy & Ralaivola, ICML 2021).
+"""(DP) sliced Wasserstein losses — Rakotomamonjy & Ralaivola, ICML 2021.
 
 Public API: :func:`sliced_wasserstein`, :func:`dp_sliced_wasserstein`, :class:`SlicedWassersteinLoss`,
 :class:`DPSlicedWassersteinLoss`, :func:`dp_sliced_wasserstein_noise_std`.
@@ -260,7 +260,7 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
                           projections: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
                           backend: str = "auto", return_noise: bool = False, radius: Optional[float] = None, *,
                           secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
-    r"""DP sliced Wasserstein distance DP-SW_p^p (PAPERS.md §1): Gaussian mechanism on the projected private data.
+    r"""DP sliced Wasserstein distance DP-SW_p^p (Rakotomamonjy & Ralaivola, ICML 2021): Gaussian mechanism on the projected private data.
 
     .. math::
         \mathrm{DP\text{-}SW}_p^p = \frac1k\sum_j W_p^p\Big(\frac1M\sum_i\delta_{\theta_j^\top x_i + v_{ij}},
@@ -389,7 +389,7 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
     1. ``split_delta(delta, steps)`` -> δ_acc for the accountant and δ_tail per release for the sensitivity bound
        over the random directions (union bound over the ``steps`` draws of Θ: δ = δ_acc + steps·δ_tail);
     2. Δ = ``sliced_sensitivity(k, d, δ_tail, bound, diameter=2·radius)`` — rows clipped to ``radius`` differ by at
-       most 2·radius under substitution, PAPERS.md §1 (Lemma 2 / CLT variant);
+       most 2·radius under substitution, Rakotomamonjy & Ralaivola, ICML 2021 (Lemma 2 / CLT variant);
     3. z = ``calibrate_noise_multiplier(ε, δ_acc, B/n, steps, sampling="without_replacement")`` — fixed-size
        batches drawn uniformly without replacement, fresh every step, substitution neighbours, RDP;
     4. σ = z·Δ.
@@ -416,7 +416,7 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
             k <= 30.
 
     References:
-        Rakotomamonjy & Ralaivola 2021, Lemma 2 and Proposition 2; PAPERS.md §1.
+        Rakotomamonjy & Ralaivola, ICML 2021, Lemma 2 and Proposition 2.
     """
     from . import privacy
 

@@ -1,4 +1,4 @@
-"""Triton backend of op ``"sliced_wasserstein"``: DP-SW_p^p forward and backward (PAPERS.md §1).
+"""Triton backend of op ``"sliced_wasserstein"``: DP-SW_p^p forward and backward (Rakotomamonjy & Ralaivola, ICML 2021).
 
 .. math::
     \\mathrm{DP\\text{-}SW}_p^p = \\frac1k \\sum_j \\int_0^1 |F_j^{-1}(u) - G_j^{-1}(u)|^p\\,du
@@ -169,7 +169,7 @@ def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_nois
     Autograd: gradient w.r.t. x and y, computed in the forward pass; none w.r.t. projections; no double backward.
 
     References:
-        Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021 (PAPERS.md §1);
+        Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021;
         merged quantile levels as ``fastdpot.reference.sliced.quantile_levels`` / POT ``wasserstein_1d``.
     """
     if isinstance(p, bool) or not float(p) >= 1.0:

@@ -1,4 +1,4 @@
-"""Triton backend of op ``"flow_step"``: one step of the DP sliced-Wasserstein particle flow (PAPERS.md §2).
+"""Triton backend of op ``"flow_step"``: one step of the DP sliced-Wasserstein particle flow (Sebag et al., TMLR).
 
 Per chunk of ``kc`` directions (``kernels._common.direction_chunk``):
 
@@ -71,7 +71,7 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
 
     References:
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
-        (PAPERS.md §2, Euler--Maruyama scheme and drift); the histogram mode is fastdpot's
+        (Sebag et al., TMLR, Euler--Maruyama scheme and drift); the histogram mode is fastdpot's
         (``fastdpot.reference.flow_histogram``).
     """
     if quantiles not in ("exact", "grid", "histogram"):

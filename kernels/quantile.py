@@ -4,7 +4,7 @@ For direction c, the particle of rank r (0-based, ``sorted[c, r]`` = its noisy p
 row) sits at level ``u = r / (N - 1)`` of the empirical CDF of the noisy particle projections; its image under the
 target quantile function is the linear interpolation of the sorted noisy private projections ``q[c]`` at position
 ``u (M - 1)`` (numpy's "linear" quantile). The kernel writes ``coef[c, index[c, r]] = sorted[c, r] - T``, the
-per-direction coefficient of the drift ``v_i = (1/k) sum_j coef[j, i] theta_j`` (PAPERS.md section 2).
+per-direction coefficient of the drift ``v_i = (1/k) sum_j coef[j, i] theta_j`` (Sebag et al., TMLR).
 The position is split exactly in integers: ``lo = (r (M-1)) // (N-1)``, ``frac = ((r (M-1)) mod (N-1)) / (N-1)``.
 """
 from __future__ import annotations

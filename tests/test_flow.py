@@ -39,7 +39,7 @@ def _independent_epsilon(z, n, batch, steps, delta):
 
 
 def _bernstein_w(k, d, delta_t):
-    # PAPERS.md §1, transcribed independently of fastdpot.privacy
+    # Rakotomamonjy & Ralaivola, ICML 2021, transcribed independently of fastdpot.privacy
     L = math.log(1 / delta_t)
     return k / d + (2 / 3) * L + (2 / d) * math.sqrt(k * (d - 1) / (d + 2) * L)
 

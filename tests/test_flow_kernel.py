@@ -28,7 +28,7 @@ def _inputs(n, m, d, k, dtype=torch.float64, seed=0, sigma=0.3):
 
 
 def _authors_grid(x, y, th, nx, ny, h, Q):
-    """Direct transcription of the authors' per-step procedure (numpy; PAPERS.md §2): (k, n) layout,
+    """Direct transcription of the authors' per-step procedure (numpy; Sebag et al., TMLR): (k, n) layout,
     numpy.quantile on a Q-level grid, two numpy.interp calls, drift (1/k) Σ_j (Xp_j − T_j) θ_j."""
     x, y, th, nx, ny = (t.numpy() for t in (x, y, th, nx, ny))
     k = th.shape[0]

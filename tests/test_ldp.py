@@ -1,4 +1,4 @@
-"""Locally privatised data (PAPERS.md §4): the entropic loss W_{2,2σ²} denoises, the others fit the noise."""
+"""Locally privatised data (Reshetova, Chen & Özgür): the entropic loss W_{2,2σ²} denoises, the others fit the noise."""
 
 import pytest
 import torch

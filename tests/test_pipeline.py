@@ -158,7 +158,7 @@ def test_celeba_folder_stages(tmp_path):
     data = stage_data(cfg)
     assert data["dataset"] == "celeba" and data["public"].images.shape[1:] == (3, 64, 64)
     ae = stage_autoencoder(cfg, data, progress=False, cache_dir="")
-    assert ae["latents"].shape[1] == 48 and ae["labels"] is None  # DCGAN auto-encoder, d = 48 (PAPERS.md §2)
+    assert ae["latents"].shape[1] == 48 and ae["labels"] is None  # DCGAN auto-encoder, d = 48 (Sebag et al., TMLR)
     fl = stage_flow(cfg, ae["latents"], None, 12, progress=False)
     assert not fl["privacy"]["class_conditional"] and fl["samples"].shape == (12, 48)
     assert 0 < fl["epsilon"] <= 10.0 + 1e-9 and fl["privacy"]["num_projections"] == 300

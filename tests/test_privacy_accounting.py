@@ -62,7 +62,7 @@ def exact_gaussian_epsilon(mu, delta):
     return brentq(d, 0.0, 500.0, xtol=1e-12)
 
 
-# ---------------------------------------------------------------- the DPSWflow-r setting of PAPERS.md §2
+# ---------------------------------------------------------------- the DPSWflow-r setting (Sebag et al., TMLR)
 Q_FLOW, Z_FLOW, T_FLOW, DELTA = 250 / 29999, 1.0, 4199, 1e-5
 
 

@@ -183,7 +183,7 @@ def gaussian_projection_mechanism(x_private: torch.Tensor, projections: torch.Te
     Autograd: gradients flow to ``projections`` (the noise is additive); none should flow into private data.
 
     References:
-        Rakotomamonjy & Ralaivola, ICML 2021, §4 (the mechanism XΘᵀ + V); PAPERS.md §1–2.
+        Rakotomamonjy & Ralaivola, ICML 2021, §4 (the mechanism XΘᵀ + V); Sebag et al., TMLR.
     """
     check_tensor(x_private, "x_private", 2)
     check_tensor(projections, "projections", 2)
@@ -234,7 +234,7 @@ def laplace_local_mechanism(x: torch.Tensor, epsilon: float, radius: float,
 
     References:
         Reshetova, Chen & Özgür, "Training generative models from privatized data via entropic optimal transport",
-        §2 (Laplace mechanism) and Corollary 1 (PAPERS.md §4); Dwork, McSherry, Nissim & Smith, TCC 2006.
+        §2 (Laplace mechanism) and Corollary 1; Dwork, McSherry, Nissim & Smith, TCC 2006.
     """
     check_tensor(x, "x", 2)
     epsilon = check_epsilon(epsilon)
@@ -273,7 +273,7 @@ def gaussian_local_mechanism(x: torch.Tensor, epsilon: float, delta: float, radi
         a generator with ``secure_mode=True``.
 
     References:
-        Reshetova, Chen & Özgür, eq. 5 and Corollary 2 (PAPERS.md §4); Zhao et al., "Reviewing and improving the
+        Reshetova, Chen & Özgür, eq. 5 and Corollary 2; Zhao et al., "Reviewing and improving the
         Gaussian mechanism for differential privacy", 2019.
     """
     check_tensor(x, "x", 2)

@@ -5,7 +5,7 @@
 * :class:`FixedSizeSampler` — a uniformly random subset of exactly B of the n rows, drawn afresh at every call
   (the ``sampling="without_replacement"`` events, substitution neighbours).
 
-Neither ever replays an epoch or cycles over a DataLoader (the authors' ``itertools.cycle`` bug, PAPERS.md §2 (b)).
+Neither ever replays an epoch or cycles over a DataLoader (the ``itertools.cycle`` bug of the DPSWflow authors' code).
 """
 from __future__ import annotations
 

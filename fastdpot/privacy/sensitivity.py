@@ -118,7 +118,7 @@ def sliced_sensitivity(num_projections: int, dim: int, delta: float, bound: str 
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially Private Sliced Wasserstein Distance", ICML 2021, Lemma 2 and the
-        CLT variant (PAPERS.md §1); Chernoff bound: Boucheron, Lugosi & Massart, "Concentration Inequalities", §2.2;
+        CLT variant (Rakotomamonjy & Ralaivola, ICML 2021); Chernoff bound: Boucheron, Lugosi & Massart, "Concentration Inequalities", §2.2;
         the MGF of the Beta law: Abramowitz & Stegun 13.2.1.
     """
     diameter = check_positive(diameter, "diameter")

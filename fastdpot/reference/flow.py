@@ -1,4 +1,4 @@
-"""Reference (pure torch) step of the DP sliced-Wasserstein particle flow -- PAPERS.md §2.
+"""Reference (pure torch) step of the DP sliced-Wasserstein particle flow -- Sebag et al., TMLR.
 
 One Euler--Maruyama step of the smoothed sliced-Wasserstein gradient flow with entropic regularisation λ:
 
@@ -92,7 +92,7 @@ def transport_exact(xp: torch.Tensor, yp: torch.Tensor) -> torch.Tensor:
 
 
 def transport_grid(xp: torch.Tensor, yp: torch.Tensor, num_quantiles: int) -> torch.Tensor:
-    """The authors' Q-level grid transport (PAPERS.md §2). Shape: xp (N, k); yp (M, k) -> (N, k)."""
+    """The authors' Q-level grid transport (Sebag et al., TMLR). Shape: xp (N, k); yp (M, k) -> (N, k)."""
     levels = torch.linspace(0, 1, num_quantiles, dtype=torch.float64, device=xp.device)
     xq = quantiles_sorted(torch.sort(xp.t().contiguous(), dim=1).values.t(), levels)
     tq = quantiles_sorted(torch.sort(yp, dim=0).values, levels)
@@ -105,7 +105,7 @@ def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch
               noise_particles: Optional[torch.Tensor], noise_private: Optional[torch.Tensor], step_size: float,
               reg: float = 0.0, brownian: Optional[torch.Tensor] = None, quantiles: str = "exact",
               num_quantiles: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """One step of the (DP) sliced-Wasserstein particle flow, PAPERS.md §2, given all random draws.
+    """One step of the (DP) sliced-Wasserstein particle flow, Sebag et al., TMLR, given all random draws.
 
     Args:
         particles: current particles x.
@@ -133,7 +133,7 @@ def flow_step(particles: torch.Tensor, private: torch.Tensor, projections: torch
 
     References:
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR,
-        Euler--Maruyama scheme and drift (PAPERS.md §2); ilanasebag/dpswgf for the grid procedure.
+        Euler--Maruyama scheme and drift (Sebag et al., TMLR); the authors' DPSWflow code for the grid procedure.
     """
     check_choice(quantiles, "quantiles", ("exact", "grid"))
     if quantiles == "exact":

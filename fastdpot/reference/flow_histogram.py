@@ -1,6 +1,6 @@
 """Reference (pure torch) of the sort-free histogram mode of the DP sliced-Wasserstein flow step.
 
-Same step as :func:`fastdpot.reference.flow.flow_step` (PAPERS.md §2) except for the particle CDF. Exact mode puts
+Same step as :func:`fastdpot.reference.flow.flow_step` (Sebag et al., TMLR) except for the particle CDF. Exact mode puts
 the particle of rank r at level ``r/(N-1)`` (needs a sort of each projected column); histogram mode reads the level
 off a per-direction histogram of the noisy particle projections ``s_ij`` with ``B`` equal-width bins on
 ``[min_i s_ij, max_i s_ij]``:
@@ -94,7 +94,7 @@ def flow_step_histogram(particles: torch.Tensor, private: torch.Tensor, projecti
     Autograd: not meant for differentiation (bin indices are piecewise constant); the flow needs no gradients.
 
     References:
-        Sebag et al., TMLR, Euler--Maruyama scheme and drift (PAPERS.md §2); the histogram CDF is fastdpot's
+        Sebag et al., TMLR, Euler--Maruyama scheme and drift; the histogram CDF is fastdpot's
         sort-free approximation of the rank map, with the error bound stated in this module's docstring.
     """
     num_bins = check_int(num_bins, "num_bins", 1)

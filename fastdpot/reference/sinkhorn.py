@@ -6,7 +6,7 @@ KeOps backend is tested against. The ε-scaling loop :func:`sinkhorn_loop` is wr
 soft-min, and shared by both backends; the dense soft-min and cost matrices, and an independent fixed-ε solver
 (:func:`sinkhorn_fixed_epsilon`, plain alternating updates run to convergence), live here.
 
-Notation (PAPERS.md §3): measures α = Σ_i a_i δ_{x_i}, β = Σ_j b_j δ_{y_j}; cost C(x, y); temperature ε;
+Notation (Cao et al., NeurIPS 2021): measures α = Σ_i a_i δ_{x_i}, β = Σ_j b_j δ_{y_j}; cost C(x, y); temperature ε;
 OT_ε(α, β) = min_π ⟨π, C⟩ + ε KL(π | α⊗β) = ⟨α, f⟩ + ⟨β, g⟩ at the optimal dual potentials (f, g).
 
 References:

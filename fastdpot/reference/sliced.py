@@ -1,4 +1,4 @@
-"""Pure-torch reference of the (DP) sliced Wasserstein distance — PAPERS.md §1.
+"""Pure-torch reference of the (DP) sliced Wasserstein distance — Rakotomamonjy & Ralaivola, ICML 2021.
 
 Differentiable by autograd, any floating dtype, any device. It is the baseline the C++ (``csrc/sliced.cpp``) and
 Triton kernels are tested and benchmarked against, and it is itself checked against POT
@@ -45,7 +45,7 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, projections: torch.Tens
         \frac1M\sum_i \delta_{\theta_j^\top y_i + v'_{ij}}\Big),\qquad
         W_p^p(\mu,\nu) = \int_0^1 |F_\mu^{-1}(u) - F_\nu^{-1}(u)|^p\,du
 
-    With ``noise_x``/``noise_y`` given this is DP-SW_p^p of PAPERS.md §1 (Rakotomamonjy & Ralaivola 2021);
+    With ``noise_x``/``noise_y`` given this is DP-SW_p^p of Rakotomamonjy & Ralaivola, ICML 2021;
     without, the plain Monte-Carlo sliced Wasserstein distance with the given directions.
 
     Args:
