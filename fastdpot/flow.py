@@ -651,8 +651,9 @@ class DPSlicedWassersteinFlow:
                 raise _privacy().BudgetExceededError(
                     f"step {self._step + 1} would exceed target_epsilon={self._config['target_epsilon']!r} "
                     f"(noise_multiplier={self._noise_multiplier!r}); nothing was released")
-            raise RuntimeError(f"the flow has taken its planned {self._config['steps']} private steps; more would "
-                               f"break the δ split δ = δ_acc + T·δ_tail")
+            raise _privacy().BudgetExceededError(
+                f"the flow has taken its planned {self._config['steps']} private steps; more would break the δ "
+                f"split δ = δ_acc + T·δ_tail")
         self._pending += 1
 
     def _flush(self):
@@ -720,7 +721,7 @@ class DPSlicedWassersteinFlow:
             private_batch (M, d). Returns the new particles (N, d).
 
         Raises:
-            ValueError: bad batch; RuntimeError: the planned T private steps are used up;
+            ValueError: bad batch; fastdpot.privacy.BudgetExceededError: the planned T private steps are used up;
             fastdpot.privacy.BudgetExceededError: the step would exceed ``target_epsilon`` (nothing is released);
             NonFiniteParticlesError: the step produced NaN/Inf (particles keep their last good value; the step is
             still counted as spent).

@@ -445,6 +445,8 @@ class SinkhornLoss(torch.nn.Module):
         check_choice(p, "p", (1, 2))
         check_positive(blur, "blur")
         check_choice(backend, "backend", ("auto", "keops", "tensorized", "reference"))
+        if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not 0.0 < float(scaling) < 1.0:
+            raise ValueError(f"scaling must be a number in (0, 1), got {scaling!r}")
 
     def forward(self, *args):
         if len(args) == 2:

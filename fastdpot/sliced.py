@@ -457,7 +457,7 @@ class SlicedWassersteinLoss(nn.Module):
         self.num_projections = check_int(num_projections, "num_projections")
         self.p = check_choice(p, "p", (1, 2))
         self.generator = generator
-        self.backend = backend
+        self.backend = check_choice(backend, "backend", ("auto",) + _dispatch.BACKENDS)
 
     def forward(self, x, y):
         return sliced_wasserstein(x, y, self.num_projections, p=self.p, generator=self.generator,
@@ -530,8 +530,10 @@ class DPSlicedWassersteinLoss(nn.Module):
             if x_private.dim() == 2 and x_private.shape[1] != self.privacy["dim"]:
                 raise ValueError(f"x_private must have dim={self.privacy['dim']} columns, got {x_private.shape[1]}")
             if self.releases >= self.privacy["steps"]:
-                raise RuntimeError(f"privacy budget exhausted: noise_std was calibrated for steps="
-                                   f"{self.privacy['steps']} releases, all of them used")
+                from .privacy import BudgetExceededError
+
+                raise BudgetExceededError(f"privacy budget exhausted: noise_std was calibrated for steps="
+                                          f"{self.privacy['steps']} releases, all of them used; nothing was released")
         out = dp_sliced_wasserstein(x_private, y, self.noise_std, self.num_projections, p=self.p,
                                     generator=self._rng, backend=self.backend, radius=self.radius,
                                     release=self.release, num_bins=self.num_bins)

@@ -175,3 +175,33 @@ def test_import_loads_no_main_job_module():
     assert fastdpot.data.load_digits is not None and "metrics" in dir(fastdpot)
     with pytest.raises(AttributeError):
         fastdpot.no_such_name
+
+
+# ---------------------------------------------------------------- API: errors at construction, budget errors
+def test_bad_arguments_fail_at_construction():
+    from fastdpot.sinkhorn import SinkhornLoss
+
+    with pytest.raises(ValueError, match="backend"):
+        fastdpot.SlicedWassersteinLoss(10, backend="bogus")
+    with pytest.raises(ValueError, match="scaling"):
+        SinkhornLoss(scaling=2.0)
+    with pytest.raises(ValueError, match="scaling"):
+        SinkhornLoss(scaling=True)
+
+
+def test_budget_exhaustion_raises_budget_exceeded_error():
+    from fastdpot.privacy import BudgetExceededError
+
+    x = torch.randn(50, 3)
+    loss = fastdpot.DPSlicedWassersteinLoss.from_privacy(10.0, 1e-5, 10, 50, 2, 4, 3, 1.0)
+    y = torch.randn(10, 3)
+    loss(x[:10], y)
+    loss(x[10:20], y)
+    with pytest.raises(BudgetExceededError, match="nothing was released"):
+        loss(x[20:30], y)
+    assert loss.releases == 2
+    flow = fastdpot.DPSlicedWassersteinFlow(20, 3, 3, 0.5, noise_multiplier=2.0, batch_size=10, steps=1)
+    flow.step(x[:10])
+    with pytest.raises(BudgetExceededError, match="planned 1 private steps"):
+        flow.step(x[:10])
+    assert flow.steps_taken == 1
