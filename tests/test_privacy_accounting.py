@@ -315,3 +315,19 @@ def test_rdp_epsilon_monotone(z, q, steps):
     assert eps(z, q, steps + 1) >= base - 1e-12
     assert eps(z, min(1.0, 1.5 * q), steps) >= base - 1e-12
     assert eps(1.2 * z, q, steps) <= base + 1e-12
+
+
+def test_huge_targets_are_refused_quickly_under_pld_and_served_by_rdp():
+    # ε = 1e4 used to hang for minutes inside the PLD root search; it is refused at once, and RDP serves it
+    import time
+
+    from fastdpot.privacy.accounting import PLD_MIN_NOISE_MULTIPLIER
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="accountant='rdp'"):
+        calibrate_noise_multiplier(1e4, 1e-5, 0.01, 100)
+    z = calibrate_noise_multiplier(1e4, 1e-5, 0.01, 100, accountant="rdp")
+    assert 0 < z < PLD_MIN_NOISE_MULTIPLIER and time.perf_counter() - t0 < 60
+    acc = PrivacyAccountant("rdp")
+    acc.step(z, 0.01, num_steps=100)
+    assert acc.get_epsilon(1e-5) <= 1e4

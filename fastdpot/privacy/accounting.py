@@ -326,6 +326,10 @@ class PrivacyAccountant:
                 f"relation={self._relation!r}, events={len(self._history)})")
 
 
+#: Smallest noise multiplier the PLD calibration searches (below it a PLD evaluation takes minutes).
+PLD_MIN_NOISE_MULTIPLIER = 0.1
+
+
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int,
                                sampling: str = "poisson", accountant: Optional[str] = None,
                                dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
@@ -349,8 +353,14 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
             Poisson / full-batch events, RDP for sampling without replacement).
         tol: absolute tolerance on z.
 
+    PLD is searched only where it is affordable: a target whose RDP-calibrated z is below
+    :data:`PLD_MIN_NOISE_MULTIPLIER` (0.1; ε of several hundred and more for typical q and T) is refused at once with
+    ``accountant="pld"`` (a PLD of so little noise takes minutes to discretise); ``accountant="rdp"`` serves any
+    target in about a second.
+
     Raises:
-        ValueError: any invalid argument; ``accountant="pld"`` with ``sampling="without_replacement"``.
+        ValueError: any invalid argument; ``accountant="pld"`` with ``sampling="without_replacement"``; a PLD target
+            that needs z < :data:`PLD_MIN_NOISE_MULTIPLIER`; no z <= 1e6 reaching the target.
     """
     eps = check_epsilon(target_epsilon, "target_epsilon")
     delta = check_delta(delta)
@@ -397,6 +407,11 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     if accountant == "rdp":
         return float(z)
     z_rdp = float(z)
+    if z_rdp < PLD_MIN_NOISE_MULTIPLIER:
+        raise ValueError(
+            f"target_epsilon={target_epsilon!r} needs a noise multiplier below {PLD_MIN_NOISE_MULTIPLIER} (RDP gives "
+            f"z = {z_rdp:.4g}), where a PLD evaluation costs minutes; calibrate with accountant='rdp' (and account "
+            f"with PrivacyAccountant('rdp')) for such large targets")
     lo = 0.8 * z_rdp
     while eps_of(fresh_pld, lo) <= eps:
         lo *= 0.8
