@@ -52,9 +52,11 @@ Privacy guarantee (what the code enforces, and what it assumes)
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
@@ -67,7 +69,9 @@ from ._validate import (check_choice, check_delta, check_epsilon, check_finite_t
 from .reference import flow as _ref
 
 __all__ = ["DPSlicedWassersteinFlow", "ClassConditionalFlow", "NonFiniteParticlesError", "flow_step", "draw_init",
-           "INIT_KINDS"]
+           "INIT_KINDS", "FlowRunResult"]
+
+_log = logging.getLogger(__name__)
 
 _QUANTILE_MODES = ("exact", "grid", "histogram")
 INIT_KINDS = ("gaussian", "sphere", "gaussian_scaled")
@@ -115,6 +119,37 @@ def draw_init(kind: str, num_particles: int, dim: int, generator: torch.Generato
 
 class NonFiniteParticlesError(FloatingPointError):
     """A flow step produced NaN/Inf particles; the flow keeps its last good particles and checkpoint."""
+
+
+#: Why a :meth:`DPSlicedWassersteinFlow.run` call stopped.
+STOP_REASONS = ("completed", "budget", "planned_steps")
+
+
+@dataclass(frozen=True)
+class FlowRunResult:
+    """What one :meth:`DPSlicedWassersteinFlow.run` call did (``flow.last_run``).
+
+    Attributes:
+        steps_requested: the steps asked for in this call (``steps``, or what was left of the planned T).
+        steps_run: the steps taken in this call (<= ``steps_requested``).
+        steps_taken: the flow's total after the call.
+        stop_reason: ``"completed"`` (every requested step taken), ``"budget"`` (the next step would have
+            exceeded ``target_epsilon``; nothing more was released) or ``"planned_steps"`` (the planned T private
+            steps are used up: the δ split δ = δ_acc + T·δ_tail covers no more).
+        epsilon: ε spent after the call at the configured δ (``inf`` non-private; None when the call was told not
+            to compute it, as class flows are).
+    """
+
+    steps_requested: int
+    steps_run: int
+    steps_taken: int
+    stop_reason: str
+    epsilon: Optional[float]
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether fewer steps than requested were taken."""
+        return self.stop_reason != "completed"
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -509,6 +544,7 @@ class DPSlicedWassersteinFlow:
                                                else d * max(-(-pool_size // d), -(-k // d)))
         self._step = 0
         self._last_drift_norm = float("nan")
+        self.last_run: Optional[FlowRunResult] = None  # what the last run() call did
         # privacy state
         self._noise_multiplier = noise_multiplier
         self._bound_n: Optional[int] = None
@@ -798,7 +834,9 @@ class DPSlicedWassersteinFlow:
             progress_epsilon: show the ε spent in the bar (False for class flows: ε_c depends on the private n_c).
 
         Returns the particles (N, d). Stops early, without error, when the next step would exceed the ε budget or
-        the planned T private steps.
+        the planned T private steps: it then logs a warning (logger ``fastdpot.flow``) saying which, and
+        :attr:`last_run` (a :class:`FlowRunResult`) / :attr:`stop_reason` hold the reason, the steps run and the ε
+        spent. The bar shows the ε spent after the step it displays.
 
         Raises:
             ValueError: bad data, ``steps`` missing for a non-private flow without planned steps, n changed.
@@ -825,12 +863,14 @@ class DPSlicedWassersteinFlow:
             self._bind("full", None)
             sampler = None
         bar = tqdm(total=steps, disable=not progress, desc="DP-SW flow" if self.private else "SW flow")
-        every = max(1, steps // 5)  # ε for the bar is recomputed ~5 times per call (an RDP evaluation each)
-        eps = self.epsilon() if progress and progress_epsilon else 0.0
+        start, stop = self._step, "completed"
+        if steps == 0 and self.private and not self.can_step():  # nothing left to run: say why
+            stop = "budget" if self._step < c["steps"] else "planned_steps"
         try:
             for it in range(steps):
                 if self.private:
                     if not self.can_step():  # planned T reached, or the next step would exceed the ε budget
+                        stop = "budget" if self._step < c["steps"] else "planned_steps"
                         break
                     self._spend()  # counted before the batch is drawn
                 batch = private_data if sampler is None else private_data[sampler.sample().to(private_data.device)]
@@ -840,20 +880,46 @@ class DPSlicedWassersteinFlow:
                 if checkpoint_path is not None and checkpoint_every is not None and self._step % checkpoint_every == 0:
                     self.save(checkpoint_path)
                 if progress:
-                    if progress_epsilon and (it % every == 0 or it == steps - 1):
-                        eps = self.epsilon()
                     bar.update(1)
-                    if progress_epsilon:
-                        bar.set_postfix(step=self._step, eps=f"{eps:.3g}", drift=f"{self._last_drift_norm:.3g}")
-                    else:
-                        bar.set_postfix(step=self._step, drift=f"{self._last_drift_norm:.3g}")
+                    bar.set_postfix(**self._progress_postfix(progress_epsilon))
         finally:
             bar.close()
             if self.private and self._mode is not None:
                 self._flush()
         if checkpoint_path is not None:
             self.save(checkpoint_path)
+        self.last_run = self._report_run(steps, self._step - start, stop, progress_epsilon)
         return self._particles
+
+    def _progress_postfix(self, show_epsilon: bool) -> Dict[str, Any]:
+        """The bar's fields, ε recomputed now (the RDP vector is composed incrementally: a cheap evaluation)."""
+        fields = dict(step=self._step)
+        if show_epsilon:
+            fields["eps"] = f"{self.epsilon():.3g}"
+        fields["drift"] = f"{self._last_drift_norm:.3g}"
+        return fields
+
+    def _report_run(self, requested: int, ran: int, stop: str, with_epsilon: bool) -> "FlowRunResult":
+        """Log why a run() call stopped (a warning when it stopped early) and build its :class:`FlowRunResult`."""
+        eps = self.epsilon() if with_epsilon else None
+        spent = "" if eps is None else f"; ε spent {eps:.4g} at δ={self._config['delta']:g}"
+        c = self._config
+        if stop == "budget":
+            _log.warning("DP-SW flow stopped after %d of %d requested steps (%d in total): the next step would "
+                         "exceed target_epsilon=%g%s; nothing more was released", ran, requested, self._step,
+                         c["target_epsilon"], spent)
+        elif stop == "planned_steps":
+            _log.warning("DP-SW flow stopped after %d of %d requested steps: the planned steps=%d private steps "
+                         "are used up (the δ split δ = δ_acc + T·δ_tail covers no more)%s", ran, requested,
+                         c["steps"], spent)
+        else:
+            _log.info("DP-SW flow ran %d steps (%d in total)%s", ran, self._step, spent)
+        return FlowRunResult(requested, ran, self._step, stop, eps)
+
+    @property
+    def stop_reason(self) -> Optional[str]:
+        """Why the last :meth:`run` stopped (see :class:`FlowRunResult`); None before any run."""
+        return None if self.last_run is None else self.last_run.stop_reason
 
     # -- checkpointing ------------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

@@ -49,7 +49,7 @@ def test_keyword_private_side_is_the_clipped_one():
 
 
 def test_loss_module_refuses_swapped_or_positional_private_rows():
-    crit = fastdpot.DPSlicedWassersteinLoss.from_privacy(10.0, 1e-5, 10, 50, 3, 4, 3, 1.0)
+    crit = fastdpot.DPSlicedWassersteinLoss.from_privacy(10.0, 1e-5, 10, 10, 3, 4, 3, 1.0)  # B = n: fast calibration
     real, fake = _rows(10, seed=5, dtype=torch.float32), _rows(10, seed=6, dtype=torch.float32).requires_grad_()
     with pytest.raises(TypeError, match="private="):
         crit(fake, real)  # nn.MSELoss(input, target) order
@@ -62,13 +62,13 @@ def test_loss_module_refuses_swapped_or_positional_private_rows():
 
 # ------------------------------------------------------------------------------------------ ε of the DP-SW loss
 def test_loss_module_reports_epsilon_spent():
-    eps, delta, B, n, T, k, d, r = 4.0, 1e-5, 10, 200, 3, 4, 3, 1.0
+    eps, delta, B, n, T, k, d, r = 4.0, 1e-5, 10, 10, 3, 4, 3, 1.0  # B = n (q = 1): a fast calibration
     crit = fastdpot.DPSlicedWassersteinLoss.from_privacy(eps, delta, B, n, T, k, d, r)
     assert crit.epsilon() == 0.0 and crit.get_epsilon(1e-5) == 0.0
     real, fake = _rows(n, d, seed=7, dtype=torch.float32), _rows(B, d, seed=8, dtype=torch.float32)
     spent = []
     for t in range(T):
-        crit(fake, private=real[t * B:(t + 1) * B])
+        crit(fake, private=real)
         spent.append(crit.epsilon())
     assert spent[0] < spent[1] < spent[2] <= eps * (1 + 1e-6)
     # the value is the RDP accountant of the releases so far, at δ − releases·δ_tail
@@ -86,3 +86,46 @@ def test_loss_module_reports_epsilon_spent():
         crit.epsilon(2.0)
     with pytest.raises(RuntimeError, match="from_privacy"):
         fastdpot.DPSlicedWassersteinLoss(0.5, 4).epsilon(1e-5)
+
+
+# ------------------------------------------------------------------------------------------ visible budget stop
+def _flow(**kw):
+    args = dict(noise_multiplier=2.0, batch_size=60, steps=40, secure_mode=False,
+                generator=torch.Generator().manual_seed(10))
+    args.update(kw)
+    return fastdpot.DPSlicedWassersteinFlow(32, 8, 40, 1.0, **args)
+
+
+def test_run_stopped_by_the_budget_says_so_and_the_bar_shows_the_current_epsilon(caplog, capsys):
+    data = _rows(300, 8, seed=9, dtype=torch.float32)
+    f = _flow(target_epsilon=3.0)
+    with caplog.at_level("WARNING", logger="fastdpot.flow"):
+        out = f.run(data, progress=True)
+    assert out is f.particles  # run() still returns the particles
+    res = f.last_run
+    assert f.stop_reason == res.stop_reason == "budget" and res.stopped_early
+    assert 0 < res.steps_run == f.steps_taken < res.steps_requested == 40
+    assert res.epsilon == pytest.approx(f.epsilon()) and res.epsilon <= 3.0
+    msgs = [r.getMessage() for r in caplog.records if r.name == "fastdpot.flow"]
+    assert len(msgs) == 1 and "target_epsilon=3" in msgs[0] and f"after {f.steps_taken} of 40" in msgs[0]
+    shown = [part.split("=")[1].rstrip(",]") for part in capsys.readouterr().err.replace("\r", " ").split()
+             if part.startswith("eps=")]
+    assert shown and shown[-1] == f"{f.epsilon():.3g}"  # not a value from several steps back
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fastdpot.flow"):
+        f.run(data, progress=False)  # nothing left: says so again, takes no step
+    assert f.last_run.steps_run == 0 and f.stop_reason == "budget" and caplog.records
+
+
+def test_run_stopped_by_the_planned_steps_says_so(caplog):
+    data = _rows(300, 8, seed=9, dtype=torch.float32)
+    f = _flow(steps=3)
+    with caplog.at_level("WARNING", logger="fastdpot.flow"):
+        f.run(data, steps=5, progress=False)
+    assert f.stop_reason == "planned_steps" and f.last_run.steps_run == 3 and f.steps_taken == 3
+    assert any("planned steps=3" in r.getMessage() for r in caplog.records)
+    g = _flow(steps=3)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fastdpot.flow"):
+        g.run(data, progress=False)  # the whole plan: completed, no warning
+    assert g.stop_reason == "completed" and not g.last_run.stopped_early and not caplog.records
