@@ -61,6 +61,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
+from ._checkpoint import CheckpointError  # noqa: F401  (raised by load; re-exported)
 from ._dispatch import dispatch, register, set_auto
 from ._ext import cpp_status, load_cpp
 from ._random import draw_seed, make_generator, random_directions
@@ -347,6 +348,9 @@ def _privacy():
 
 
 def _atomic_save(obj, path):
+    from ._checkpoint import check_checkpoint_path
+
+    path = check_checkpoint_path(path, "path")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_ckpt_", suffix=".pt")
@@ -856,6 +860,10 @@ class DPSlicedWassersteinFlow:
             steps = check_int(steps, "steps", 0)
         if checkpoint_every is not None:
             checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
+        if checkpoint_path is not None:  # before any step is spent
+            from ._checkpoint import check_checkpoint_path
+
+            checkpoint_path = check_checkpoint_path(checkpoint_path)
         if sampled:
             self._bind("sampled", n)
             sampler = _privacy().FixedSizeSampler(n, self._bound_batch, generator=self._rng)
@@ -942,47 +950,150 @@ class DPSlicedWassersteinFlow:
             budget=None if self._budget is None else self._budget.state_dict())
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if {"directions": "uniform", "release": "points", "num_bins": None, **state["config"]} != self._config:
-            # checkpoints older than `directions` / `release` / `num_bins` get their defaults
-            raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
-        parts = state["particles"]
-        check_finite_tensor(parts, "state['particles']")
-        self._particles = parts.clone().to(self.device)
-        self._generator.set_state(state["generator"])
-        self._step = int(state["step"])
-        self._pool = None if state["pool"] is None else state["pool"].clone().to(self._particles.dtype)
-        self._last_drift_norm = float(state["last_drift_norm"])
-        self._mode = None
-        self._accountant = self._budget = None
+        """Restore a :meth:`state_dict` of a flow with the same config (resume a run).
+
+        Atomic: the whole state — config, particles of shape (N, d), generator state, step counter in [0, T], mode,
+        bound n, noise multiplier, accountant and budget (whose step counts must equal the step counter) — is
+        checked before anything is assigned; on any error this flow is unchanged.
+
+        Raises:
+            ValueError: a key missing or invalid (the message names it), a config that does not match this flow's,
+                or accounting missing from the state of a private flow that has taken steps (it would reset the ε
+                spent).
+        """
+        new = self._check_state(state)
+        (self._particles, gen_state, self._step, self._pool, self._last_drift_norm, self._noise_multiplier,
+         self._mode, self._bound_n, self._bound_batch, self._accountant, self._budget) = new
+        self._generator.set_state(gen_state)
         self._pending = 0
-        self._noise_multiplier = state["noise_multiplier"]
-        if state["mode"] is not None:
-            # re-create the accounting objects without re-calibrating (z is restored as it was)
-            self._bind(state["mode"], None if state["bound_n"] is None else int(state["bound_n"]), plan=False)
-            if self._budget is not None and state["budget"] is not None:
-                self._budget.load_state_dict(state["budget"])
-            elif self._accountant is not None and state["accountant"] is not None:
-                self._accountant.load_state_dict(state["accountant"])
-            if self.private:
-                self._plan()
+        if self.private and self._mode is not None:
+            self._plan()
+        elif self.private:
+            self._max_total, self._budget_limited = self._config["steps"], False
+
+    def _check_state(self, state) -> tuple:
+        """Validate a :meth:`state_dict` against this flow; return the values to assign (nothing assigned here)."""
+        from ._checkpoint import generator_state, require_state, state_choice, state_float, state_int
+
+        require_state(state, ("config", "particles", "generator", "step", "pool", "noise_multiplier", "mode",
+                              "bound_n", "last_drift_norm", "accountant", "budget"), "DPSlicedWassersteinFlow")
+        if not isinstance(state["config"], dict):
+            raise ValueError(f"state['config'] must be a dict, got {type(state['config']).__name__}")
+        # checkpoints older than `directions` / `release` / `num_bins` get their defaults
+        if {"directions": "uniform", "release": "points", "num_bins": None, **state["config"]} != self._config:
+            raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
+        c = self._config
+        parts = state["particles"]
+        if not isinstance(parts, torch.Tensor) or not parts.is_floating_point():
+            raise ValueError(f"state['particles'] must be a floating-point tensor, got {type(parts).__name__}")
+        if tuple(parts.shape) != (c["num_particles"], c["dim"]):
+            raise ValueError(f"state['particles'] must have shape ({c['num_particles']}, {c['dim']}), got "
+                             f"{tuple(parts.shape)}")
+        check_finite_tensor(parts, "state['particles']")
+        gen_state = generator_state(state["generator"])
+        step = state_int(state["step"], "step", 0, c["steps"] if self.private else None)
+        pool = state["pool"]
+        if self._pool is None:
+            if pool is not None:
+                raise ValueError(f"state['pool'] must be None for variant={c['variant']!r}, got a "
+                                 f"{type(pool).__name__}")
+        else:
+            if not isinstance(pool, torch.Tensor) or tuple(pool.shape) != tuple(self._pool.shape):
+                raise ValueError(f"state['pool'] must be a tensor of shape {tuple(self._pool.shape)}, got "
+                                 f"{tuple(pool.shape) if isinstance(pool, torch.Tensor) else type(pool).__name__}")
+            check_finite_tensor(pool, "state['pool']")
+            pool = pool.clone().to(self._particles.dtype)
+        drift = state_float(state["last_drift_norm"], "last_drift_norm", nan_ok=True)
+        mode = state_choice(state["mode"], "mode", (None, "sampled", "full"))
+        z = state["noise_multiplier"]
+        if z is not None:
+            z = state_float(z, "noise_multiplier", positive=True)
+        if c["noise_multiplier"] is not None and z != c["noise_multiplier"]:
+            raise ValueError(f"state['noise_multiplier']={z!r} differs from the config's {c['noise_multiplier']!r}")
+        if self.private and mode is not None and z is None:
+            raise ValueError("state['noise_multiplier'] is None but the flow's accounting was bound: the calibrated "
+                             "noise multiplier is missing")
+        if mode is None and step > 0:
+            raise ValueError(f"state['mode'] is None but state['step']={step}: steps without accounting mode")
+        n = b = None
+        if mode == "sampled":
+            n = state_int(state["bound_n"], "bound_n", 1)
+            b = self._resolve_batch(n)
+            if state.get("bound_batch", b) != b:
+                raise ValueError(f"state['bound_batch']={state.get('bound_batch')!r} disagrees with the config's "
+                                 f"batch size for n={n} ({b})")
+        elif state["bound_n"] is not None:
+            raise ValueError(f"state['bound_n'] must be None for mode={mode!r}, got {state['bound_n']!r}")
+        acc = budget = None
+        if self.private and mode is not None:
+            p = _privacy()
+            if state["accountant"] is None:
+                raise ValueError("state['accountant'] is None for a private flow whose accounting was bound: loading "
+                                 "it would reset the ε spent")
+            acc = p.PrivacyAccountant.from_state_dict(state["accountant"])
+            if c["target_epsilon"] is not None:
+                if state["budget"] is None:
+                    raise ValueError("state['budget'] is None for a flow with target_epsilon: loading it would reset "
+                                     "the ε spent")
+                budget = p.PrivacyBudget(c["target_epsilon"], self._delta_acc, accountant=acc)
+                budget.load_state_dict(state["budget"])  # refuses another (ε, δ); acc takes the budget's history
+            if acc.steps != step:
+                raise ValueError(f"state's accountant holds {acc.steps} release(s) but state['step']={step}")
+        return (parts.clone().to(self.device), gen_state, step, pool, drift, z, mode, n, b, acc, budget)
 
     def save(self, path: str) -> None:
-        """``torch.save`` of :meth:`state_dict`, written atomically (a crash never corrupts the last checkpoint)."""
+        """``torch.save`` of :meth:`state_dict`, written atomically (a crash never corrupts the last checkpoint).
+
+        Raises:
+            TypeError, ValueError: ``path`` not a path, a directory, or not writable (checked before writing).
+        """
         _atomic_save(self.state_dict(), path)
 
     @classmethod
     def from_state_dict(cls, state: Dict[str, Any], *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
+        """A new flow rebuilt from :meth:`state_dict` (its config, particles, step counter and accounting).
+
+        Raises:
+            ValueError: not a flow's state dict (a ``ClassConditionalFlow`` one included), or any check of
+                :meth:`load_state_dict`.
+        """
+        if isinstance(state, dict) and "flows" in state and "config" not in state:
+            raise ValueError("this is a ClassConditionalFlow state; use ClassConditionalFlow.load / its state")
+        from ._checkpoint import require_state
+
+        require_state(state, ("config", "particles"), "DPSlicedWassersteinFlow")
+        if not isinstance(state["config"], dict):
+            raise ValueError(f"state['config'] must be a dict, got {type(state['config']).__name__}")
         gen = torch.Generator(device="cpu")
         # checkpoints older than secure mode were replayable
-        flow = cls(**state["config"], init=state["particles"], generator=gen, device=device, backend=backend,
-                   secure_mode=bool(state.get("secure_mode", False)))
+        try:
+            flow = cls(**state["config"], init=state["particles"], generator=gen, device=device, backend=backend,
+                       secure_mode=bool(state.get("secure_mode", False)))
+        except TypeError as err:  # an unknown config key
+            raise ValueError(f"state['config'] is not a DPSlicedWassersteinFlow config: {err}") from None
         flow.load_state_dict(state)
         return flow
 
     @classmethod
     def load(cls, path: str, *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
-        """Rebuild a flow from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles)."""
-        return cls.from_state_dict(torch.load(path, weights_only=False), device=device, backend=backend)
+        """Rebuild a flow from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles).
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            fastdpot.flow.CheckpointError: ``path`` is a directory, or the file is truncated / garbage / another
+                kind of checkpoint (the message names the file; a ValueError).
+            ValueError: the state fails a check of :meth:`load_state_dict`.
+        """
+        from ._checkpoint import CheckpointError, load_checkpoint
+
+        state = load_checkpoint(path, "DPSlicedWassersteinFlow")
+        if isinstance(state, dict) and "flows" in state and "config" not in state:
+            raise CheckpointError(f"{path!r} is a ClassConditionalFlow checkpoint; load it with "
+                                  f"ClassConditionalFlow.load")
+        try:
+            return cls.from_state_dict(state, device=device, backend=backend)
+        except ValueError as err:
+            raise CheckpointError(f"DPSlicedWassersteinFlow checkpoint {path!r} is invalid: {err}") from err
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1101,6 +1212,10 @@ class ClassConditionalFlow:
         labels = labels.long()
         if bool((labels < 0).any()):
             raise ValueError("labels must be >= 0")
+        if checkpoint_path is not None:  # before any class flow spends a step
+            from ._checkpoint import check_checkpoint_path
+
+            checkpoint_path = check_checkpoint_path(checkpoint_path)
         if not self.flows:
             self._build(labels)
         elif int(labels.max()) >= self.num_classes:
@@ -1137,18 +1252,46 @@ class ClassConditionalFlow:
                     generator=self._generator.get_state(), flows=[f.state_dict() for f in self.flows])
 
     def save(self, path: str) -> None:
+        """``torch.save`` of :meth:`state_dict` (every class flow), written atomically; a private artefact.
+
+        Raises:
+            TypeError, ValueError: ``path`` not a path, a directory, or not writable (checked before writing).
+        """
         _atomic_save(self.state_dict(), path)
 
     @classmethod
     def load(cls, path: str, *, device="cpu", backend="auto") -> "ClassConditionalFlow":
-        """Rebuild from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles)."""
-        st = torch.load(path, weights_only=False)
+        """Rebuild from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles).
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            fastdpot.flow.CheckpointError (a ValueError): ``path`` is a directory, the file is truncated / garbage,
+                a single-flow checkpoint, or holds an invalid state (the message names the file).
+        """
+        from ._checkpoint import CheckpointError, generator_state, load_checkpoint, require_state
+
+        st = load_checkpoint(path, "ClassConditionalFlow")
+        if isinstance(st, dict) and "config" in st and "flow_kwargs" not in st:
+            raise CheckpointError(f"{path!r} is a single-flow checkpoint (DPSlicedWassersteinFlow.save); load it with "
+                                  f"DPSlicedWassersteinFlow.load")
+        try:
+            require_state(st, ("num_particles", "dim", "num_projections", "step_size", "num_classes",
+                               "particles_per_class", "flow_kwargs", "generator", "flows"), "ClassConditionalFlow")
+            if not isinstance(st["flow_kwargs"], dict) or not isinstance(st["flows"], list):
+                raise ValueError("state['flow_kwargs'] must be a dict and state['flows'] a list")
+            generator_state(st["generator"])
+        except ValueError as err:
+            raise CheckpointError(f"ClassConditionalFlow checkpoint {path!r} is invalid: {err}") from err
         kw = dict(st["flow_kwargs"])
         kw.update(device=device, backend=backend)
-        obj = cls(st["num_particles"], st["dim"], st["num_projections"], st["step_size"],
-                  num_classes=st["num_classes"], particles_per_class=st["particles_per_class"],
-                  generator=torch.Generator(device="cpu"), init=st.get("init", "gaussian"),
-                  init_scale=st.get("init_scale", 1.0), secure_mode=bool(st.get("secure_mode", False)), **kw)
+        try:
+            obj = cls(st["num_particles"], st["dim"], st["num_projections"], st["step_size"],
+                      num_classes=st["num_classes"], particles_per_class=st["particles_per_class"],
+                      generator=torch.Generator(device="cpu"), init=st.get("init", "gaussian"),
+                      init_scale=st.get("init_scale", 1.0), secure_mode=bool(st.get("secure_mode", False)), **kw)
+            flows = [DPSlicedWassersteinFlow.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
+        except (ValueError, TypeError) as err:
+            raise CheckpointError(f"ClassConditionalFlow checkpoint {path!r} is invalid: {err}") from err
         obj._generator.set_state(st["generator"])
-        obj.flows = [DPSlicedWassersteinFlow.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
+        obj.flows = flows
         return obj

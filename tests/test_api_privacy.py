@@ -129,3 +129,133 @@ def test_run_stopped_by_the_planned_steps_says_so(caplog):
     with caplog.at_level("WARNING", logger="fastdpot.flow"):
         g.run(data, progress=False)  # the whole plan: completed, no warning
     assert g.stop_reason == "completed" and not g.last_run.stopped_early and not caplog.records
+
+
+# ------------------------------------------------------------------------------------------ atomic, validated loads
+def _snapshot(flow):
+    st = flow.state_dict()
+    return (st["particles"].clone(), st["generator"].clone(), st["step"], st["mode"], flow.epsilon(),
+            repr(st["accountant"]), repr(st["budget"]))
+
+
+def _same(a, b):
+    return torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2:] == b[2:]
+
+
+_BAD_STATES = [
+    (lambda st: st.pop("particles"), "missing"),
+    (lambda st: st.pop("budget"), "missing"),
+    (lambda st: st.update(particles=torch.zeros(31, 8)), "shape"),
+    (lambda st: st.update(particles=st["particles"].double()[:, :4]), "shape"),
+    (lambda st: st.update(step=-5), "step"),
+    (lambda st: st.update(step=999), "step"),
+    (lambda st: st.update(step="3"), "step"),
+    (lambda st: st.update(step=True), "step"),
+    (lambda st: st.update(mode="bogus"), "mode"),
+    (lambda st: st.update(budget=None, accountant=None), "reset the ε"),
+    (lambda st: st.update(budget=None), "budget"),
+    (lambda st: st.update(generator=torch.zeros(3)), "generator"),
+    (lambda st: st.update(last_drift_norm="x"), "last_drift_norm"),
+    (lambda st: st.update(bound_n=0), "bound_n"),
+    (lambda st: st.update(noise_multiplier=-1.0), "noise_multiplier"),
+    (lambda st: st["budget"].update(epsilon=10.0), "epsilon"),
+    (lambda st: st["budget"]["accountant"].update(history=["garbage"]), "history"),
+    (lambda st: st["budget"]["accountant"]["history"][0].update(num_steps=1), "release"),
+    (lambda st: st.update(pool=torch.zeros(5, 8)), "pool"),
+]
+
+
+@pytest.fixture(scope="module")
+def ran_flow_state():
+    data = _rows(300, 8, seed=9, dtype=torch.float32)
+    f = _flow(target_epsilon=50.0, steps=6)
+    f.run(data, steps=3, progress=False)
+    return f.state_dict()
+
+
+@pytest.mark.parametrize("mutate,match", _BAD_STATES)
+def test_flow_load_state_dict_validates_everything_before_assigning(ran_flow_state, mutate, match):
+    import copy
+
+    data = _rows(300, 8, seed=9, dtype=torch.float32)
+    target = _flow(target_epsilon=50.0, steps=6, generator=torch.Generator().manual_seed(3))
+    target.run(data, steps=2, progress=False)  # ε spent > 0: a bad load must not reset it
+    before = _snapshot(target)
+    assert before[4] > 0
+    bad = copy.deepcopy(ran_flow_state)
+    mutate(bad)
+    with pytest.raises(ValueError, match=match):
+        target.load_state_dict(bad)
+    assert _same(_snapshot(target), before)
+    with pytest.raises(ValueError):
+        fastdpot.DPSlicedWassersteinFlow.from_state_dict(bad)
+    target.load_state_dict(copy.deepcopy(ran_flow_state))  # the good state still loads
+    assert target.steps_taken == 3
+
+
+def test_accountant_and_budget_loads_are_atomic():
+    acc = PrivacyAccountant("rdp")
+    acc.step(1.0, 0.1, num_steps=5)
+    good = acc.state_dict()
+    before = acc.get_epsilon(1e-5)
+    for bad in (dict(good, history=[dict(good["history"][0], num_steps="3")]),
+                dict(good, history=good["history"] + [7]), dict(good, orders="garbage"), dict(good, history=None)):
+        with pytest.raises(ValueError):
+            acc.load_state_dict(bad)
+        assert acc.steps == 5 and acc.get_epsilon(1e-5) == before
+    b10 = fastdpot.PrivacyBudget(10.0, 1e-5)
+    b10.spend(1.0, 0.1, num_steps=50)
+    b1 = fastdpot.PrivacyBudget(1.0, 1e-5)
+    with pytest.raises(ValueError, match="replace_budget"):
+        b1.load_state_dict(b10.state_dict())
+    assert (b1.epsilon, b1.steps) == (1.0, 0)
+    with pytest.raises(ValueError, match="delta_tail_spent"):
+        b10.load_state_dict(dict(b10.state_dict(), delta_tail_spent=1.0))
+    assert b10.steps == 50 and b10.delta_tail_spent == 0.0
+    assert fastdpot.PrivacyBudget.from_state_dict(b10.state_dict()).epsilon == 10.0
+
+
+def test_corrupt_or_wrong_checkpoint_files_are_named(tmp_path):
+    from fastdpot.flow import CheckpointError
+
+    data = _rows(300, 8, seed=9, dtype=torch.float32)
+    f = _flow(steps=4)
+    path = tmp_path / "flow.pt"
+    f.run(data, steps=1, progress=False, checkpoint_path=str(path))
+    raw = path.read_bytes()
+    for name, blob in (("truncated.pt", raw[: len(raw) // 2]), ("garbage.pt", b"\x80\x04not a checkpoint"),
+                       ("empty.pt", b"")):
+        (tmp_path / name).write_bytes(blob)
+        with pytest.raises(CheckpointError, match=f"{name}.*corrupt"):
+            fastdpot.DPSlicedWassersteinFlow.load(str(tmp_path / name))
+        with pytest.raises(CheckpointError, match=name):
+            fastdpot.ClassConditionalFlow.load(str(tmp_path / name))
+    with pytest.raises(CheckpointError, match="directory"):
+        fastdpot.DPSlicedWassersteinFlow.load(str(tmp_path))
+    with pytest.raises(CheckpointError, match="single-flow checkpoint"):
+        fastdpot.ClassConditionalFlow.load(str(path))
+    assert fastdpot.DPSlicedWassersteinFlow.load(str(path)).steps_taken == 1
+    st = torch.load(str(path), weights_only=False)
+    st["step"] = 999
+    torch.save(st, str(tmp_path / "bad_step.pt"))
+    with pytest.raises(CheckpointError, match="bad_step.pt.*step"):
+        fastdpot.DPSlicedWassersteinFlow.load(str(tmp_path / "bad_step.pt"))
+
+
+def test_checkpoint_paths_are_checked_before_any_step(tmp_path):
+    data = _rows(300, 8, seed=9, dtype=torch.float32)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for bad, match in ((str(tmp_path), "directory"), (str(blocker / "flow.pt"), "not a directory"), (3, "path")):
+        f = _flow(steps=4)
+        with pytest.raises((ValueError, TypeError), match=match):
+            f.run(data, progress=False, checkpoint_path=bad)
+        assert f.steps_taken == 0 and f.epsilon() == 0.0
+        with pytest.raises((ValueError, TypeError), match=match):
+            f.save(bad)
+    labels = torch.arange(300) % 2
+    cc = fastdpot.ClassConditionalFlow(20, 8, 4, 1.0, noise_multiplier=2.0, batch_size=20, steps=3,
+                                       secure_mode=False, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="directory"):
+        cc.run(data, labels, progress=False, checkpoint_path=str(tmp_path))
+    assert all(fl.steps_taken == 0 for fl in cc.flows)
