@@ -235,6 +235,12 @@ def test_corrupt_or_wrong_checkpoint_files_are_named(tmp_path):
     with pytest.raises(CheckpointError, match="single-flow checkpoint"):
         fastdpot.ClassConditionalFlow.load(str(path))
     assert fastdpot.DPSlicedWassersteinFlow.load(str(path)).steps_taken == 1
+    cc = fastdpot.ClassConditionalFlow(20, 8, 4, 1.0, noise_multiplier=2.0, batch_size=20, steps=3,
+                                       secure_mode=False, generator=torch.Generator().manual_seed(0))
+    cc.save(str(tmp_path / "cc.pt"))
+    with pytest.raises(CheckpointError, match="ClassConditionalFlow checkpoint; load it with"):
+        fastdpot.DPSlicedWassersteinFlow.load(str(tmp_path / "cc.pt"))
+    assert fastdpot.ClassConditionalFlow.load(str(tmp_path / "cc.pt")).flows == []
     st = torch.load(str(path), weights_only=False)
     st["step"] = 999
     torch.save(st, str(tmp_path / "bad_step.pt"))
