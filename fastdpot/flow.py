@@ -843,7 +843,9 @@ class DPSlicedWassersteinFlow:
         spent. The bar shows the ε spent after the step it displays.
 
         Raises:
-            ValueError: bad data, ``steps`` missing for a non-private flow without planned steps, n changed.
+            ValueError: bad data, ``steps`` missing for a non-private flow without planned steps, n changed,
+                ``checkpoint_path`` a directory or not writable (checked before any step is spent).
+            TypeError: ``checkpoint_path`` not a str or os.PathLike.
             NonFiniteParticlesError: see :meth:`step` (the last checkpoint written stays intact).
         """
         from tqdm.auto import tqdm
