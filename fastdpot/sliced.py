@@ -323,7 +323,8 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
             ``private`` / ``noise_std`` missing.
         ValueError: as :func:`sliced_wasserstein` (messages name ``private`` and ``generated``), plus ``noise_std``
         < 0 or non-finite, ``radius`` <= 0, ``private`` and ``generated`` the same tensor, a ``torch.Generator``
-        with ``secure_mode=True``, ``release`` not one of the two, ``num_bins`` missing with ``"sketch"``, given with ``"points"``, < 1 or above the batch sizes, a compiled backend with ``"sketch"``.
+        with ``secure_mode=True``, ``release`` not one of the two, ``num_bins`` missing with ``"sketch"``, given
+        with ``"points"``, < 1 or above the batch sizes, a compiled backend with ``"sketch"``.
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021 (mechanism
