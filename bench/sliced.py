@@ -69,12 +69,14 @@ def dp_case(impl, n, m, d, k, p=2, noise_std=0.5):
         if impl == "fastdpot":
             from fastdpot.sliced import dp_sliced_wasserstein
 
-            return dp_sliced_wasserstein(s["x"], s["y"], noise_std, projections=s["th"], p=p, generator=g,
+            return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
+                                         generator=g,
                                          secure_mode=False, backend="cpu")
         if impl == "reference":
             from fastdpot.sliced import dp_sliced_wasserstein
 
-            return dp_sliced_wasserstein(s["x"], s["y"], noise_std, projections=s["th"], p=p, generator=g,
+            return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
+                                         generator=g,
                                          secure_mode=False, backend="reference")
         raise ValueError(f"impl must be fastdpot or reference, got {impl!r}")
 
@@ -96,7 +98,8 @@ def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, num_bins=10):
             raise ValueError(f"impl must be fastdpot for the sketch case, got {impl!r}")
         from fastdpot.sliced import dp_sliced_wasserstein
 
-        return dp_sliced_wasserstein(s["x"], s["y"], noise_std, projections=s["th"], p=p, generator=s["gen"],
+        return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
+                                     generator=s["gen"],
                                      secure_mode=False, release="sketch", num_bins=num_bins)
 
     def setup():

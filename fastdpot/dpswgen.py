@@ -234,7 +234,8 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         x = flat[idx]
         lat = torch.randn(B, net.latent_dim, generator=generator, dtype=private_data.dtype)
         y = net(lat).reshape(B, -1)
-        loss = dp_sliced_wasserstein(x, y, sigma, num_projections, p=p, generator=rng, backend=backend,
+        loss = dp_sliced_wasserstein(y, private=x, noise_std=sigma, num_projections=num_projections, p=p,
+                                     generator=rng, backend=backend,
                                      radius=radius, release=release, num_bins=num_bins)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -52,13 +52,16 @@ Privacy guarantee (what the code enforces, and what it assumes)
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
+from ._checkpoint import CheckpointError  # noqa: F401  (raised by load; re-exported)
 from ._dispatch import dispatch, register, set_auto
 from ._ext import cpp_status, load_cpp
 from ._random import draw_seed, make_generator, random_directions
@@ -67,7 +70,9 @@ from ._validate import (check_choice, check_delta, check_epsilon, check_finite_t
 from .reference import flow as _ref
 
 __all__ = ["DPSlicedWassersteinFlow", "ClassConditionalFlow", "NonFiniteParticlesError", "flow_step", "draw_init",
-           "INIT_KINDS"]
+           "INIT_KINDS", "FlowRunResult"]
+
+_log = logging.getLogger(__name__)
 
 _QUANTILE_MODES = ("exact", "grid", "histogram")
 INIT_KINDS = ("gaussian", "sphere", "gaussian_scaled")
@@ -115,6 +120,37 @@ def draw_init(kind: str, num_particles: int, dim: int, generator: torch.Generato
 
 class NonFiniteParticlesError(FloatingPointError):
     """A flow step produced NaN/Inf particles; the flow keeps its last good particles and checkpoint."""
+
+
+#: Why a :meth:`DPSlicedWassersteinFlow.run` call stopped.
+STOP_REASONS = ("completed", "budget", "planned_steps")
+
+
+@dataclass(frozen=True)
+class FlowRunResult:
+    """What one :meth:`DPSlicedWassersteinFlow.run` call did (``flow.last_run``).
+
+    Attributes:
+        steps_requested: the steps asked for in this call (``steps``, or what was left of the planned T).
+        steps_run: the steps taken in this call (<= ``steps_requested``).
+        steps_taken: the flow's total after the call.
+        stop_reason: ``"completed"`` (every requested step taken), ``"budget"`` (the next step would have
+            exceeded ``target_epsilon``; nothing more was released) or ``"planned_steps"`` (the planned T private
+            steps are used up: the δ split δ = δ_acc + T·δ_tail covers no more).
+        epsilon: ε spent after the call at the configured δ (``inf`` non-private; None when the call was told not
+            to compute it, as class flows are).
+    """
+
+    steps_requested: int
+    steps_run: int
+    steps_taken: int
+    stop_reason: str
+    epsilon: Optional[float]
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether fewer steps than requested were taken."""
+        return self.stop_reason != "completed"
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -312,6 +348,9 @@ def _privacy():
 
 
 def _atomic_save(obj, path):
+    from ._checkpoint import check_checkpoint_path
+
+    path = check_checkpoint_path(path, "path")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_ckpt_", suffix=".pt")
@@ -509,6 +548,7 @@ class DPSlicedWassersteinFlow:
                                                else d * max(-(-pool_size // d), -(-k // d)))
         self._step = 0
         self._last_drift_norm = float("nan")
+        self.last_run: Optional[FlowRunResult] = None  # what the last run() call did
         # privacy state
         self._noise_multiplier = noise_multiplier
         self._bound_n: Optional[int] = None
@@ -798,10 +838,14 @@ class DPSlicedWassersteinFlow:
             progress_epsilon: show the ε spent in the bar (False for class flows: ε_c depends on the private n_c).
 
         Returns the particles (N, d). Stops early, without error, when the next step would exceed the ε budget or
-        the planned T private steps.
+        the planned T private steps: it then logs a warning (logger ``fastdpot.flow``) saying which, and
+        :attr:`last_run` (a :class:`FlowRunResult`) / :attr:`stop_reason` hold the reason, the steps run and the ε
+        spent. The bar shows the ε spent after the step it displays.
 
         Raises:
-            ValueError: bad data, ``steps`` missing for a non-private flow without planned steps, n changed.
+            ValueError: bad data, ``steps`` missing for a non-private flow without planned steps, n changed,
+                ``checkpoint_path`` a directory or not writable (checked before any step is spent).
+            TypeError: ``checkpoint_path`` not a str or os.PathLike.
             NonFiniteParticlesError: see :meth:`step` (the last checkpoint written stays intact).
         """
         from tqdm.auto import tqdm
@@ -818,6 +862,10 @@ class DPSlicedWassersteinFlow:
             steps = check_int(steps, "steps", 0)
         if checkpoint_every is not None:
             checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
+        if checkpoint_path is not None:  # before any step is spent
+            from ._checkpoint import check_checkpoint_path
+
+            checkpoint_path = check_checkpoint_path(checkpoint_path)
         if sampled:
             self._bind("sampled", n)
             sampler = _privacy().FixedSizeSampler(n, self._bound_batch, generator=self._rng)
@@ -825,12 +873,14 @@ class DPSlicedWassersteinFlow:
             self._bind("full", None)
             sampler = None
         bar = tqdm(total=steps, disable=not progress, desc="DP-SW flow" if self.private else "SW flow")
-        every = max(1, steps // 5)  # ε for the bar is recomputed ~5 times per call (an RDP evaluation each)
-        eps = self.epsilon() if progress and progress_epsilon else 0.0
+        start, stop = self._step, "completed"
+        if steps == 0 and self.private and not self.can_step():  # nothing left to run: say why
+            stop = "budget" if self._step < c["steps"] else "planned_steps"
         try:
             for it in range(steps):
                 if self.private:
                     if not self.can_step():  # planned T reached, or the next step would exceed the ε budget
+                        stop = "budget" if self._step < c["steps"] else "planned_steps"
                         break
                     self._spend()  # counted before the batch is drawn
                 batch = private_data if sampler is None else private_data[sampler.sample().to(private_data.device)]
@@ -840,20 +890,46 @@ class DPSlicedWassersteinFlow:
                 if checkpoint_path is not None and checkpoint_every is not None and self._step % checkpoint_every == 0:
                     self.save(checkpoint_path)
                 if progress:
-                    if progress_epsilon and (it % every == 0 or it == steps - 1):
-                        eps = self.epsilon()
                     bar.update(1)
-                    if progress_epsilon:
-                        bar.set_postfix(step=self._step, eps=f"{eps:.3g}", drift=f"{self._last_drift_norm:.3g}")
-                    else:
-                        bar.set_postfix(step=self._step, drift=f"{self._last_drift_norm:.3g}")
+                    bar.set_postfix(**self._progress_postfix(progress_epsilon))
         finally:
             bar.close()
             if self.private and self._mode is not None:
                 self._flush()
         if checkpoint_path is not None:
             self.save(checkpoint_path)
+        self.last_run = self._report_run(steps, self._step - start, stop, progress_epsilon)
         return self._particles
+
+    def _progress_postfix(self, show_epsilon: bool) -> Dict[str, Any]:
+        """The bar's fields, ε recomputed now (the RDP vector is composed incrementally: a cheap evaluation)."""
+        fields = dict(step=self._step)
+        if show_epsilon:
+            fields["eps"] = f"{self.epsilon():.3g}"
+        fields["drift"] = f"{self._last_drift_norm:.3g}"
+        return fields
+
+    def _report_run(self, requested: int, ran: int, stop: str, with_epsilon: bool) -> "FlowRunResult":
+        """Log why a run() call stopped (a warning when it stopped early) and build its :class:`FlowRunResult`."""
+        eps = self.epsilon() if with_epsilon else None
+        spent = "" if eps is None else f"; ε spent {eps:.4g} at δ={self._config['delta']:g}"
+        c = self._config
+        if stop == "budget":
+            _log.warning("DP-SW flow stopped after %d of %d requested steps (%d in total): the next step would "
+                         "exceed target_epsilon=%g%s; nothing more was released", ran, requested, self._step,
+                         c["target_epsilon"], spent)
+        elif stop == "planned_steps":
+            _log.warning("DP-SW flow stopped after %d of %d requested steps: the planned steps=%d private steps "
+                         "are used up (the δ split δ = δ_acc + T·δ_tail covers no more)%s", ran, requested,
+                         c["steps"], spent)
+        else:
+            _log.info("DP-SW flow ran %d steps (%d in total)%s", ran, self._step, spent)
+        return FlowRunResult(requested, ran, self._step, stop, eps)
+
+    @property
+    def stop_reason(self) -> Optional[str]:
+        """Why the last :meth:`run` stopped (see :class:`FlowRunResult`); None before any run."""
+        return None if self.last_run is None else self.last_run.stop_reason
 
     # -- checkpointing ------------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -876,47 +952,150 @@ class DPSlicedWassersteinFlow:
             budget=None if self._budget is None else self._budget.state_dict())
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        if {"directions": "uniform", "release": "points", "num_bins": None, **state["config"]} != self._config:
-            # checkpoints older than `directions` / `release` / `num_bins` get their defaults
-            raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
-        parts = state["particles"]
-        check_finite_tensor(parts, "state['particles']")
-        self._particles = parts.clone().to(self.device)
-        self._generator.set_state(state["generator"])
-        self._step = int(state["step"])
-        self._pool = None if state["pool"] is None else state["pool"].clone().to(self._particles.dtype)
-        self._last_drift_norm = float(state["last_drift_norm"])
-        self._mode = None
-        self._accountant = self._budget = None
+        """Restore a :meth:`state_dict` of a flow with the same config (resume a run).
+
+        Atomic: the whole state — config, particles of shape (N, d), generator state, step counter in [0, T], mode,
+        bound n, noise multiplier, accountant and budget (whose step counts must equal the step counter) — is
+        checked before anything is assigned; on any error this flow is unchanged.
+
+        Raises:
+            ValueError: a key missing or invalid (the message names it), a config that does not match this flow's,
+                or accounting missing from the state of a private flow that has taken steps (it would reset the ε
+                spent).
+        """
+        new = self._check_state(state)
+        (self._particles, gen_state, self._step, self._pool, self._last_drift_norm, self._noise_multiplier,
+         self._mode, self._bound_n, self._bound_batch, self._accountant, self._budget) = new
+        self._generator.set_state(gen_state)
         self._pending = 0
-        self._noise_multiplier = state["noise_multiplier"]
-        if state["mode"] is not None:
-            # re-create the accounting objects without re-calibrating (z is restored as it was)
-            self._bind(state["mode"], None if state["bound_n"] is None else int(state["bound_n"]), plan=False)
-            if self._budget is not None and state["budget"] is not None:
-                self._budget.load_state_dict(state["budget"])
-            elif self._accountant is not None and state["accountant"] is not None:
-                self._accountant.load_state_dict(state["accountant"])
-            if self.private:
-                self._plan()
+        if self.private and self._mode is not None:
+            self._plan()
+        elif self.private:
+            self._max_total, self._budget_limited = self._config["steps"], False
+
+    def _check_state(self, state) -> tuple:
+        """Validate a :meth:`state_dict` against this flow; return the values to assign (nothing assigned here)."""
+        from ._checkpoint import generator_state, require_state, state_choice, state_float, state_int
+
+        require_state(state, ("config", "particles", "generator", "step", "pool", "noise_multiplier", "mode",
+                              "bound_n", "last_drift_norm", "accountant", "budget"), "DPSlicedWassersteinFlow")
+        if not isinstance(state["config"], dict):
+            raise ValueError(f"state['config'] must be a dict, got {type(state['config']).__name__}")
+        # checkpoints older than `directions` / `release` / `num_bins` get their defaults
+        if {"directions": "uniform", "release": "points", "num_bins": None, **state["config"]} != self._config:
+            raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
+        c = self._config
+        parts = state["particles"]
+        if not isinstance(parts, torch.Tensor) or not parts.is_floating_point():
+            raise ValueError(f"state['particles'] must be a floating-point tensor, got {type(parts).__name__}")
+        if tuple(parts.shape) != (c["num_particles"], c["dim"]):
+            raise ValueError(f"state['particles'] must have shape ({c['num_particles']}, {c['dim']}), got "
+                             f"{tuple(parts.shape)}")
+        check_finite_tensor(parts, "state['particles']")
+        gen_state = generator_state(state["generator"])
+        step = state_int(state["step"], "step", 0, c["steps"] if self.private else None)
+        pool = state["pool"]
+        if self._pool is None:
+            if pool is not None:
+                raise ValueError(f"state['pool'] must be None for variant={c['variant']!r}, got a "
+                                 f"{type(pool).__name__}")
+        else:
+            if not isinstance(pool, torch.Tensor) or tuple(pool.shape) != tuple(self._pool.shape):
+                raise ValueError(f"state['pool'] must be a tensor of shape {tuple(self._pool.shape)}, got "
+                                 f"{tuple(pool.shape) if isinstance(pool, torch.Tensor) else type(pool).__name__}")
+            check_finite_tensor(pool, "state['pool']")
+            pool = pool.clone().to(self._particles.dtype)
+        drift = state_float(state["last_drift_norm"], "last_drift_norm", nan_ok=True)
+        mode = state_choice(state["mode"], "mode", (None, "sampled", "full"))
+        z = state["noise_multiplier"]
+        if z is not None:
+            z = state_float(z, "noise_multiplier", positive=True)
+        if c["noise_multiplier"] is not None and z != c["noise_multiplier"]:
+            raise ValueError(f"state['noise_multiplier']={z!r} differs from the config's {c['noise_multiplier']!r}")
+        if self.private and mode is not None and z is None:
+            raise ValueError("state['noise_multiplier'] is None but the flow's accounting was bound: the calibrated "
+                             "noise multiplier is missing")
+        if mode is None and step > 0:
+            raise ValueError(f"state['mode'] is None but state['step']={step}: steps without accounting mode")
+        n = b = None
+        if mode == "sampled":
+            n = state_int(state["bound_n"], "bound_n", 1)
+            b = self._resolve_batch(n)
+            if state.get("bound_batch", b) != b:
+                raise ValueError(f"state['bound_batch']={state.get('bound_batch')!r} disagrees with the config's "
+                                 f"batch size for n={n} ({b})")
+        elif state["bound_n"] is not None:
+            raise ValueError(f"state['bound_n'] must be None for mode={mode!r}, got {state['bound_n']!r}")
+        acc = budget = None
+        if self.private and mode is not None:
+            p = _privacy()
+            if state["accountant"] is None:
+                raise ValueError("state['accountant'] is None for a private flow whose accounting was bound: loading "
+                                 "it would reset the ε spent")
+            acc = p.PrivacyAccountant.from_state_dict(state["accountant"])
+            if c["target_epsilon"] is not None:
+                if state["budget"] is None:
+                    raise ValueError("state['budget'] is None for a flow with target_epsilon: loading it would reset "
+                                     "the ε spent")
+                budget = p.PrivacyBudget(c["target_epsilon"], self._delta_acc, accountant=acc)
+                budget.load_state_dict(state["budget"])  # refuses another (ε, δ); acc takes the budget's history
+            if acc.steps != step:
+                raise ValueError(f"state's accountant holds {acc.steps} release(s) but state['step']={step}")
+        return (parts.clone().to(self.device), gen_state, step, pool, drift, z, mode, n, b, acc, budget)
 
     def save(self, path: str) -> None:
-        """``torch.save`` of :meth:`state_dict`, written atomically (a crash never corrupts the last checkpoint)."""
+        """``torch.save`` of :meth:`state_dict`, written atomically (a crash never corrupts the last checkpoint).
+
+        Raises:
+            TypeError, ValueError: ``path`` not a path, a directory, or not writable (checked before writing).
+        """
         _atomic_save(self.state_dict(), path)
 
     @classmethod
     def from_state_dict(cls, state: Dict[str, Any], *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
+        """A new flow rebuilt from :meth:`state_dict` (its config, particles, step counter and accounting).
+
+        Raises:
+            ValueError: not a flow's state dict (a ``ClassConditionalFlow`` one included), or any check of
+                :meth:`load_state_dict`.
+        """
+        if isinstance(state, dict) and "flows" in state and "config" not in state:
+            raise ValueError("this is a ClassConditionalFlow state; use ClassConditionalFlow.load / its state")
+        from ._checkpoint import require_state
+
+        require_state(state, ("config", "particles"), "DPSlicedWassersteinFlow")
+        if not isinstance(state["config"], dict):
+            raise ValueError(f"state['config'] must be a dict, got {type(state['config']).__name__}")
         gen = torch.Generator(device="cpu")
         # checkpoints older than secure mode were replayable
-        flow = cls(**state["config"], init=state["particles"], generator=gen, device=device, backend=backend,
-                   secure_mode=bool(state.get("secure_mode", False)))
+        try:
+            flow = cls(**state["config"], init=state["particles"], generator=gen, device=device, backend=backend,
+                       secure_mode=bool(state.get("secure_mode", False)))
+        except TypeError as err:  # an unknown config key
+            raise ValueError(f"state['config'] is not a DPSlicedWassersteinFlow config: {err}") from None
         flow.load_state_dict(state)
         return flow
 
     @classmethod
     def load(cls, path: str, *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
-        """Rebuild a flow from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles)."""
-        return cls.from_state_dict(torch.load(path, weights_only=False), device=device, backend=backend)
+        """Rebuild a flow from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles).
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            fastdpot.flow.CheckpointError: ``path`` is a directory, or the file is truncated / garbage / another
+                kind of checkpoint (the message names the file; a ValueError).
+            ValueError: the state fails a check of :meth:`load_state_dict`.
+        """
+        from ._checkpoint import CheckpointError, load_checkpoint
+
+        state = load_checkpoint(path, "DPSlicedWassersteinFlow")
+        if isinstance(state, dict) and "flows" in state and "config" not in state:
+            raise CheckpointError(f"{path!r} is a ClassConditionalFlow checkpoint; load it with "
+                                  f"ClassConditionalFlow.load")
+        try:
+            return cls.from_state_dict(state, device=device, backend=backend)
+        except ValueError as err:
+            raise CheckpointError(f"DPSlicedWassersteinFlow checkpoint {path!r} is invalid: {err}") from err
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1035,6 +1214,10 @@ class ClassConditionalFlow:
         labels = labels.long()
         if bool((labels < 0).any()):
             raise ValueError("labels must be >= 0")
+        if checkpoint_path is not None:  # before any class flow spends a step
+            from ._checkpoint import check_checkpoint_path
+
+            checkpoint_path = check_checkpoint_path(checkpoint_path)
         if not self.flows:
             self._build(labels)
         elif int(labels.max()) >= self.num_classes:
@@ -1071,18 +1254,46 @@ class ClassConditionalFlow:
                     generator=self._generator.get_state(), flows=[f.state_dict() for f in self.flows])
 
     def save(self, path: str) -> None:
+        """``torch.save`` of :meth:`state_dict` (every class flow), written atomically; a private artefact.
+
+        Raises:
+            TypeError, ValueError: ``path`` not a path, a directory, or not writable (checked before writing).
+        """
         _atomic_save(self.state_dict(), path)
 
     @classmethod
     def load(cls, path: str, *, device="cpu", backend="auto") -> "ClassConditionalFlow":
-        """Rebuild from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles)."""
-        st = torch.load(path, weights_only=False)
+        """Rebuild from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles).
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            fastdpot.flow.CheckpointError (a ValueError): ``path`` is a directory, the file is truncated / garbage,
+                a single-flow checkpoint, or holds an invalid state (the message names the file).
+        """
+        from ._checkpoint import CheckpointError, generator_state, load_checkpoint, require_state
+
+        st = load_checkpoint(path, "ClassConditionalFlow")
+        if isinstance(st, dict) and "config" in st and "flow_kwargs" not in st:
+            raise CheckpointError(f"{path!r} is a single-flow checkpoint (DPSlicedWassersteinFlow.save); load it with "
+                                  f"DPSlicedWassersteinFlow.load")
+        try:
+            require_state(st, ("num_particles", "dim", "num_projections", "step_size", "num_classes",
+                               "particles_per_class", "flow_kwargs", "generator", "flows"), "ClassConditionalFlow")
+            if not isinstance(st["flow_kwargs"], dict) or not isinstance(st["flows"], list):
+                raise ValueError("state['flow_kwargs'] must be a dict and state['flows'] a list")
+            generator_state(st["generator"])
+        except ValueError as err:
+            raise CheckpointError(f"ClassConditionalFlow checkpoint {path!r} is invalid: {err}") from err
         kw = dict(st["flow_kwargs"])
         kw.update(device=device, backend=backend)
-        obj = cls(st["num_particles"], st["dim"], st["num_projections"], st["step_size"],
-                  num_classes=st["num_classes"], particles_per_class=st["particles_per_class"],
-                  generator=torch.Generator(device="cpu"), init=st.get("init", "gaussian"),
-                  init_scale=st.get("init_scale", 1.0), secure_mode=bool(st.get("secure_mode", False)), **kw)
+        try:
+            obj = cls(st["num_particles"], st["dim"], st["num_projections"], st["step_size"],
+                      num_classes=st["num_classes"], particles_per_class=st["particles_per_class"],
+                      generator=torch.Generator(device="cpu"), init=st.get("init", "gaussian"),
+                      init_scale=st.get("init_scale", 1.0), secure_mode=bool(st.get("secure_mode", False)), **kw)
+            flows = [DPSlicedWassersteinFlow.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
+        except (ValueError, TypeError) as err:
+            raise CheckpointError(f"ClassConditionalFlow checkpoint {path!r} is invalid: {err}") from err
         obj._generator.set_state(st["generator"])
-        obj.flows = [DPSlicedWassersteinFlow.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
+        obj.flows = flows
         return obj

@@ -22,7 +22,8 @@ from torch import nn
 
 from . import _dispatch
 from ._ext import cpp_status, load_cpp
-from ._validate import check_choice, check_int, check_nonnegative, check_positive, check_same_dim, check_tensor
+from ._validate import (check_choice, check_delta, check_int, check_nonnegative, check_positive, check_same_dim,
+                        check_tensor)
 from .reference import sliced as _ref
 
 __all__ = ["sliced_wasserstein", "dp_sliced_wasserstein", "SlicedWassersteinLoss", "DPSlicedWassersteinLoss",
@@ -183,14 +184,14 @@ def random_projections(num_projections: int, dim: int, generator: Optional[torch
     return (theta / theta.norm(dim=1, keepdim=True)).to(dtype)
 
 
-def _validate(x, y, p, num_projections, projections, xname, generator):
+def _validate(x, y, p, num_projections, projections, xname, generator, yname="y"):
     check_tensor(x, xname, ndim=2, dtypes=_DTYPES)
-    check_tensor(y, "y", ndim=2, dtypes=_DTYPES)
+    check_tensor(y, yname, ndim=2, dtypes=_DTYPES)
     if x.dtype != y.dtype:
-        raise ValueError(f"{xname} and y must have the same dtype, got {x.dtype} and {y.dtype}")
+        raise ValueError(f"{xname} and {yname} must have the same dtype, got {x.dtype} and {y.dtype}")
     if x.device != y.device:
-        raise ValueError(f"{xname} and y must be on the same device, got {x.device} and {y.device}")
-    d = check_same_dim(x, y, xname, "y")
+        raise ValueError(f"{xname} and {yname} must be on the same device, got {x.device} and {y.device}")
+    d = check_same_dim(x, y, xname, yname)
     check_choice(p, "p", (1, 2))
     if max(x.shape[0], y.shape[0]) >= 2 ** 32:
         raise ValueError(f"N and M must be < 2**32, got {x.shape[0]} and {y.shape[0]}")
@@ -255,10 +256,10 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, num_projections: Option
     return fn(x, y, theta, p, 0.0, 0, False)
 
 
-def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: float,
-                          num_projections: Optional[int] = None, p: int = 2,
+def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[torch.Tensor] = None,
+                          noise_std: Optional[float] = None, num_projections: Optional[int] = None, p: int = 2,
                           projections: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
-                          backend: str = "auto", return_noise: bool = False, radius: Optional[float] = None, *,
+                          backend: str = "auto", return_noise: bool = False, radius: Optional[float] = None,
                           secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
     r"""DP sliced Wasserstein distance DP-SW_p^p (Rakotomamonjy & Ralaivola, ICML 2021): Gaussian mechanism on the projected private data.
 
@@ -267,17 +268,24 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
         \frac1N\sum_i\delta_{\theta_j^\top y_i + v'_{ij}}\Big),\quad v, v' \sim \mathcal N(0, \sigma^2)\ \text{i.i.d.}
 
     The same directions Θ for both sides, independent noise on each side. The release that carries the privacy
-    guarantee is ``x_private Θᵀ + V``; everything computed from it (the loss, the gradient w.r.t. ``y``) is
+    guarantee is ``private Θᵀ + V``; everything computed from it (the loss, the gradient w.r.t. ``generated``) is
     post-processing. The guarantee itself — which (ε, δ) a given ``noise_std`` buys — needs a norm bound on the
     private rows (pass ``radius``: rows are clipped to it *inside*, before projection), the sensitivity of the
     random projection and an accountant over all releases: see :func:`dp_sliced_wasserstein_noise_std` and
     :class:`DPSlicedWassersteinLoss`. This function alone releases once and accounts nothing.
 
+    The private rows are passed by keyword only, ``dp_sliced_wasserstein(generated, private=x, noise_std=σ, ...)``,
+    so that they cannot land in the unprotected slot by argument order (``nn.MSELoss``'s ``(input, target)`` order,
+    or this function's former ``(x_private, y, noise_std)`` order): a second positional tensor raises TypeError. The
+    remaining arguments are keyword-only as well.
+
     Args:
-        x_private: (M, d) private rows (float32 / float64).
-        y: (N, d) generated / public rows.
-        noise_std: σ >= 0, the standard deviation of the Gaussian noise added to every projected value (same unit
-            as x). 0 gives the non-private distance.
+        generated: (N, d) generated / public rows (float32 / float64), the side gradients are meant for; never
+            clipped, its noise is not needed for privacy.
+        private: (M, d) private rows (keyword-only, required), same dtype and device; the only side the
+            guarantee covers (clipped to ``radius`` inside).
+        noise_std: σ >= 0 (keyword-only, required), the standard deviation of the Gaussian noise added to every
+            projected value (same unit as the rows). 0 gives the non-private distance.
         num_projections: k (random directions from ``generator``) when ``projections`` is None.
         p: 1 or 2.
         projections: optional (k, d) unit-norm directions.
@@ -288,7 +296,7 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
             replayable; a ``torch.Generator`` then raises ValueError).
         backend: "auto", "reference", "cpu", "triton".
         return_noise: also return the exact noise added, (M, k) and (N, k), so the reference can replay the run.
-        radius: if given, rows of ``x_private`` with norm > radius are scaled onto the ball of that radius before
+        radius: if given, rows of ``private`` with norm > radius are scaled onto the ball of that radius before
             projection (the mechanism's norm bound; ‖x − x'‖ ≤ 2·radius under substitution).
         release: ``"points"`` (default: every projected private value with noise σ, the paper's release) or
             ``"sketch"``: the private side is released as the sliced quantile sketch
@@ -302,23 +310,30 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
         num_bins: L, 1 <= L <= min(M, N), required with ``release="sketch"``.
 
     Shape:
-        x_private (M, d), y (N, d), projections (k, d) -> 0-d tensor [, noise_private (M, k), noise_y (N, k)].
+        generated (N, d), private (M, d), projections (k, d) -> 0-d tensor
+        [, noise_private (M, k), noise_generated (N, k)].
 
     Returns:
-        DP-SW_p^p, differentiable w.r.t. y and (when it requires grad) x_private; with ``return_noise`` a tuple
-        (loss, noise_private, noise_y) — in sketch mode (loss, noise on the bin sums (k, L), None).
+        DP-SW_p^p, differentiable w.r.t. ``generated`` and (when it requires grad) ``private``; with
+        ``return_noise`` a tuple (loss, noise_private, noise_generated) — in sketch mode (loss, noise on the bin
+        sums (k, L), None).
 
     Raises:
-        ValueError: as :func:`sliced_wasserstein`, plus ``noise_std`` < 0 or non-finite, ``radius`` <= 0, a
-        ``torch.Generator`` with ``secure_mode=True``, ``release`` not one of the two, ``num_bins`` missing with
-        ``"sketch"``, given with ``"points"``, < 1 or above the batch sizes, a compiled backend with ``"sketch"``.
+        TypeError: more than one positional argument (the former ``(x_private, y, noise_std, ...)`` order), or
+            ``private`` / ``noise_std`` missing.
+        ValueError: as :func:`sliced_wasserstein` (messages name ``private`` and ``generated``), plus ``noise_std``
+        < 0 or non-finite, ``radius`` <= 0, ``private`` and ``generated`` the same tensor, a ``torch.Generator``
+        with ``secure_mode=True``, ``release`` not one of the two, ``num_bins`` missing with ``"sketch"``, given
+        with ``"points"``, < 1 or above the batch sizes, a compiled backend with ``"sketch"``.
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021 (mechanism
         M(X) = XΘᵀ + V, Lemma 2 and Proposition 2).
     """
+    x_private, y = _private_generated("dp_sliced_wasserstein", generated, legacy, private)
+    if noise_std is None:
+        raise TypeError("dp_sliced_wasserstein() needs noise_std= (σ >= 0, keyword-only)")
     noise_std = check_nonnegative(noise_std, "noise_std")
-    check_tensor(x_private, "x_private", ndim=2, dtypes=_DTYPES)
     _check_release(release, num_bins)
     if radius is not None:
         radius = check_positive(radius, "radius")
@@ -328,7 +343,7 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
     from .privacy.randomness import PrivacyRandomness, privacy_randomness
 
     rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
-    theta = _validate(x_private, y, p, num_projections, projections, "x_private", rng)
+    theta = _validate(x_private, y, p, num_projections, projections, "private", rng, "generated")
     if release == "sketch":
         if backend not in ("auto", "reference"):
             raise ValueError(f"release='sketch' is computed in torch: backend must be 'auto' or 'reference', got "
@@ -341,6 +356,30 @@ def dp_sliced_wasserstein(x_private: torch.Tensor, y: torch.Tensor, noise_std: f
 
 
 _RELEASES = ("points", "sketch")
+
+
+def _private_generated(fname, generated, legacy, private):
+    """Check the (generated, private=) call form of a private entry point; return ``(private, generated)``.
+
+    Both sides are validated as (rows, d) tensors by the caller; here only the call form: the private rows must
+    come by keyword, never by position (a positional order can be swapped without anyone noticing).
+    """
+    if legacy:
+        raise TypeError(
+            f"{fname}() takes the private rows by keyword only: write {fname}(generated, private=x_private, "
+            f"noise_std=sigma, ...) (the former positional order (x_private, y, noise_std, ...) and PyTorch's "
+            f"(input, target) order are both refused, so private data cannot land in the unprotected slot); got "
+            f"{1 + len(legacy)} positional arguments")
+    if private is None:
+        raise TypeError(f"{fname}() needs the private rows as private= (keyword-only); the positional argument is "
+                        f"the generated / public side")
+    # types and shapes here; finiteness once, by _validate (on the clipped private rows)
+    check_tensor(generated, "generated", ndim=2, dtypes=_DTYPES, finite=False)
+    check_tensor(private, "private", ndim=2, dtypes=_DTYPES, finite=False)
+    if private is generated:
+        raise ValueError("private and generated are the same tensor; pass the private rows as private= and the "
+                         "generated rows as the positional argument")
+    return private, generated
 
 
 def _check_release(release, num_bins):
@@ -360,7 +399,7 @@ def _sketch_loss(x_private, y, theta, p, noise_std, num_bins, rng, return_noise)
 
     m, n = x_private.shape[0], y.shape[0]
     if num_bins > min(m, n):
-        raise ValueError(f"num_bins must be at most both batch sizes (x_private: {m}, y: {n}), got {num_bins}")
+        raise ValueError(f"num_bins must be at most both batch sizes (private: {m}, generated: {n}), got {num_bins}")
     x = x_private.detach().to(torch.float64)
     # the rows were clipped by the caller's radius (or are used as given): clip at a radius no row exceeds
     r = float(torch.linalg.vector_norm(x, dim=1).max()) * (1.0 + 1e-12) + 1e-300
@@ -483,7 +522,10 @@ class DPSlicedWassersteinLoss(nn.Module):
     ``release="sketch"`` with ``num_bins=L`` releases the private side as a sliced quantile sketch (see
     :func:`dp_sliced_wasserstein`): same σ, same sensitivity and accounting, L noisy bin means per direction.
 
-    Shape: x_private (M, d), y (N, d) -> 0-d tensor (DP-SW_p^p).
+    Call: ``loss(generated, private=x_private)`` — the private rows keyword-only (see :meth:`forward`).
+    :meth:`epsilon` / :meth:`get_epsilon` report the ε spent by the releases so far (``from_privacy`` modules).
+
+    Shape: generated (N, d), private (M, d) -> 0-d tensor (DP-SW_p^p).
     """
 
     def __init__(self, noise_std: float, num_projections: int, p: int = 2, radius: Optional[float] = None,
@@ -522,23 +564,87 @@ class DPSlicedWassersteinLoss(nn.Module):
         mod.privacy = details
         return mod
 
-    def forward(self, x_private, y):
+    def forward(self, generated: torch.Tensor, *legacy, private: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One release: DP-SW_p^p between ``generated`` and the private rows (clipped to ``radius`` inside).
+
+        Called as ``loss(generated, private=x_private)``: the private rows are keyword-only, so neither the former
+        ``loss(x_private, y)`` order nor PyTorch's ``loss(input, target)`` order can put them in the unprotected
+        slot (both raise TypeError).
+
+        Args:
+            generated: (N, d) generated rows (float32 / float64), the side the gradient is for.
+            private: (M, d) private rows, keyword-only; with :meth:`from_privacy` M must be the calibrated
+                ``batch_size`` and d the calibrated ``dim``.
+
+        Returns:
+            0-d tensor DP-SW_p^p, differentiable w.r.t. ``generated``.
+
+        Raises:
+            TypeError: the private rows passed by position, or ``private`` missing.
+            ValueError: bad tensors (see :func:`dp_sliced_wasserstein`), a batch of another size or dimension than
+                calibrated (nothing is released or counted).
+            fastdpot.privacy.BudgetExceededError: all ``steps`` calibrated releases are used (nothing is
+                released).
+        """
+        x_private, y = _private_generated(f"{type(self).__name__}.forward", generated, legacy, private)
         if self.privacy is not None:
-            if x_private.dim() >= 1 and x_private.shape[0] != self.privacy["batch_size"]:
-                raise ValueError(f"x_private must hold batch_size={self.privacy['batch_size']} rows (the accountant's "
+            if x_private.shape[0] != self.privacy["batch_size"]:
+                raise ValueError(f"private must hold batch_size={self.privacy['batch_size']} rows (the accountant's "
                                  f"assumption), got {x_private.shape[0]}")
-            if x_private.dim() == 2 and x_private.shape[1] != self.privacy["dim"]:
-                raise ValueError(f"x_private must have dim={self.privacy['dim']} columns, got {x_private.shape[1]}")
+            if x_private.shape[1] != self.privacy["dim"]:
+                raise ValueError(f"private must have dim={self.privacy['dim']} columns, got {x_private.shape[1]}")
             if self.releases >= self.privacy["steps"]:
                 from .privacy import BudgetExceededError
 
                 raise BudgetExceededError(f"privacy budget exhausted: noise_std was calibrated for steps="
                                           f"{self.privacy['steps']} releases, all of them used; nothing was released")
-        out = dp_sliced_wasserstein(x_private, y, self.noise_std, self.num_projections, p=self.p,
-                                    generator=self._rng, backend=self.backend, radius=self.radius,
-                                    release=self.release, num_bins=self.num_bins)
+        out = dp_sliced_wasserstein(y, private=x_private, noise_std=self.noise_std,
+                                    num_projections=self.num_projections, p=self.p, generator=self._rng,
+                                    backend=self.backend, radius=self.radius, release=self.release,
+                                    num_bins=self.num_bins)
         self.releases += 1
         return out
+
+    def epsilon(self, delta: Optional[float] = None) -> float:
+        """ε spent by the releases made so far (Opacus' ``accountant.get_epsilon(delta)``).
+
+        The :attr:`releases` so far are composed as sampled-without-replacement Gaussian releases (noise multiplier
+        z, B of n rows each, as calibrated by :meth:`from_privacy`) in an RDP accountant, asked at
+        δ_acc = ``delta − releases·δ_tail``: the sensitivity over the random directions fails with probability
+        δ_tail per release (union bound; Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein
+        distance", ICML 2021). After all ``steps`` releases at the calibrated δ this is at most the target ε.
+
+        Args:
+            delta: total δ in (0, 1) (default: the δ given to :meth:`from_privacy`).
+
+        Returns:
+            ε >= 0 (0.0 before the first release).
+
+        Raises:
+            RuntimeError: the module was built directly from a ``noise_std`` (no calibration: nothing to account).
+            ValueError: ``delta`` not in (0, 1), or ``delta <= releases·δ_tail``.
+        """
+        from . import privacy
+
+        if self.privacy is None:
+            raise RuntimeError("this DPSlicedWassersteinLoss was built from a noise_std, not by from_privacy(): it "
+                               "has no sensitivity or sampling to account; use from_privacy(epsilon, delta, ...)")
+        det = self.privacy
+        delta = det["delta"] if delta is None else check_delta(delta)
+        rest = delta - self.releases * det["delta_tail"]
+        if not rest > 0:
+            raise ValueError(f"delta must exceed releases·delta_tail = {self.releases * det['delta_tail']!r}, got "
+                             f"{delta!r}")
+        if self.releases == 0:
+            return 0.0
+        acc = privacy.PrivacyAccountant(accountant=det["accountant"])
+        acc.step(det["noise_multiplier"], det["sample_rate"], num_steps=self.releases, sampling="without_replacement",
+                 dataset_size=det["dataset_size"], batch_size=det["batch_size"])
+        return float(acc.get_epsilon(rest))
+
+    def get_epsilon(self, delta: Optional[float] = None) -> float:
+        """Alias of :meth:`epsilon` (the name Opacus' accountants use)."""
+        return self.epsilon(delta)
 
     def extra_repr(self):
         return (f"noise_std={self.noise_std:.4g}, num_projections={self.num_projections}, p={self.p}, "

@@ -195,10 +195,10 @@ def test_budget_exhaustion_raises_budget_exceeded_error():
     x = torch.randn(50, 3)
     loss = fastdpot.DPSlicedWassersteinLoss.from_privacy(10.0, 1e-5, 10, 50, 2, 4, 3, 1.0)
     y = torch.randn(10, 3)
-    loss(x[:10], y)
-    loss(x[10:20], y)
+    loss(y, private=x[:10])
+    loss(y, private=x[10:20])
     with pytest.raises(BudgetExceededError, match="nothing was released"):
-        loss(x[20:30], y)
+        loss(y, private=x[20:30])
     assert loss.releases == 2
     flow = fastdpot.DPSlicedWassersteinFlow(20, 3, 3, 0.5, noise_multiplier=2.0, batch_size=10, steps=1)
     flow.step(x[:10])

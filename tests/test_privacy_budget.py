@@ -82,8 +82,11 @@ def test_state_dict_round_trip(via):
         torch.save({"budget": state}, buf)
         buf.seek(0)
         state = torch.load(buf, weights_only=True)["budget"]
+    with pytest.raises(ValueError, match="replace_budget"):  # another (ε, δ): refused, nothing changed
+        PrivacyBudget(1.0, 0.5).load_state_dict(state)
     c = PrivacyBudget(1.0, 0.5)
-    c.load_state_dict(state)
+    c.load_state_dict(state, replace_budget=True)
+    assert PrivacyBudget.from_state_dict(state).epsilon_spent == pytest.approx(b.epsilon_spent, rel=1e-12)
     assert (c.epsilon, c.delta, c.steps) == (6.0, 1e-5, 2000)
     assert c.delta_tail_spent == pytest.approx(2000 * 1e-10)
     assert c.epsilon_spent == pytest.approx(b.epsilon_spent, rel=1e-12)

@@ -132,7 +132,8 @@ def test_mechanisms_use_the_wide_source(planted, dtype):
 def test_dp_sliced_wasserstein_reference_noise_uses_the_wide_source(planted):
     x = torch.randn(7, 3, generator=_gen(0), dtype=torch.float32)
     y = torch.randn(5, 3, generator=_gen(1), dtype=torch.float32)
-    _, nx, ny = dp_sliced_wasserstein(x, y, 0.3, 4, backend="reference", return_noise=True)
+    _, nx, ny = dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, backend="reference",
+                                      return_noise=True)
     torch.testing.assert_close(nx, torch.full_like(nx, 0.3 * PLANTED))
     # the directions of a private release also come from the source (normalised constants: all entries 1/sqrt(3))
     th = random_projections(4, 3, PrivacyRandomness(), dtype=torch.float32)
@@ -194,14 +195,17 @@ def test_secure_class_conditional_and_functions_differ_between_runs():
     assert not torch.equal(out[0], out[1]) and torch.equal(out[2], out[3])
     x = torch.randn(7, 3, generator=_gen(0))
     y = torch.randn(5, 3, generator=_gen(1))
-    assert float(dp_sliced_wasserstein(x, y, 0.3, 4)) != float(dp_sliced_wasserstein(x, y, 0.3, 4))
-    assert float(dp_sliced_wasserstein(x, y, 0.3, 4, secure_mode=False, generator=_gen(2))) == \
-        float(dp_sliced_wasserstein(x, y, 0.3, 4, secure_mode=False, generator=_gen(2)))
+    once = dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4)
+    assert float(once) != float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4))
+    assert float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, secure_mode=False,
+                                       generator=_gen(2))) == \
+        float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, secure_mode=False,
+                                    generator=_gen(2)))
     assert not torch.equal(laplace_local_mechanism(x, 1.0, 1.0)[0], laplace_local_mechanism(x, 1.0, 1.0)[0])
     with pytest.raises(ValueError, match="secure_mode=False"):
         gaussian_local_mechanism(x, 1.0, 1e-5, 1.0, generator=_gen(0))
     with pytest.raises(ValueError, match="secure_mode=False"):
-        dp_sliced_wasserstein(x, y, 0.3, 4, generator=_gen(0))
+        dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, generator=_gen(0))
 
 
 def test_secret_never_in_state_dict_or_checkpoint(monkeypatch, tmp_path):

@@ -166,7 +166,8 @@ def test_single_entry_change_moves_sorted_values_by_exactly_its_size():
 
 # ------------------------------------------------------------------------------------------ DP-SWD with the sketch
 def _dpsw_sketch(x, y, th, sigma, L, seed=0, p=2, **kw):
-    return fastdpot.dp_sliced_wasserstein(x, y, sigma, projections=th, p=p, release="sketch", num_bins=L,
+    return fastdpot.dp_sliced_wasserstein(y, private=x, noise_std=sigma, projections=th, p=p, release="sketch",
+                                          num_bins=L,
                                           generator=torch.Generator().manual_seed(seed), secure_mode=False, **kw)
 
 
@@ -239,7 +240,7 @@ def test_table_extension_rule():
 def test_sketch_loss_bad_arguments(kw, match):
     x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(30, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match=match):
-        fastdpot.dp_sliced_wasserstein(x, y, 0.5, num_projections=4, **kw)
+        fastdpot.dp_sliced_wasserstein(y, private=x, noise_std=0.5, num_projections=4, **kw)
 
 
 def test_sketch_loss_module_and_dpswgen():
@@ -250,7 +251,7 @@ def test_sketch_loss_module_and_dpswgen():
     mod = fastdpot.DPSlicedWassersteinLoss.from_privacy(10.0, 1e-5, 100, 600, 5, 8, 2, 1.0, release="sketch",
                                                         num_bins=5)
     y = torch.randn(100, 2, requires_grad=True)
-    mod(data[:100], y).backward()
+    mod(y, private=data[:100]).backward()
     assert y.grad is not None and mod.releases == 1 and "release='sketch'" in repr(mod)
     res = train_dpswgen(data, 10.0, 1e-5, steps=5, batch_size=100, num_projections=8, latent_dim=2,
                         release="sketch", num_bins=5, generator=torch.Generator().manual_seed(1))

@@ -132,14 +132,14 @@ def test_cpu_float32_error_within_torch_float32_error(p, n, m, d, k):
 def test_cpu_chunking_does_not_change_result(monkeypatch):
     x, y, th = _data(211, 150, 6, 23, seed=3)
     y.requires_grad_(True)
-    full = S.dp_sliced_wasserstein(x, y, 0.3, projections=th,
+    full = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th,
                                    secure_mode=False, generator=torch.Generator().manual_seed(5),
                                    backend="cpu", return_noise=True)
     g_full = torch.autograd.grad(full[0], y)[0]
     # force chunks of a few directions that do not divide k
     monkeypatch.setattr(S, "_CHUNK_BYTES", (211 + 150) * 8 * 4 * 4)
     assert S._chunk_size(211, 150, 23, 8, 4) == 4
-    part = S.dp_sliced_wasserstein(x, y, 0.3, projections=th,
+    part = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th,
                                    secure_mode=False, generator=torch.Generator().manual_seed(5),
                                    backend="cpu", return_noise=True)
     g_part = torch.autograd.grad(part[0], y)[0]
@@ -211,7 +211,7 @@ def test_auto_backend_choice():
 def test_noise_replay_into_reference(backend, n, m):
     x, y, th = _data(n, m, 5, 17, seed=4)
     y.requires_grad_(True)
-    loss, nx, ny = S.dp_sliced_wasserstein(x, y, 0.8, projections=th,
+    loss, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, projections=th,
                                            secure_mode=False, generator=torch.Generator().manual_seed(9),
                                            backend=backend, return_noise=True)
     assert nx.shape == (n, 17) and ny.shape == (m, 17)
@@ -221,10 +221,10 @@ def test_noise_replay_into_reference(backend, n, m):
     g_replay = torch.autograd.grad(replay, y)[0]
     torch.testing.assert_close(g, g_replay, rtol=1e-10, atol=1e-13)
     # the same generator state gives the same draw; a different one a different draw
-    again = S.dp_sliced_wasserstein(x, y, 0.8, projections=th,
+    again = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, projections=th,
                                     secure_mode=False, generator=torch.Generator().manual_seed(9),
                                     backend=backend, return_noise=True)
-    other = S.dp_sliced_wasserstein(x, y, 0.8, projections=th,
+    other = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, projections=th,
                                     secure_mode=False, generator=torch.Generator().manual_seed(10),
                                     backend=backend, return_noise=True)
     assert torch.equal(again[1], nx) and torch.equal(again[2], ny)
@@ -236,7 +236,7 @@ def test_noise_replay_into_reference(backend, n, m):
 def test_noise_statistics(backend, dtype):
     sigma = 0.7
     x, y, th = _data(1500, 1300, 4, 20, dtype=dtype, seed=8)
-    _, nx, ny = S.dp_sliced_wasserstein(x, y, sigma, projections=th,
+    _, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=sigma, projections=th,
                                         secure_mode=False, generator=torch.Generator().manual_seed(21),
                                         backend=backend, return_noise=True)
     assert nx.dtype == dtype
@@ -259,8 +259,8 @@ def test_noise_statistics(backend, dtype):
 def test_zero_noise_std_equals_plain_and_noise_changes_value(backend):
     x, y, th = _data(80, 60, 3, 7)
     plain = S.sliced_wasserstein(x, y, projections=th, backend=backend)
-    dp0 = S.dp_sliced_wasserstein(x, y, 0.0, projections=th, backend=backend)
-    dp = S.dp_sliced_wasserstein(x, y, 1.0, projections=th,
+    dp0 = S.dp_sliced_wasserstein(y, private=x, noise_std=0.0, projections=th, backend=backend)
+    dp = S.dp_sliced_wasserstein(y, private=x, noise_std=1.0, projections=th,
                                  secure_mode=False, generator=torch.Generator().manual_seed(0),
                                  backend=backend)
     assert float(dp0) == pytest.approx(float(plain), rel=1e-13, abs=1e-15)
@@ -271,7 +271,7 @@ def test_radius_clips_private_rows_inside():
     privacy = pytest.importorskip("fastdpot.privacy")
     x, y, th = _data(60, 40, 4, 9, seed=6)
     x = x * 3.0
-    got = S.dp_sliced_wasserstein(x, y, 0.0, projections=th, radius=1.0, backend="reference")
+    got = S.dp_sliced_wasserstein(y, private=x, noise_std=0.0, projections=th, radius=1.0, backend="reference")
     norms = x.norm(dim=1, keepdim=True)
     clipped = x * torch.clamp(1.0 / norms, max=1.0)
     assert float(got) == pytest.approx(float(ref_sw(clipped, y, th)), rel=1e-12)
@@ -317,13 +317,13 @@ def test_bad_input(backend):
         sw(x.numpy(), y, projections=th, backend=backend)
     dp = S.dp_sliced_wasserstein
     with pytest.raises(ValueError, match="noise_std"):
-        dp(x, y, -0.1, projections=th, backend=backend)
+        dp(y, private=x, noise_std=-0.1, projections=th, backend=backend)
     with pytest.raises(ValueError, match="noise_std"):
-        dp(x, y, float("nan"), projections=th, backend=backend)
+        dp(y, private=x, noise_std=float("nan"), projections=th, backend=backend)
     with pytest.raises(ValueError, match="radius"):
-        dp(x, y, 0.1, projections=th, radius=0.0, backend=backend)
-    with pytest.raises(ValueError, match="x_private"):
-        dp(x[:, :, None], y, 0.1, projections=th, backend=backend)
+        dp(y, private=x, noise_std=0.1, projections=th, radius=0.0, backend=backend)
+    with pytest.raises(ValueError, match="private"):
+        dp(y, private=x[:, :, None], noise_std=0.1, projections=th, backend=backend)
     with pytest.raises(ValueError, match="backend"):
         sw(x, y, projections=th, backend="gpu")
 
@@ -337,10 +337,10 @@ def test_modules_match_functions():
     th = S.random_projections(16, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     assert float(m(x, y)) == pytest.approx(float(ref_sw(x, y, th, p=1)), rel=1e-12)
     dm = S.DPSlicedWassersteinLoss(0.5, 16, secure_mode=False, generator=torch.Generator().manual_seed(2))
-    val = dm(x, y)
+    val = dm(y, private=x)
     g = torch.Generator().manual_seed(2)
     th = S.random_projections(16, 4, generator=g, dtype=torch.float64)
-    want = S.dp_sliced_wasserstein(x, y, 0.5, projections=th, secure_mode=False, generator=g)
+    want = S.dp_sliced_wasserstein(y, private=x, noise_std=0.5, projections=th, secure_mode=False, generator=g)
     assert float(val) == pytest.approx(float(want), rel=1e-12)
     assert fastdpot.sliced_wasserstein is S.sliced_wasserstein
     assert fastdpot.dp_sliced_wasserstein is S.dp_sliced_wasserstein
@@ -364,12 +364,12 @@ def test_noise_std_helper_and_private_module():
     mod = S.DPSlicedWassersteinLoss.from_privacy(eps, delta, B, n, 2, k, d, r)
     assert mod.radius == r and mod.privacy["steps"] == 2
     x, y, _ = _data(B, 80, d, 1)
-    mod(x, y)
+    mod(y, private=x)
     with pytest.raises(ValueError, match="batch_size"):
-        mod(x[:50], y)
-    mod(x, y)
+        mod(y, private=x[:50])
+    mod(y, private=x)
     with pytest.raises(RuntimeError, match="budget exhausted"):
-        mod(x, y)
+        mod(y, private=x)
     with pytest.raises(ValueError, match="batch_size must be <= dataset_size"):
         S.dp_sliced_wasserstein_noise_std(eps, delta, n + 1, n, T, k, d, r)
     with pytest.raises(ValueError, match="bound"):
@@ -424,7 +424,7 @@ def test_kernel_refuses_bad_buffers():
 def test_noise_replay_float32_private_side_without_grad(backend):
     x, y, th = _data(500, 420, 6, 9, dtype=torch.float32, seed=12)
     y.requires_grad_(True)
-    loss, nx, ny = S.dp_sliced_wasserstein(x, y, 0.6, projections=th,
+    loss, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=0.6, projections=th,
                                            secure_mode=False, generator=torch.Generator().manual_seed(4),
                                            backend=backend, return_noise=True)
     yr = y.detach().double().requires_grad_(True)

@@ -109,7 +109,7 @@ def test_public_api_backend_triton():
     x, y, th = _inputs(24, 24, 3, 6, torch.float64, seed=9)
     y.requires_grad_(True)
     g = torch.Generator().manual_seed(0)
-    loss, nx, ny = fastdpot.dp_sliced_wasserstein(x, y, 0.3, projections=th,
+    loss, nx, ny = fastdpot.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th,
                                                   secure_mode=False, generator=g, backend="triton",
                                                   return_noise=True)
     loss.backward()

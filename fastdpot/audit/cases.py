@@ -240,7 +240,8 @@ def _dpswd_private_side(backend: str, variant: str) -> AuditSetup:
             rows = data.expand(m, d).clone().to(dev)
             y = torch.zeros(m, d, dtype=_F64, device=dev, requires_grad=True)
             s = sigma / 2 if variant == "sensitivity_2x" else sigma
-            loss, _, noise_y = dp_sliced_wasserstein(rows, y, s, p=2, projections=theta.to(dev), generator=g,
+            loss, _, noise_y = dp_sliced_wasserstein(y, private=rows, noise_std=s, p=2, projections=theta.to(dev),
+                                                     generator=g,
                                                      secure_mode=False, backend=backend, return_noise=True,
                                                      radius=None if variant == "no_clip" else RADIUS)
             (grad,) = torch.autograd.grad(loss, y)

@@ -305,21 +305,40 @@ class PrivacyAccountant:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a :meth:`state_dict` (replaces this accountant's settings and history)."""
-        if not isinstance(state, dict):
-            raise ValueError(f"state must be a dict from PrivacyAccountant.state_dict(), got {type(state).__name__}")
-        missing = [k for k in ("accountant", "orders", "value_discretization_interval", "neighboring_relation",
-                               "history") if k not in state]
-        if missing:
-            raise ValueError(f"state is missing key(s) {missing} of PrivacyAccountant.state_dict()")
+        """Restore a :meth:`state_dict` (replaces this accountant's settings and history).
+
+        The whole state is checked on a fresh accountant first: on any error this accountant is unchanged.
+
+        Raises:
+            ValueError: not a dict, a key missing, a setting or a history entry invalid (the message names it).
+        """
+        fresh = self._from_state(state)
+        self.__dict__.update(fresh.__dict__)
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "PrivacyAccountant":
+        """A new accountant restored from :meth:`state_dict` (same checks as :meth:`load_state_dict`)."""
+        return cls._from_state(state)
+
+    @staticmethod
+    def _from_state(state) -> "PrivacyAccountant":
+        from .._checkpoint import require_state, state_int
+
+        require_state(state, ("accountant", "orders", "value_discretization_interval", "neighboring_relation",
+                              "history"), "PrivacyAccountant")
+        if not isinstance(state["orders"], (list, tuple)):
+            raise ValueError(f"state['orders'] must be a list of RDP orders, got {state['orders']!r}")
+        if not isinstance(state["history"], (list, tuple)):
+            raise ValueError(f"state['history'] must be a list of events, got {type(state['history']).__name__}")
         fresh = PrivacyAccountant(state["accountant"], state["orders"], state["value_discretization_interval"],
                                   state["neighboring_relation"])
-        for h in state["history"]:
-            h = dict(h)
-            n = h.pop("num_steps", None)
+        for i, h in enumerate(state["history"]):
+            if not isinstance(h, dict):
+                raise ValueError(f"state['history'][{i}] must be a dict, got {type(h).__name__}")
+            n = state_int(h.get("num_steps"), f"history[{i}].num_steps", 1)
             fresh._record(_make_event(h.get("noise_multiplier"), h.get("sample_rate"), h.get("sampling"),
-                                      h.get("dataset_size"), h.get("batch_size")), check_int(n, "num_steps", 1))
-        self.__dict__.update(fresh.__dict__)
+                                      h.get("dataset_size"), h.get("batch_size")), n)
+        return fresh
 
     def __repr__(self):
         return (f"PrivacyAccountant(accountant={self.accountant!r}, steps={self.steps}, "

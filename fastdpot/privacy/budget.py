@@ -159,16 +159,52 @@ class PrivacyBudget:
         return {"epsilon": self.epsilon, "delta": self.delta, "delta_tail_spent": self.delta_tail_spent,
                 "accountant": self.accountant.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
-        if not isinstance(state, dict):
-            raise ValueError(f"state must be a dict from PrivacyBudget.state_dict(), got {type(state).__name__}")
-        missing = [k for k in ("epsilon", "delta", "delta_tail_spent", "accountant") if k not in state]
-        if missing:
-            raise ValueError(f"state is missing key(s) {missing} of PrivacyBudget.state_dict()")
-        self.epsilon = check_epsilon(state["epsilon"])
-        self.delta = check_delta(state["delta"])
-        self.delta_tail_spent = check_nonnegative(state["delta_tail_spent"], "delta_tail_spent")
-        self.accountant.load_state_dict(state["accountant"])
+    def load_state_dict(self, state: dict, *, replace_budget: bool = False) -> None:
+        """Restore a :meth:`state_dict`: the tails spent and the accountant's history (into this budget's accountant
+        object, which may be shared).
+
+        The whole state is checked before anything is assigned: on any error this budget and its accountant are
+        unchanged. A state whose declared (ε, δ) differ from this budget's is refused unless
+        ``replace_budget=True`` (then this budget takes the state's ε and δ): restoring an ε = 10 run into a
+        ``PrivacyBudget(1.0, ...)`` must not silently turn it into an ε = 10 budget. :meth:`from_state_dict`
+        builds a budget with the state's own (ε, δ).
+
+        Raises:
+            ValueError: not a dict, a key missing or invalid, ``delta_tail_spent`` >= δ, the accountant's state
+                invalid, or (ε, δ) differing from this budget's without ``replace_budget=True``.
+        """
+        eps, delta, tail, acc = self._check_state(state)
+        if not replace_budget and (eps != self.epsilon or delta != self.delta):
+            raise ValueError(f"the state is a budget of (epsilon={eps!r}, delta={delta!r}) but this budget is "
+                             f"(epsilon={self.epsilon!r}, delta={self.delta!r}); pass replace_budget=True to adopt "
+                             f"the state's budget, or use PrivacyBudget.from_state_dict(state)")
+        self.epsilon, self.delta, self.delta_tail_spent = eps, delta, tail
+        self.accountant.__dict__.update(acc.__dict__)
+
+    @classmethod
+    def from_state_dict(cls, state: dict, accountant: Optional[PrivacyAccountant] = None) -> "PrivacyBudget":
+        """A budget with the state's own (ε, δ), tails spent and history (into ``accountant`` when given).
+
+        Raises:
+            ValueError: as :meth:`load_state_dict`.
+        """
+        eps, delta, _, _ = cls._check_state(state)
+        budget = cls(eps, delta, accountant=accountant)
+        budget.load_state_dict(state)
+        return budget
+
+    @staticmethod
+    def _check_state(state):
+        from .._checkpoint import require_state
+
+        require_state(state, ("epsilon", "delta", "delta_tail_spent", "accountant"), "PrivacyBudget")
+        eps = check_epsilon(state["epsilon"], "state['epsilon']")
+        delta = check_delta(state["delta"], "state['delta']")
+        tail = check_nonnegative(state["delta_tail_spent"], "state['delta_tail_spent']")
+        if not tail < delta:
+            raise ValueError(f"state['delta_tail_spent']={tail!r} must be < state['delta']={delta!r}")
+        acc = PrivacyAccountant.from_state_dict(state["accountant"])
+        return eps, delta, tail, acc
 
     def __repr__(self):
         return (f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r}, steps={self.steps}, "
