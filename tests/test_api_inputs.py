@@ -1,0 +1,228 @@
+"""Bad input refused up front with a message naming the argument, and ecosystem conventions (GeomLoss' SamplesLoss,
+POT's sliced names). Issue 17."""
+import pytest
+import torch
+
+import fastdpot as F
+from fastdpot import privacy as P
+from fastdpot.flow import flow_step
+from fastdpot.sinkhorn import select_backend, sinkhorn
+from fastdpot.sliced import random_projections
+
+META = torch.empty(8, 3, device="meta")
+CPU = torch.randn(8, 3, generator=torch.Generator().manual_seed(0))
+LABELS = torch.zeros(8, dtype=torch.long)
+
+
+def _theta(k=2, d=3, dtype=torch.float32):
+    return random_projections(k, d, generator=torch.Generator().manual_seed(1), dtype=dtype)
+
+
+# every public tensor API, with the meta tensor in the slot named by the second element
+META_CASES = {
+    "sliced_wasserstein": (lambda: F.sliced_wasserstein(META, CPU, 4), "x"),
+    "sliced_wasserstein_y": (lambda: F.sliced_wasserstein(CPU, META, 4), "y"),
+    "dp_sliced_wasserstein": (lambda: F.dp_sliced_wasserstein(META, CPU, 0.1, 4), "x_private"),
+    "SlicedWassersteinLoss": (lambda: F.SlicedWassersteinLoss(4)(META, CPU), "x"),
+    "DPSlicedWassersteinLoss": (lambda: F.DPSlicedWassersteinLoss(0.1, 4)(META, CPU), "x_private"),
+    "sinkhorn": (lambda: sinkhorn(META, CPU), "x"),
+    "SinkhornLoss": (lambda: F.SinkhornLoss()(CPU, META), "y"),
+    "semi_debiased_sinkhorn_loss": (lambda: F.semi_debiased_sinkhorn_loss(META, None, CPU, 0.0), "fake"),
+    "entropic_wasserstein": (lambda: F.entropic_wasserstein(META, CPU), "x"),
+    "flow_step": (lambda: flow_step(META, CPU, _theta(), noise_std=0.1, step_size=0.5), "particles"),
+    "flow.step": (lambda: F.DPSlicedWassersteinFlow(10, 3, 4, 0.5).step(META), "private_batch"),
+    "flow.run": (lambda: F.DPSlicedWassersteinFlow(10, 3, 4, 0.5).run(META, steps=1, progress=False),
+                 "private_data"),
+    "flow init": (lambda: F.DPSlicedWassersteinFlow(8, 3, 4, 0.5, init=META), "init"),
+    "ClassConditionalFlow.run": (lambda: F.ClassConditionalFlow(10, 3, 4, 0.5).run(META, LABELS, steps=1,
+                                                                                  progress=False), "private_data"),
+    "clip_rows": (lambda: P.clip_rows(META, 1.0), "x"),
+    "sliced_quantile_sketch": (lambda: P.sliced_quantile_sketch(META, _theta(dtype=torch.float64), 2, 0.1,
+                                                                radius=1.0), "x_private"),
+    "class_conditional": (lambda: F.sinkhorn.class_conditional(META, LABELS, 2), "x"),
+    "laplace_local_mechanism": (lambda: P.laplace_local_mechanism(META, 1.0, 1.0), "x"),
+    "gaussian_local_mechanism": (lambda: P.gaussian_local_mechanism(META, 1.0, 1e-5, 1.0), "x"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(META_CASES))
+def test_meta_tensor_refused_naming_the_argument(case):
+    fn, name = META_CASES[case]
+    with pytest.raises(ValueError, match=rf"^{name} is on device 'meta'"):
+        fn()
+
+
+# ------------------------------------------------------------------------------------------ construction checks
+@pytest.mark.parametrize("kw,name", [(dict(accountant="bogus"), "accountant"), (dict(backend="bogus"), "backend")])
+def test_flow_checks_accountant_and_backend_at_construction(kw, name):
+    with pytest.raises(ValueError, match=name):
+        F.DPSlicedWassersteinFlow(10, 2, 5, 0.5, **kw)
+
+
+@pytest.mark.parametrize("kw,pattern", [(dict(target_epsilon=-1), "target_epsilon"),
+                                        (dict(accountant="bogus"), "accountant"),
+                                        (dict(target_epsilon=1.0, steps=10), "batch_size or sample_rate")])
+def test_class_conditional_flow_checks_flow_kwargs_at_construction(kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        F.ClassConditionalFlow(10, 2, 5, 0.5, **kw)
+    with pytest.raises(TypeError, match="bogus_kw"):
+        F.ClassConditionalFlow(10, 2, 5, 0.5, bogus_kw=1)
+
+
+# ------------------------------------------------------------------------------------------------- flow_step
+@pytest.mark.parametrize("kw,pattern", [(dict(seed=1.5), "seed must be an integer"),
+                                        (dict(seed=2 ** 70), r"seed must be in \[0, 2\*\*63\)"),
+                                        (dict(seed=-1), r"seed must be in \[0, 2\*\*63\)"),
+                                        (dict(scale=2.0), "projections must have unit-norm rows")])
+def test_flow_step_refuses_bad_seed_and_non_unit_projections(kw, pattern):
+    th = _theta() * kw.pop("scale", 1.0)
+    with pytest.raises(ValueError, match=pattern):
+        flow_step(CPU, CPU, th, noise_std=0.1, step_size=0.5, **kw)
+
+
+def test_float32_normalised_projections_accepted_in_float64():
+    d = 300
+    th = random_projections(50, d, generator=torch.Generator().manual_seed(2), dtype=torch.float32)
+    th = (th / th.norm(dim=1, keepdim=True)).double()  # normalised in float32, then cast
+    assert float((th.norm(dim=1) - 1).abs().max()) > 1e-10  # the old float64 tolerance refused it
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(20, d, generator=g, dtype=torch.float64)
+    y = torch.randn(30, d, generator=g, dtype=torch.float64)
+    ref = F.sliced_wasserstein(x, y, projections=th / th.norm(dim=1, keepdim=True), backend="reference")
+    got = F.sliced_wasserstein(x, y, projections=th, backend="reference")
+    assert torch.allclose(got, ref, rtol=1e-5)
+    flow_step(x, y, th, noise_std=0.0, step_size=0.5)
+    with pytest.raises(ValueError, match="unit-norm"):
+        F.sliced_wasserstein(x, y, projections=th * 1.001)
+
+
+def test_generator_of_the_wrong_type_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        F.sliced_wasserstein(CPU, CPU, 3, generator=0)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        random_projections(3, 3, generator=0)
+
+
+# ---------------------------------------------------------------------------------------------------- overflow
+def test_sliced_overflow_of_float32_is_named():
+    with pytest.raises(ValueError, match="overflows torch.float32"):
+        F.sliced_wasserstein(CPU * 1e30, CPU, 4, backend="reference")
+    with pytest.raises(ValueError, match="overflows torch.float32"):
+        F.sliced_wasserstein(CPU * 1e30, CPU, 4)
+    assert torch.isfinite(F.sliced_wasserstein(CPU.double() * 1e30, CPU.double(), 4))  # fits in float64
+
+
+def test_sinkhorn_overflow_of_the_dtype_is_named():
+    with pytest.raises(ValueError, match="overflows torch.float32"):
+        sinkhorn(CPU * 1e30, CPU)
+    with pytest.raises(ValueError, match="overflows torch.float64"):
+        sinkhorn(CPU.double() * 1e300, CPU.double())
+
+
+def test_semi_debiased_fake_extra_of_another_dimension_is_named():
+    fake = torch.randn(8, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="fake and fake_extra must have the same dimension d"):
+        F.semi_debiased_sinkhorn_loss(fake, torch.randn(4, 2, dtype=torch.float64), fake, 0.5)
+    with pytest.raises(ValueError, match="fake and real must have the same dimension d"):
+        F.semi_debiased_sinkhorn_loss(fake, None, torch.randn(4, 2, dtype=torch.float64), 0.0)
+
+
+# ------------------------------------------------------------------------------------------------- accounting
+def test_unreachable_calibration_targets_say_why():
+    with pytest.raises(ValueError, match=r"target_epsilon=1000000.0 is unreachable.*no privacy"):
+        P.calibrate_noise_multiplier(1e6, 1e-5, 0.01, 100)
+    with pytest.raises(ValueError, match=r"target_epsilon=0.0001 is unreachable with accountant='pld'.*"
+                                         r"value_discretization_interval"):
+        P.calibrate_noise_multiplier(1e-4, 1e-5, 0.01, 100)
+    with pytest.raises(ValueError, match="unreachable") as info:
+        F.dp_sliced_wasserstein_noise_std(1e6, 1e-5, 10, 1000, 10, 10, 3, 1.0)
+    assert "bracket" not in str(info.value)
+
+
+def test_pld_infinite_at_tiny_delta_falls_back_to_rdp():
+    acc = P.PrivacyAccountant()
+    acc.step(1.0, sample_rate=0.01, num_steps=100)
+    rdp = acc.get_epsilon(1e-300, accountant="rdp")
+    assert acc.get_epsilon(1e-300, accountant="pld") == float("inf")
+    assert acc.get_epsilon(1e-300) == rdp < float("inf")
+    assert acc.get_epsilon(1e-5) < acc.get_epsilon(1e-5, accountant="rdp")  # PLD still used where finite
+
+
+# ------------------------------------------------------------------------------------------------ POT aliases
+def test_pot_aliases_of_the_sliced_api():
+    x, y = CPU.double(), CPU.double() + 1
+    ref = F.sliced_wasserstein(x, y, 5, generator=F.make_generator(7))
+    assert torch.equal(F.sliced_wasserstein(x, y, n_projections=5, seed=7), ref)
+    assert torch.equal(F.sliced_wasserstein(x, y, n_projections=5, seed=F.make_generator(7)), ref)
+    assert torch.equal(F.SlicedWassersteinLoss(n_projections=5, seed=7)(x, y), ref)
+    with pytest.raises(ValueError, match="not both"):
+        F.sliced_wasserstein(x, y, 5, n_projections=5)
+    with pytest.raises(ValueError, match="not both"):
+        F.SlicedWassersteinLoss(5, generator=F.make_generator(1), seed=7)
+    with pytest.raises(ValueError, match="seed must be"):
+        F.sliced_wasserstein(x, y, n_projections=5, seed=1.5)
+
+
+# --------------------------------------------------------------------------------------- GeomLoss' SamplesLoss
+geomloss = pytest.importorskip("geomloss")
+
+
+def _pair(n=7, m=9, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.randn(m, d, generator=g, dtype=torch.float64) + 0.5
+    a = torch.rand(n, generator=g, dtype=torch.float64) + 0.1
+    b = 2 * torch.rand(m, generator=g, dtype=torch.float64) + 0.1
+    return x, y, a, b
+
+
+def _value_and_grad(loss, *args):
+    i = 0 if len(args) == 2 else 1  # the points x in (x, y) or (a, x, b, y)
+    args = list(args)
+    x = args[i] = args[i].clone().requires_grad_()
+    v = loss(*args)
+    return v.detach(), torch.autograd.grad(v, x)[0]
+
+
+@pytest.mark.parametrize("reach", [None, 0.7])
+@pytest.mark.parametrize("debias,p", [(True, 2), (False, 2), (False, 1)])
+def test_sinkhorn_loss_matches_geomloss(reach, debias, p):
+    x, y, a, b = _pair()
+    kw = dict(p=p, blur=0.1, reach=reach, debias=debias, scaling=0.5)
+    ours = F.SinkhornLoss(backend="tensorized", **kw)
+    theirs = geomloss.SamplesLoss("sinkhorn", backend="tensorized", **kw)
+    args = (x, y) if reach is None else (a, x, b, y)  # unequal masses: unbalanced only
+    v1, g1 = _value_and_grad(ours, *args)
+    v2, g2 = _value_and_grad(theirs, *args)
+    assert torch.allclose(v1, v2, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(g1, g2, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("reach", [None, 0.5])
+def test_sinkhorn_loss_batched_matches_geomloss(reach):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 6, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(3, 5, 2, generator=g, dtype=torch.float64)
+    kw = dict(p=2, blur=0.1, reach=reach)
+    ours = F.SinkhornLoss(backend="tensorized", **kw)
+    theirs = geomloss.SamplesLoss("sinkhorn", backend="tensorized", **kw)
+    if reach is None:
+        v1, v2 = ours(x, y), theirs(x, y)
+    else:
+        a = torch.rand(3, 6, generator=g, dtype=torch.float64)
+        b = torch.rand(3, 5, generator=g, dtype=torch.float64)
+        v1, v2 = ours(a, x, b, y), theirs(a, x, b, y)
+    assert v1.shape == (3,)
+    assert torch.allclose(v1, v2, rtol=1e-10, atol=1e-12)
+
+
+def test_sinkhorn_backend_names_of_geomloss():
+    assert select_backend(10, 10, 2, backend="online") == "keops"
+    assert select_backend(10, 10, 2, backend="tensorized") == "reference"
+    with pytest.raises(ValueError, match="multiscale.*not implemented"):
+        F.SinkhornLoss(backend="multiscale")
+    with pytest.raises(ValueError, match="reach"):
+        F.SinkhornLoss(reach=0.0)
+    x, y, a, b = _pair()
+    with pytest.raises(ValueError, match="same total mass.*reach="):
+        sinkhorn(x, y, a, b)
