@@ -814,7 +814,7 @@ class DPSlicedWassersteinFlow:
             ValueError: bad data, ``steps`` missing for a non-private flow without planned steps, n changed.
             NonFiniteParticlesError: see :meth:`step` (the last checkpoint written stays intact).
         """
-        from tqdm.auto import tqdm
+        from ._progress import progress_bar as tqdm  # bounded redraw rate, no per-step redraw off a terminal
 
         self._check_batch(private_data, "private_data")
         n = private_data.shape[0]

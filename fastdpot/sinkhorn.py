@@ -155,7 +155,10 @@ _P_DEFAULT = {1: euclidean, 2: squared_euclidean}
 
 # -------------------------------------------------------------------------------------------------------- engines
 def _keops_available():
+    from ._ext import import_pykeops
+
     try:
+        import_pykeops()  # first import without KeOps' CUDA notice on CPU machines
         import pykeops.torch  # noqa: F401
     except Exception as exc:  # an import failure of an optional backend becomes its error message
         return False, f"pykeops could not be imported ({type(exc).__name__}: {exc}); pip install pykeops"

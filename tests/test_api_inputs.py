@@ -226,3 +226,68 @@ def test_sinkhorn_backend_names_of_geomloss():
     x, y, a, b = _pair()
     with pytest.raises(ValueError, match="same total mass.*reach="):
         sinkhorn(x, y, a, b)
+
+
+# ------------------------------------------------------------------------------------------- progress and output
+def test_flow_bar_is_not_redrawn_every_step_off_a_terminal(monkeypatch):
+    import io
+    import sys
+
+    buf = io.StringIO()  # not a terminal, like a redirected run
+    monkeypatch.setattr(sys, "stderr", buf)
+    data = torch.randn(40, 2, generator=torch.Generator().manual_seed(5))
+    flow = F.DPSlicedWassersteinFlow(16, 2, 3, 0.5, generator=F.make_generator(0))
+    flow.run(data, steps=300, progress=True)
+    out = buf.getvalue()
+    assert "SW flow" in out and "300/300" in out
+    assert out.count("\r") <= 4, f"{out.count(chr(13))} redraws for 300 steps"
+
+
+def test_dpswgen_shows_progress(monkeypatch):
+    import io
+    import math
+    import sys
+
+    from fastdpot.dpswgen import train_dpswgen
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buf)
+    data = torch.randn(30, 2, generator=torch.Generator().manual_seed(6))
+    train_dpswgen(data, math.inf, 1e-5, steps=3, batch_size=10, num_projections=4, generator=F.make_generator(1))
+    assert "SWgen" in buf.getvalue() and "3/3" in buf.getvalue()
+    buf.truncate(0)
+    train_dpswgen(data, math.inf, 1e-5, steps=2, batch_size=10, num_projections=4, generator=F.make_generator(1),
+                  progress=False)
+    assert "SWgen" not in buf.getvalue()
+
+
+def test_env_report_has_no_keops_cuda_notice_on_a_cpu_machine():
+    import os
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        pytest.skip("the notice is only dropped where torch sees no CUDA")
+    pytest.importorskip("pykeops")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "fastdpot.env"], cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0
+    assert "keops: importable" in out.stdout
+    assert "CUDA libraries not found" not in out.stdout + out.stderr
+
+
+def test_cli_flow_help_gives_every_option_one_help_text_and_one_default():
+    import argparse
+
+    from fastdpot.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["flow"]
+    fmt = sub._get_formatter()
+    for action in sub._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"{action.option_strings} has no help text"
+        text = fmt._expand_help(action)
+        assert text.lower().count("default") == 1, f"{action.option_strings}: {text!r}"
