@@ -40,6 +40,7 @@ class MLPGenerator(nn.Module):
         )
 
     def forward(self, z):
+        """Generated rows: z (B, latent_dim) latent codes -> (B, out_dim)."""
         return self.net(z)
 
 
@@ -66,6 +67,7 @@ class ConvGenerator(nn.Module):
         )
 
     def forward(self, z):
+        """Generated images: z (B, latent_dim) latent codes -> (B, C, H, W) in [0, 1]."""
         return self.deconv(self.fc(z).view(-1, 64, self.h4, self.w4))
 
 

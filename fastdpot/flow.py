@@ -549,10 +549,14 @@ class DPSlicedWassersteinFlow:
 
     @property
     def steps_taken(self) -> int:
+        """Flow steps taken so far (a private step is counted before its release; one refused by the budget is
+        not counted).
+        """
         return self._step
 
     @property
     def config(self) -> Dict[str, Any]:
+        """A copy of the flow's settings (the constructor arguments after validation; saved in :meth:`state_dict`)."""
         return dict(self._config)
 
     @property
@@ -886,6 +890,11 @@ class DPSlicedWassersteinFlow:
             budget=None if self._budget is None else self._budget.state_dict())
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` into this flow, built with the same config.
+
+        Raises:
+            ValueError: the state's config differs from this flow's, or the state is malformed.
+        """
         if {"directions": "uniform", "release": "points", "num_bins": None, **state["config"]} != self._config:
             # checkpoints older than `directions` / `release` / `num_bins` get their defaults
             raise ValueError(f"state config {state['config']} does not match this flow's config {self._config}")
@@ -916,6 +925,12 @@ class DPSlicedWassersteinFlow:
 
     @classmethod
     def from_state_dict(cls, state: Dict[str, Any], *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
+        """A new flow rebuilt from a :meth:`state_dict` (config, particles, generator, step counter, accounting),
+        on ``device`` with ``backend``; :meth:`run` then resumes where the saved flow stopped.
+
+        Raises:
+            ValueError: a malformed state (see :meth:`load_state_dict`).
+        """
         gen = torch.Generator(device="cpu")
         # checkpoints older than secure mode were replayable
         flow = cls(**state["config"], init=state["particles"], generator=gen, device=device, backend=backend,
@@ -1078,6 +1093,9 @@ class ClassConditionalFlow:
         return max(f.epsilon(delta) for f in self.flows) if self.flows else 0.0
 
     def state_dict(self):
+        """Everything needed to resume: settings, the master generator's state and every class flow's
+        :meth:`DPSlicedWassersteinFlow.state_dict` (a private artefact: it holds the particles).
+        """
         return dict(num_particles=self.num_particles, dim=self.dim, num_projections=self.num_projections,
                     step_size=self.step_size, num_classes=self.num_classes,
                     particles_per_class=self.particles_per_class, init=self.init, init_scale=self.init_scale,
@@ -1085,6 +1103,9 @@ class ClassConditionalFlow:
                     generator=self._generator.get_state(), flows=[f.state_dict() for f in self.flows])
 
     def save(self, path: str) -> None:
+        """``torch.save`` of :meth:`state_dict` to ``path``, written atomically (a crash never corrupts the last
+        checkpoint).
+        """
         _atomic_save(self.state_dict(), path)
 
     @classmethod

@@ -169,14 +169,17 @@ class PrivacyAccountant:
     # ------------------------------------------------------------------ recording
     @property
     def neighboring_relation(self) -> Optional[str]:
+        """The neighbouring relation of the recorded events (add/remove or replace-one), None before the first."""
         return self._relation
 
     @property
     def steps(self) -> int:
+        """Total number of releases recorded (the sum of every event's ``num_steps``)."""
         return sum(n for _, n in self._history)
 
     @property
     def history(self) -> List[Tuple[dict, int]]:
+        """The recorded events as (event settings dict, num_steps) pairs, oldest first (a copy)."""
         return [(asdict(e), n) for e, n in self._history]
 
     def _check_relation(self, event: _Event) -> Optional[str]:
@@ -296,6 +299,7 @@ class PrivacyAccountant:
         return float(acc.get_epsilon(delta))
 
     def copy(self) -> "PrivacyAccountant":
+        """An independent deep copy (settings and history): what-if accounting without touching this one."""
         return copy.deepcopy(self)
 
     # ------------------------------------------------------------------ checkpointing

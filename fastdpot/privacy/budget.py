@@ -55,6 +55,7 @@ class PrivacyBudget:
 
     @property
     def steps(self) -> int:
+        """Releases recorded in the budget's accountant."""
         return self.accountant.steps
 
     @property
@@ -64,6 +65,7 @@ class PrivacyBudget:
 
     @property
     def epsilon_remaining(self) -> float:
+        """ε left before the declared budget is reached: max(ε − ε spent, 0)."""
         return max(self.epsilon - self.epsilon_spent, 0.0)
 
     # ------------------------------------------------------------------ checks
@@ -160,6 +162,11 @@ class PrivacyBudget:
                 "accountant": self.accountant.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a :meth:`state_dict` (declared (ε, δ), δ tails spent and the accountant's history).
+
+        Raises:
+            ValueError: ``state`` is not a dict from :meth:`state_dict` or lacks one of its keys.
+        """
         if not isinstance(state, dict):
             raise ValueError(f"state must be a dict from PrivacyBudget.state_dict(), got {type(state).__name__}")
         missing = [k for k in ("epsilon", "delta", "delta_tail_spent", "accountant") if k not in state]
