@@ -563,6 +563,20 @@ class DPSlicedWassersteinLoss(nn.Module):
         return mod
 
     def forward(self, x_private, y):
+        """One release: DP-SW_p^p between the private batch and the generated rows (fresh directions and noise).
+
+        Args:
+            x_private: (M, d) private rows, clipped to ``radius`` inside; with :meth:`from_privacy`, M must be
+                the calibrated ``batch_size``.
+            y: (N, d) generated / public rows (the gradient reaches them).
+
+        Returns:
+            0-d tensor, see :func:`dp_sliced_wasserstein`.
+
+        Raises:
+            ValueError: as :func:`dp_sliced_wasserstein`; a batch of another size or dimension than calibrated.
+            fastdpot.privacy.BudgetExceededError: the calibrated number of releases is used up (nothing released).
+        """
         if self.privacy is not None:
             if x_private.dim() >= 1 and x_private.shape[0] != self.privacy["batch_size"]:
                 raise ValueError(f"x_private must hold batch_size={self.privacy['batch_size']} rows (the accountant's "
