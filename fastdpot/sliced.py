@@ -409,9 +409,13 @@ def _sketch_loss(x_private, y, theta, p, noise_std, num_bins, rng, return_noise)
     return (loss, sk.noise, None) if return_noise else loss
 
 
-def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
-                                    num_projections: int, dim: int, radius: float, bound: str = "chernoff",
-                                    accountant: str = "rdp") -> Tuple[float, dict]:
+def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Optional[float] = None,
+                                    batch_size: Optional[int] = None, dataset_size: Optional[int] = None,
+                                    steps: Optional[int] = None, num_projections: Optional[int] = None,
+                                    dim: Optional[int] = None, radius: Optional[float] = None,
+                                    bound: str = "chernoff", accountant: str = "rdp", *,
+                                    target_epsilon: Optional[float] = None, target_delta: Optional[float] = None,
+                                    epochs: Optional[float] = None) -> Tuple[float, dict]:
     r"""σ for DP-SWD training: ``steps`` releases of a fresh batch of B of n private rows, (ε, δ)-DP overall.
 
     Goes through the privacy core (:mod:`fastdpot.privacy`):
@@ -436,6 +440,12 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
             approximation: not a guarantee, see :func:`fastdpot.privacy.sliced_sensitivity`) — any bound
             :func:`fastdpot.privacy.sliced_sensitivity` offers.
         accountant: passed to ``calibrate_noise_multiplier``.
+        target_epsilon, target_delta: Opacus' names (``make_private_with_epsilon``), aliases of ``epsilon`` and
+            ``delta``: the (ε, δ) the whole run is calibrated to.
+        epochs: Opacus' alternative to ``steps``: T = ceil(epochs·n/B) releases.
+
+    Every argument but ``bound`` and ``accountant`` is required (under its name or its alias); each has a default
+    of None only so that the aliases can replace it. Error messages name the argument as the caller passed it.
 
     Returns:
         (noise_std, details) with details = dict(noise_multiplier, sensitivity, delta_accountant, delta_tail,
@@ -443,17 +453,38 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
 
     Raises:
         ValueError: invalid ε, δ, sizes (batch_size > dataset_size), radius <= 0, unknown bound, bound="clt" with
-            k <= 30.
+            k <= 30; a required argument missing; a name given together with its alias (or ``steps`` with
+            ``epochs``); an unreachable target (the message says why).
 
     References:
         Rakotomamonjy & Ralaivola, ICML 2021, Lemma 2 and Proposition 2.
     """
     from . import privacy
+    from ._validate import check_delta, check_epsilon
 
+    eps_name = "target_epsilon" if target_epsilon is not None else "epsilon"
+    epsilon = resolve_alias(epsilon, target_epsilon, "epsilon", "target_epsilon")
+    delta_name = "target_delta" if target_delta is not None else "delta"
+    delta = resolve_alias(delta, target_delta, "delta", "target_delta")
+    if steps is not None and epochs is not None:
+        raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
+    required = dict(epsilon=epsilon, delta=delta, batch_size=batch_size, dataset_size=dataset_size,
+                    steps=steps if epochs is None else epochs, num_projections=num_projections, dim=dim,
+                    radius=radius)
+    missing = [k for k, v in required.items() if v is None]
+    if missing:
+        raise ValueError(f"dp_sliced_wasserstein_noise_std needs {missing} (epsilon/delta may be passed as "
+                         f"target_epsilon/target_delta, steps as epochs)")
+    epsilon = check_epsilon(epsilon, eps_name)
+    delta = check_delta(delta, delta_name)
     B = check_int(batch_size, "batch_size")
     n = check_int(dataset_size, "dataset_size")
     if B > n:
         raise ValueError(f"batch_size must be <= dataset_size, got batch_size={B} and dataset_size={n}")
+    if epochs is not None:
+        import math
+
+        steps = max(1, math.ceil(check_positive(epochs, "epochs") * n / B))
     T = check_int(steps, "steps")
     k = check_int(num_projections, "num_projections")
     d = check_int(dim, "dim")
@@ -462,8 +493,11 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
     delta_acc, delta_tail = privacy.split_delta(delta, T)
     sens = privacy.sliced_sensitivity(k, d, delta_tail, bound=bound, diameter=2.0 * radius)
     q = B / n
-    z = privacy.calibrate_noise_multiplier(epsilon, delta_acc, q, T, sampling="without_replacement",
-                                           accountant=accountant, dataset_size=n, batch_size=B)
+    try:
+        z = privacy.calibrate_noise_multiplier(epsilon, delta_acc, q, T, sampling="without_replacement",
+                                               accountant=accountant, dataset_size=n, batch_size=B)
+    except ValueError as err:  # name the target as the caller passed it
+        raise ValueError(str(err).replace("target_epsilon=", f"{eps_name}=")) from None
     sigma = float(z) * float(sens)
     details = dict(noise_multiplier=float(z), sensitivity=float(sens), delta_accountant=float(delta_acc),
                    delta_tail=float(delta_tail), sample_rate=q, steps=T, batch_size=B, dataset_size=n,

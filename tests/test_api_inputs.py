@@ -365,3 +365,25 @@ def test_each_loss_forward_documents_its_arguments(loss):
     for arg in list(__import__("inspect").signature(loss.forward).parameters)[1:]:
         if arg != "args":
             assert arg in doc, f"{loss.__name__}.forward does not document {arg}"
+
+
+# ---------------------------------------------------------------------------------- Opacus names, one name per ε
+def test_noise_std_accepts_opacus_names_and_names_what_the_caller_passed():
+    kw = dict(batch_size=250, dataset_size=2000, num_projections=20, dim=4, radius=1.0)
+    sigma, details = F.dp_sliced_wasserstein_noise_std(8.0, 1e-5, steps=80, **kw)
+    sigma2, details2 = F.dp_sliced_wasserstein_noise_std(target_epsilon=8.0, target_delta=1e-5, epochs=10, **kw)
+    assert details2["steps"] == 80 and sigma2 == sigma
+    with pytest.raises(ValueError, match="^target_epsilon must be > 0"):
+        F.dp_sliced_wasserstein_noise_std(target_epsilon=-1.0, delta=1e-5, steps=80, **kw)
+    with pytest.raises(ValueError, match="^epsilon must be > 0"):
+        F.dp_sliced_wasserstein_noise_std(epsilon=-1.0, delta=1e-5, steps=80, **kw)
+    with pytest.raises(ValueError, match="^target_delta must be in"):
+        F.dp_sliced_wasserstein_noise_std(8.0, target_delta=2.0, steps=80, **kw)
+    with pytest.raises(ValueError, match=r"^epsilon=1000000.0 is unreachable"):
+        F.dp_sliced_wasserstein_noise_std(epsilon=1e6, delta=1e-5, steps=10, **kw)
+    with pytest.raises(ValueError, match="not both"):
+        F.dp_sliced_wasserstein_noise_std(8.0, 1e-5, target_epsilon=8.0, steps=80, **kw)
+    with pytest.raises(ValueError, match="steps or epochs"):
+        F.dp_sliced_wasserstein_noise_std(8.0, 1e-5, steps=80, epochs=10, **kw)
+    with pytest.raises(ValueError, match=r"needs \['steps'\]"):
+        F.dp_sliced_wasserstein_noise_std(8.0, 1e-5, **kw)
