@@ -178,6 +178,7 @@ def resolve_alias(value, alias_value, name: str, alias: str, default=None):
     error; returns the one given (``default`` when neither)."""
     if alias_value is not None:
         if value is not None and value is not default:
-            raise ValueError(f"give {name} or its alias {alias}, not both (got {name}={value!r}, {alias}={alias_value!r})")
+            raise ValueError(f"give {name} or its alias {alias}, not both (got {name}={value!r}, "
+                             f"{alias}={alias_value!r})")
         return alias_value
     return value
