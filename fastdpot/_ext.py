@@ -10,7 +10,7 @@ import importlib
 import os
 from functools import lru_cache
 
-__all__ = ["BackendUnavailableError", "load_cpp", "triton_status", "keops_status", "cpp_status"]
+__all__ = ["BackendUnavailableError", "load_cpp", "triton_status", "keops_status", "cpp_status", "import_pykeops"]
 
 
 class BackendUnavailableError(RuntimeError):
@@ -56,9 +56,41 @@ def triton_interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+#: KeOps' import-time notices that only say a CPU machine has no CUDA: dropped where torch sees no CUDA either
+_KEOPS_CPU_NOTICES = ("CUDA libraries not found or could not be loaded", "no GPUs found on this system")
+
+
+@lru_cache(maxsize=None)
+def import_pykeops():
+    """Import pykeops (``(module, None)`` or ``(None, reason)``) without KeOps' "CUDA libraries not found" notice on
+    machines where torch sees no CUDA device (the notice is expected there and says nothing); every other line
+    KeOps prints at import is passed on to stdout."""
+    import contextlib
+    import io
+    import sys
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        mod, err = _try_import("pykeops")
+    text = buf.getvalue()
+    if text:
+        cpu_only = True
+        try:
+            import torch
+
+            cpu_only = not torch.cuda.is_available()
+        except ImportError:  # pragma: no cover - torch is a dependency
+            pass
+        keep = [line for line in text.splitlines()
+                if line.strip() and not (cpu_only and any(n in line for n in _KEOPS_CPU_NOTICES))]
+        if keep:
+            sys.stdout.write("\n".join(keep) + "\n")
+    return mod, err
+
+
 def keops_status():
     """(available, reason) for pykeops."""
-    mod, err = _try_import("pykeops")
+    mod, err = import_pykeops()
     if mod is None:
         return False, f"{err}; install with `pip install pykeops`"
     return True, None

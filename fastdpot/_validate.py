@@ -13,17 +13,27 @@ import torch
 
 __all__ = [
     "check_tensor", "check_positive", "check_nonnegative", "check_probability", "check_delta",
-    "check_epsilon", "check_int", "check_choice", "check_same_dim", "check_finite_tensor",
+    "check_epsilon", "check_int", "check_choice", "check_same_dim", "check_finite_tensor", "check_device",
+    "check_seed", "check_generator", "check_unit_rows", "unit_norm_tolerance", "resolve_alias",
 ]
+
+#: device types whose tensors fastdpot computes on (a meta tensor has no values to check or transport)
+SUPPORTED_DEVICES = ("cpu", "cuda")
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_tensor(x, name: str, ndim: Optional[int] = None, *, floating: bool = True, finite: bool = True,
                  nonempty: bool = True, dtypes: Optional[Sequence[torch.dtype]] = None) -> torch.Tensor:
-    """Validate a tensor argument; returns it unchanged."""
+    """Validate a tensor argument; returns it unchanged.
+
+    Raises:
+        TypeError: ``x`` is not a tensor.
+        ValueError: ``x`` on an unsupported device (e.g. ``meta``), wrong ``ndim``, empty, wrong dtype, non-finite.
+    """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    check_device(x, name)
     if ndim is not None and x.dim() != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
     if nonempty and x.numel() == 0:
@@ -108,3 +118,67 @@ def check_same_dim(x: torch.Tensor, y: torch.Tensor, xname: str, yname: str) -> 
     if x.shape[-1] != y.shape[-1]:
         raise ValueError(f"{xname} and {yname} must have the same dimension d, got {x.shape[-1]} and {y.shape[-1]}")
     return int(x.shape[-1])
+
+
+def check_device(x: torch.Tensor, name: str) -> torch.Tensor:
+    """Refuse a tensor on a device fastdpot does not compute on (``meta``, ``xla``, ...), naming the argument."""
+    if x.device.type not in SUPPORTED_DEVICES:
+        raise ValueError(f"{name} is on device {str(x.device)!r}, which fastdpot does not support (a meta tensor has "
+                         f"no values); use a tensor on one of {list(SUPPORTED_DEVICES)}")
+    return x
+
+
+_SEED_LIMIT = 2 ** 63
+
+
+def check_seed(v, name: str = "seed") -> int:
+    """An integer seed in [0, 2**63) (the compiled kernels take a signed 64-bit seed)."""
+    if isinstance(v, bool) or not isinstance(v, Integral):
+        raise ValueError(f"{name} must be an integer in [0, 2**63), got {v!r}")
+    if not 0 <= v < _SEED_LIMIT:
+        raise ValueError(f"{name} must be in [0, 2**63), got {v!r}")
+    return int(v)
+
+
+def check_generator(g, name: str = "generator", *, allow_privacy: bool = True):
+    """None, a ``torch.Generator`` or (``allow_privacy``) a :class:`fastdpot.privacy.randomness.PrivacyRandomness`."""
+    if g is None or isinstance(g, torch.Generator):
+        return g
+    if allow_privacy:
+        from .privacy.randomness import PrivacyRandomness
+
+        if isinstance(g, PrivacyRandomness):
+            return g
+    raise TypeError(f"{name} must be a torch.Generator or None, got {type(g).__name__} ({g!r}); to seed, pass "
+                    f"fastdpot.make_generator(seed)")
+
+
+def unit_norm_tolerance(dtype: torch.dtype, d: int) -> float:
+    """Tolerance on |‖θ‖ − 1| for rows normalised in a precision no finer than ``dtype``'s: a row normalised in
+    float32 and cast to float64 is off by up to ~sqrt(d)·2^-24, so float64 rows get the float32 tolerance too
+    (a projection that is not normalised is off by far more)."""
+    eps32 = float(torch.finfo(torch.float32).eps)
+    eps = max(float(torch.finfo(dtype).eps), eps32) if dtype.is_floating_point else eps32
+    return 16.0 * eps * max(1.0, math.sqrt(d))
+
+
+def check_unit_rows(theta: torch.Tensor, name: str = "projections") -> torch.Tensor:
+    """Refuse projections whose rows are not unit vectors (tolerance :func:`unit_norm_tolerance`)."""
+    norms = theta.detach().to(torch.float64).norm(dim=1)
+    tol = unit_norm_tolerance(theta.dtype, theta.shape[1])
+    worst = float((norms - 1).abs().max()) if norms.numel() else 0.0
+    if not worst <= tol:
+        raise ValueError(f"{name} must have unit-norm rows (|norm - 1| <= {tol:.2g}), got max |norm - 1| = "
+                         f"{worst:.3g}")
+    return theta
+
+
+def resolve_alias(value, alias_value, name: str, alias: str, default=None):
+    """Merge an argument with its alias (e.g. POT's ``n_projections`` for ``num_projections``): giving both is an
+    error; returns the one given (``default`` when neither)."""
+    if alias_value is not None:
+        if value is not None and value is not default:
+            raise ValueError(f"give {name} or its alias {alias}, not both (got {name}={value!r}, "
+                             f"{alias}={alias_value!r})")
+        return alias_value
+    return value

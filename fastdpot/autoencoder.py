@@ -75,11 +75,13 @@ class ConvAutoEncoder(nn.Module):
             nn.Conv2d(32, channels, 3, 1, 1), nn.Sigmoid())
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Latents on the unit sphere: images (n, C, H, W) in [0, 1] -> (n, d), rows of norm 1."""
         if self.pad:
             x = F.pad(x, (self.pad,) * 4)
         return _sphere(self.enc(x))
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Images from latents: (n, d) -> (n, C, H, W) in [0, 1]."""
         out = self.dec(self.fc(z).view(-1, 32, 16, 16))
         if self.pad:
             p = self.pad
@@ -87,6 +89,7 @@ class ConvAutoEncoder(nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Reconstruction ``decode(encode(x))``: (n, C, H, W) -> (n, C, H, W)."""
         return self.decode(self.encode(x))
 
 
@@ -124,12 +127,15 @@ class DCGANAutoEncoder(nn.Module):
             nn.ConvTranspose2d(w, channels, 4, 2, 1), nn.Sigmoid())
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Latents on the unit sphere: images (n, C, H, W) in [0, 1] -> (n, d), rows of norm 1."""
         return _sphere(self.enc(x))
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Images from latents: (n, d) -> (n, C, H, W) in [0, 1]."""
         return self.dec(z)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Reconstruction ``decode(encode(x))``: (n, C, H, W) -> (n, C, H, W)."""
         return self.decode(self.encode(x))
 
 
@@ -147,6 +153,11 @@ class AutoEncoderConfig:
     version: int = 1                  # bump when the architecture code changes
 
     def validate(self) -> "AutoEncoderConfig":
+        """Check every field; returns ``self``.
+
+        Raises:
+            ValueError: a field out of its range (the message names it).
+        """
         check_choice(self.arch, "arch", ("conv", "dcgan"))
         check_int(self.latent_dim, "latent_dim", minimum=2)
         check_int(self.epochs, "epochs")

@@ -21,6 +21,19 @@ def _epsilon(s: str) -> float:
     return v
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to an option's help unless the help text already states its default, so that
+    every option shows its default exactly once; a store_true flag gets ``(default: off)``, ``--help`` nothing."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or isinstance(action, argparse._HelpAction):
+            return text
+        if isinstance(action, argparse._StoreTrueAction):
+            return text + " (default: off)"
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .flow import INIT_KINDS
     from .pipeline import PipelineConfig
@@ -31,13 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("flow", help="private image generation with a DP sliced-Wasserstein flow (DPSWflow-r)",
                        description="Train an auto-encoder on the public half, run the DP flow in its latent space "
                                    "on the private half, decode, and report FID / downstream accuracy / ε.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=_HelpFormatter)
     f.add_argument("--dataset", default="auto", choices=["auto", "fashion-mnist", "idx", "celeba", "digits", "lfw"],
                    help="auto: --celeba-dir, else --data-dir, else Fashion-MNIST (Debian package), else digits")
-    f.add_argument("--data-dir", default=None, help="folder of MNIST-format idx files (.gz or plain)")
-    f.add_argument("--celeba-dir", default=None, help="folder of aligned CelebA JPEGs (crop 178, resize 64)")
+    f.add_argument("--data-dir", default=None, help="folder of MNIST-format idx files (.gz or plain; default: none)")
+    f.add_argument("--celeba-dir", default=None,
+                   help="folder of aligned CelebA JPEGs (crop 178, resize 64; default: none)")
     f.add_argument("--epsilon", type=_epsilon, default=d.epsilon, help="target ε; 'inf' for the non-private run")
-    f.add_argument("--delta", type=float, default=d.delta)
+    f.add_argument("--delta", type=float, default=d.delta, help="target δ of the whole run, in (0, 1)")
     f.add_argument("--epochs", type=float, default=d.epochs, help="passes over the private data: T = epochs·n/B")
     f.add_argument("--batch-size", type=int, default=d.batch_size, help="B private rows per step")
     f.add_argument("--num-particles", type=int, default=None, help="N (default: size of the real test set)")
@@ -49,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--ae-epochs", type=int, default=d.ae_epochs, help="auto-encoder epochs on the public half")
     f.add_argument("--fid-samples", type=int, default=d.fid_samples, help="generated images in FID")
     f.add_argument("--fid-real", type=int, default=d.fid_real, help="real test images in FID (statistics cached)")
-    f.add_argument("--max-train", type=int, default=None, help="use only the first N training images")
+    f.add_argument("--max-train", type=int, default=None,
+                   help="use only the first N training images (default: all)")
     f.add_argument("--directions", default=d.directions, choices=["orthogonal", "uniform"],
                    help="orthogonal: blocks of d orthonormal directions per step, deterministic sensitivity "
                         "2·sqrt(ceil(k/d)); uniform: i.i.d. directions (the papers'), sensitivity from --bound")
@@ -102,11 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
     f.add_argument("--quick", action="store_true", help="a short run on a small part of the data")
     f.add_argument("--checkpoint-every", type=int, default=100, help="flow checkpoint period (steps)")
-    f.add_argument("--runs-dir", default="runs")
+    f.add_argument("--runs-dir", default="runs", help="parent folder of the run folders")
     f.add_argument("--name", default=None, help="run folder name (default from dataset, ε, seed)")
     f.add_argument("--cache-dir", default=None, help="auto-encoder / FID cache (default $FASTDPOT_CACHE or "
                                                      "~/.cache/fastdpot)")
-    f.add_argument("--no-progress", action="store_true")
+    f.add_argument("--no-progress", action="store_true", help="no progress bars or per-stage messages")
     return p
 
 

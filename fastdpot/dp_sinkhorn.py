@@ -120,10 +120,16 @@ class ConditionalDCGANGenerator(nn.Module):
         self.c = c
 
     def forward(self, z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Images of the given classes: z (n, latent_dim) latent codes, labels (n,) integers in
+        [0, num_classes) -> (n, 1, 28, 28) in [0, 1].
+        """
         h = torch.cat([z, nn.functional.one_hot(labels.long(), self.num_classes).to(z.dtype)], dim=1)
         return self.net(self.fc(h).view(-1, 2 * self.c, 7, 7))
 
     def sample(self, labels: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Images of the classes ``labels`` (n,) from fresh standard-normal latents drawn from ``generator``
+        -> (n, 1, 28, 28).
+        """
         z = torch.randn(labels.shape[0], self.latent_dim, generator=generator)
         return self(z, labels)
 
@@ -171,6 +177,7 @@ class DPSinkhornResult:
     seconds: float = 0.0
 
     def summary(self) -> Dict:
+        """The run's headline numbers (steps, ε, δ, noise, stop reason, seconds) as a JSON-able dict."""
         return {"steps": self.steps, "epsilon": self.epsilon, "delta": self.delta,
                 "noise_multiplier": self.noise_multiplier, "sigma": self.sigma,
                 "stopped_by_budget": self.stopped_by_budget, "seconds": round(self.seconds, 1),

@@ -40,6 +40,7 @@ class MLPGenerator(nn.Module):
         )
 
     def forward(self, z):
+        """Generated rows: z (B, latent_dim) latent codes -> (B, out_dim)."""
         return self.net(z)
 
 
@@ -66,6 +67,7 @@ class ConvGenerator(nn.Module):
         )
 
     def forward(self, z):
+        """Generated images: z (B, latent_dim) latent codes -> (B, C, H, W) in [0, 1]."""
         return self.deconv(self.fc(z).view(-1, 64, self.h4, self.w4))
 
 
@@ -104,7 +106,8 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
                   model: str = "mlp", lr: float = 1e-3, bound: str = "chernoff", accountant: str = "rdp",
                   noise_std: Optional[float] = None, generator: Optional[torch.Generator] = None,
                   backend: str = "auto", budget_checks: int = 10, log_every: int = 0,
-                  secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None) -> DPSWgenResult:
+                  secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None,
+                  progress: bool = True) -> DPSWgenResult:
     r"""Train a DPSWgen generator on private rows with the DP sliced Wasserstein loss.
 
     Per step: spend the step in the budget (before releasing), draw a fresh uniform batch of B rows without
@@ -138,6 +141,8 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         budget_checks: the T steps are recorded in the budget in this many blocks, each *before* its steps run
             (a PLD/RDP evaluation per step would dominate the run time); a run cut short over-counts, never under.
         log_every: print the loss every this many steps (0: silent).
+        progress: show a tqdm bar (steps, loss), redrawn at a bounded rate (every 30 s when stderr is not a
+            terminal).
 
     Shape:
         private_data (n, d) or (n, C, H, W) -> a generator of rows of the same shape.
@@ -220,6 +225,9 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
     stopped = False
     done = 0
     net.train()
+    from ._progress import progress_bar
+
+    bar = progress_bar(total=T, desc="DPSWgen" if private else "SWgen", disable=not progress)
     while done < T:
         if private and allowed == 0:
             want = min(block, T - done)
@@ -243,9 +251,12 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
         losses.append(float(loss.detach()))
         done += 1
         allowed -= 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{losses[-1]:.4g}")
         if log_every and done % log_every == 0:
             print(f"[dpswgen] step {done}/{T} loss {losses[-1]:.4f}", flush=True)
 
+    bar.close()
     eps_spent = budget.epsilon_spent if private else math.inf
     if private:
         details = dict(details, delta_accountant_final=budget.delta_accountant,

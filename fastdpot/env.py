@@ -38,7 +38,9 @@ def report() -> str:
     import torch
 
     import fastdpot
+    from ._ext import import_pykeops
 
+    import_pykeops()  # first, quietly: KeOps' "CUDA libraries not found" notice is noise on a CPU machine
     lines = [f"fastdpot {fastdpot.__version__} ({os.path.dirname(fastdpot.__file__)})",
              f"python {sys.version.split()[0]} on {platform.platform()}",
              f"cpu: {_cpu_model()}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",

@@ -296,7 +296,8 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         ``noise_std`` σ is a standard deviation on projected values; table values are in the projections' unit.
 
     Raises:
-        ValueError: bad shapes / values (see :func:`fastdpot.reference.flow.flow_step`), both or neither of
+        ValueError: bad shapes / values (see :func:`fastdpot.reference.flow.flow_step`), projections whose rows
+            are not unit vectors, ``seed`` not an integer in [0, 2**63), both or neither of
             ``private`` and ``sketch``, a bad table / levels
             (:func:`fastdpot.reference.flow_sketch.check_sketch_target`), a sketch on a backend/mode without it.
         BackendUnavailableError: an explicitly requested backend is missing.
@@ -322,6 +323,10 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
                              f"{private.shape[1]}, {projections.shape[1]}")
     if particles.shape[0] < 2:
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={particles.shape[0]}")
+    from ._validate import check_seed, check_unit_rows
+
+    check_unit_rows(projections, "projections")
+    seed = check_seed(seed, "seed")
     check_nonnegative(noise_std, "noise_std")
     check_positive(step_size, "step_size")
     check_nonnegative(reg, "reg")
@@ -341,6 +346,9 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
 # ------------------------------------------------------------------------------------------------------------
 # DPSlicedWassersteinFlow
 # ------------------------------------------------------------------------------------------------------------
+from ._dispatch import BACKENDS as _BACKENDS  # noqa: E402  (the flow's backend is checked at construction)
+
+
 def _privacy():
     from . import privacy  # the privacy core (imported lazily: only private flows need it)
 
@@ -461,6 +469,8 @@ class DPSlicedWassersteinFlow:
         check_choice(quantiles, "quantiles", _QUANTILE_MODES)
         check_choice(bound, "bound", ("chernoff", "clt", "bernstein"))
         check_choice(directions, "directions", ("uniform", "orthogonal"))
+        check_choice(accountant, "accountant", _privacy().ACCOUNTANTS)
+        check_choice(backend, "backend", ("auto",) + _BACKENDS)
         if isinstance(init, str):
             _check_init_kind(init)
         init_scale = check_positive(init_scale, "init_scale")
@@ -579,10 +589,14 @@ class DPSlicedWassersteinFlow:
 
     @property
     def steps_taken(self) -> int:
+        """Flow steps taken so far (a private step is counted before its release; one refused by the budget is
+        not counted).
+        """
         return self._step
 
     @property
     def config(self) -> Dict[str, Any]:
+        """A copy of the flow's settings (the constructor arguments after validation; saved in :meth:`state_dict`)."""
         return dict(self._config)
 
     @property
@@ -848,7 +862,7 @@ class DPSlicedWassersteinFlow:
             TypeError: ``checkpoint_path`` not a str or os.PathLike.
             NonFiniteParticlesError: see :meth:`step` (the last checkpoint written stays intact).
         """
-        from tqdm.auto import tqdm
+        from ._progress import progress_bar as tqdm  # bounded redraw rate, no per-step redraw off a terminal
 
         self._check_batch(private_data, "private_data")
         n = private_data.shape[0]
@@ -1162,6 +1176,10 @@ class ClassConditionalFlow:
         self.flow_kwargs = flow_kwargs
         if not isinstance(secure_mode, bool):
             raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
+        # validate flow_kwargs now (target_epsilon=-1, accountant='bogus', an unknown keyword ...), not at run():
+        # a throwaway 2-particle class flow checks them exactly as the class flows will
+        DPSlicedWassersteinFlow(2, self.dim, self.num_projections, self.step_size, init="gaussian",
+                                generator=torch.Generator(), secure_mode=False, **flow_kwargs)
         self.secure_mode = secure_mode
         self._generator = make_generator() if generator is None else generator
         self.flows: List[DPSlicedWassersteinFlow] = []
@@ -1247,6 +1265,9 @@ class ClassConditionalFlow:
         return max(f.epsilon(delta) for f in self.flows) if self.flows else 0.0
 
     def state_dict(self):
+        """Everything needed to resume: settings, the master generator's state and every class flow's
+        :meth:`DPSlicedWassersteinFlow.state_dict` (a private artefact: it holds the particles).
+        """
         return dict(num_particles=self.num_particles, dim=self.dim, num_projections=self.num_projections,
                     step_size=self.step_size, num_classes=self.num_classes,
                     particles_per_class=self.particles_per_class, init=self.init, init_scale=self.init_scale,

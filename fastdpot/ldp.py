@@ -45,9 +45,11 @@ class MLPGenerator2D(nn.Module):
         self.net = nn.Sequential(nn.Linear(latent_dim, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 2))
 
     def forward(self, z):
+        """Generated points: z (n, latent_dim) -> (n, 2)."""
         return self.net(z)
 
     def sample(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """``n`` generated points (n, 2) from standard-normal latents drawn from ``generator``."""
         return self(torch.randn(n, self.latent_dim, generator=generator))
 
 

@@ -35,7 +35,7 @@ from .reference.sinkhorn import epsilon_schedule, sinkhorn_loop, sinkhorn_tensor
 __all__ = ["Cost", "squared_euclidean", "euclidean", "l1", "squared_euclidean_l1", "custom_cost",
            "class_conditional", "sinkhorn", "SinkhornLoss", "semi_debiased_sinkhorn_loss", "entropic_wasserstein",
            "entropic_regularization_for_noise", "TENSORIZED_MAX_SIZE",
-           "TENSORIZED_MAX_SIZE_CPU", "HIGH_DIM", "TENSORIZED_MAX_SIZE_HIGH_DIM", "select_backend"]
+           "TENSORIZED_MAX_SIZE_CPU", "HIGH_DIM", "TENSORIZED_MAX_SIZE_HIGH_DIM", "select_backend", "SINKHORN_BACKENDS"]
 
 #: largest N·M handled by the dense engine under ``backend="auto"`` on CUDA (GeomLoss' rule) ...
 TENSORIZED_MAX_SIZE = 5000 * 5000
@@ -155,7 +155,10 @@ _P_DEFAULT = {1: euclidean, 2: squared_euclidean}
 
 # -------------------------------------------------------------------------------------------------------- engines
 def _keops_available():
+    from ._ext import import_pykeops
+
     try:
+        import_pykeops()  # first import without KeOps' CUDA notice on CPU machines
         import pykeops.torch  # noqa: F401
     except Exception as exc:  # an import failure of an optional backend becomes its error message
         return False, f"pykeops could not be imported ({type(exc).__name__}: {exc}); pip install pykeops"
@@ -163,8 +166,8 @@ def _keops_available():
 
 
 @register("sinkhorn", "reference")
-def _sinkhorn_tensorized(x, y, a_log, b_log, cost: Cost, eps_list, debias, final_iters):
-    return sinkhorn_tensorized(x, y, a_log, b_log, cost.dense, eps_list, debias, final_iters)
+def _sinkhorn_tensorized(x, y, a_log, b_log, cost: Cost, eps_list, debias, final_iters, rho=None):
+    return sinkhorn_tensorized(x, y, a_log, b_log, cost.dense, eps_list, debias, final_iters, rho)
 
 
 #: The KeOps soft-min of the sqdist costs, given an estimate e_i of its result LSE_i (−prev_i/ε from the current
@@ -263,7 +266,7 @@ def _sqdist_lse_keops(u, v, h, eps, coef, estimate=None, want_diff=False):
 
 
 @register("sinkhorn", "keops", available=_keops_available)
-def _sinkhorn_keops(x, y, a_log, b_log, cost: Cost, eps_list, debias, final_iters):
+def _sinkhorn_keops(x, y, a_log, b_log, cost: Cost, eps_list, debias, final_iters, rho=None):
     from pykeops.torch import LazyTensor
 
     if cost.keops is None:
@@ -292,7 +295,7 @@ def _sinkhorn_keops(x, y, a_log, b_log, cost: Cost, eps_list, debias, final_iter
         C_ie = cost.keops(u_i, v_j) * LazyTensor(inv_eps.new_full((1,), 1.0 / eps))
         return -eps * (h_j - C_ie).logsumexp(dim=1).reshape(-1)
 
-    return sinkhorn_loop(softmin, a_log, b_log, eps_list, debias, final_iters)
+    return sinkhorn_loop(softmin, a_log, b_log, eps_list, debias, final_iters, rho)
 
 
 set_auto("sinkhorn", "cpu", [("keops", TENSORIZED_MAX_SIZE_CPU + 1)])
@@ -300,13 +303,26 @@ set_auto("sinkhorn", "cuda", [("keops", TENSORIZED_MAX_SIZE + 1)])
 
 
 # ------------------------------------------------------------------------------------------------------ public API
+#: backend names of :func:`sinkhorn`: "online" is GeomLoss' name of the KeOps engine, "reference" a synonym of
+#: "tensorized"; GeomLoss' "multiscale" (octree clustering) is not implemented and refused by name
+SINKHORN_BACKENDS = ("auto", "keops", "online", "tensorized", "reference")
+
+
+def _check_backend(backend):
+    if backend == "multiscale":
+        raise ValueError("backend='multiscale' (GeomLoss' clustered solver) is not implemented in fastdpot; use "
+                         "'online' (= 'keops': O(N + M) memory, any size), 'tensorized' or 'auto'")
+    return check_choice(backend, "backend", SINKHORN_BACKENDS)
+
+
 def select_backend(n: int, m: int, d: int, device_type: str = "cpu", backend: str = "auto",
                    cost: Optional[Cost] = None) -> str:
     """The dispatch-table backend (``"keops"`` or ``"reference"`` = tensorized) that :func:`sinkhorn` uses for
-    an (n, d) vs (m, d) problem: the size rule of the module doc; a cost without a KeOps formula stays dense."""
-    check_choice(backend, "backend", ("auto", "keops", "tensorized", "reference"))
+    an (n, d) vs (m, d) problem: the size rule of the module doc; a cost without a KeOps formula stays dense.
+    ``"online"`` is GeomLoss' name of ``"keops"``."""
+    _check_backend(backend)
     if backend != "auto":
-        return "reference" if backend == "tensorized" else backend
+        return {"tensorized": "reference", "online": "keops"}.get(backend, backend)
     if cost is not None and cost.keops is None:
         return "reference"
     size = n * m
@@ -319,6 +335,8 @@ def _weights(w, n, name, like):
     if w is None:
         return torch.full((n,), 1.0 / n, dtype=like.dtype, device=like.device)
     check_tensor(w, name, ndim=1)
+    if w.device != like.device:
+        raise ValueError(f"{name} must be on {like.device}, got {w.device}")
     if w.shape[0] != n:
         raise ValueError(f"{name} must have shape ({n},) to match the points, got {tuple(w.shape)}")
     wd = w.detach()
@@ -338,7 +356,7 @@ def _diameter(x, y):
 def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None, b: Optional[torch.Tensor] = None,
              p: int = 2, blur: float = 0.05, scaling: float = 0.5, cost: Optional[Cost] = None, debias: bool = True,
              backend: str = "auto", diameter: Optional[float] = None, final_iters: int = 0,
-             return_potentials: bool = False):
+             return_potentials: bool = False, reach: Optional[float] = None):
     """Entropic OT_ε (``debias=False``) or the Sinkhorn divergence S_ε (``debias=True``) between point clouds.
 
     .. math::
@@ -358,41 +376,61 @@ def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None,
     (minus the OT_ε(α, α) potential when debiased). It is exact at convergence of the loop, not a derivative
     of the finite loop; second derivatives are not meaningful.
 
+    Unbalanced OT (``reach`` given, GeomLoss semantics): the marginal constraints are replaced by the penalty
+    ρ·KL(π₁ | α) + ρ·KL(π₂ | β) with ρ = reach^p; every soft-min update is damped by 1/(1 + ε/ρ), and the value is
+    Séjourné et al.'s dual formula, ⟨α, (ρ + ε/2)(1 − e^{−f/ρ})⟩ + ⟨β, (ρ + ε/2)(1 − e^{−g/ρ})⟩ (debiased:
+    ⟨α, (ρ + ε/2)(e^{−f_aa/ρ} − e^{−f/ρ})⟩ + ⟨β, (ρ + ε/2)(e^{−g_bb/ρ} − e^{−g/ρ})⟩), exactly what GeomLoss'
+    ``SamplesLoss("sinkhorn", reach=...)`` returns (gradient included). Weights need not have equal mass.
+
+    Batches (GeomLoss' (B, N, d) convention): x (B, N, d), y (B, M, d), a (B, N), b (B, M) give a (B,) vector,
+    one independent problem per batch element, all with the ε-schedule of the common diameter of the batch.
+
     Args:
-        x: (N, d) points of α. y: (M, d) points of β.
+        x: (N, d) points of α (or (B, N, d)). y: (M, d) points of β (or (B, M, d)).
         a: (N,) nonnegative weights (default uniform 1/N). b: (M,) weights (default 1/M); a and b must have the
-            same total mass (balanced OT).
+            same total mass (balanced OT) unless ``reach`` is given.
         p: exponent of the default cost and of ε = blur^p (1 or 2).
         blur: target length scale (> 0), in the unit of x; ε = blur^p.
         scaling: ratio between successive blurs in (0, 1); closer to 1 = more iterations, more accurate.
         cost: a :class:`Cost`, or None for the default cost of p.
         debias: return S_ε instead of OT_ε.
-        backend: "auto", "keops" or "tensorized" ("reference" is a synonym of "tensorized").
+        backend: "auto", "keops" (GeomLoss' name "online" is a synonym) or "tensorized" ("reference" is a
+            synonym); GeomLoss' "multiscale" is refused with a ValueError.
         diameter: upper bound of the distances (default: the diagonal of the bounding box of x and y).
         final_iters: extra symmetric iterations at ε = blur^p before the final step (0 = GeomLoss' loop).
         return_potentials: also return the potentials (f, g), shapes (N,), (M,) (debiased ones if debias).
+        reach: None (balanced OT) or the length scale > 0 of unbalanced OT, ρ = reach^p (GeomLoss' ``reach``).
 
     Returns:
-        0-dim tensor (or ``(value, f, g)``).
+        0-dim tensor (or ``(value, f, g)``); (B,) for batched inputs.
 
     Raises:
-        ValueError: bad shapes, non-finite values, negative or unequal-mass weights, p not in {1, 2},
-            blur <= 0, scaling outside (0, 1), unknown backend name.
+        ValueError: bad shapes, non-finite values, a tensor on an unsupported device (meta), negative or
+            (balanced) unequal-mass weights, p not in {1, 2}, blur <= 0, reach <= 0, scaling outside (0, 1),
+            unknown backend name or "multiscale", data whose cost over their diameter overflows the dtype (e.g.
+            float32 points of size 1e30), ``return_potentials`` with batched inputs.
         BackendUnavailableError: backend="keops" without pykeops or with a cost that has no KeOps formula.
 
     References:
         Feydy et al., AISTATS 2019 (Sinkhorn divergences); Feydy, PhD thesis §3.3 (Eq. 3.186, 3.207-3.209);
         Cao et al., NeurIPS 2021 (DP-Sinkhorn).
     """
+    if isinstance(x, torch.Tensor) and x.dim() == 3:
+        return _sinkhorn_batched(x, y, a, b, p=p, blur=blur, scaling=scaling, cost=cost, debias=debias,
+                                 backend=backend, diameter=diameter, final_iters=final_iters,
+                                 return_potentials=return_potentials, reach=reach)
     check_tensor(x, "x", ndim=2)
     check_tensor(y, "y", ndim=2)
     d = check_same_dim(x, y, "x", "y")
+    if x.device != y.device:
+        raise ValueError(f"x and y must be on the same device, got {x.device} and {y.device}")
     check_choice(p, "p", (1, 2))
     blur = check_positive(blur, "blur")
+    rho = None if reach is None else check_positive(reach, "reach") ** p
     scaling = float(scaling) if isinstance(scaling, (int, float)) and not isinstance(scaling, bool) else scaling
     if not isinstance(scaling, float) or not 0.0 < scaling < 1.0:
         raise ValueError(f"scaling must be in (0, 1), got {scaling!r}")
-    check_choice(backend, "backend", ("auto", "keops", "tensorized", "reference"))
+    _check_backend(backend)
     final_iters = check_int(final_iters, "final_iters", minimum=0)
     if cost is None:
         cost = _P_DEFAULT[p]()
@@ -404,51 +442,113 @@ def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None,
     a = _weights(a, N, "a", x)
     b = _weights(b, M, "b", x)
     ma, mb = float(a.detach().sum()), float(b.detach().sum())
-    if abs(ma - mb) > 1e-5 * max(ma, mb):
-        raise ValueError(f"a and b must have the same total mass (balanced OT), got {ma!r} and {mb!r}")
+    if rho is None and abs(ma - mb) > 1e-5 * max(ma, mb):
+        raise ValueError(f"a and b must have the same total mass (balanced OT), got {ma!r} and {mb!r}; pass "
+                         f"reach= for unbalanced OT")
 
     if diameter is None:
         diameter = _diameter(x, y)
     else:
         diameter = check_positive(diameter, "diameter")
     start = cost.start(diameter, d) if cost.start is not None else diameter ** p
+    big = torch.finfo(x.dtype).max
+    if not (math.isfinite(diameter) and math.isfinite(start) and start < big):
+        raise ValueError(f"the points of x and y span a diameter of {diameter:.3g}, whose cost ({cost.name}: "
+                         f"{start:.3g}) overflows {x.dtype} (max {big:.3g}); rescale the data or use float64")
     start = max(start, blur ** p)  # identical or tiny inputs: the schedule is just [blur^p, blur^p]
     eps_list = epsilon_schedule(p, start, blur, scaling)
 
     _, impl = dispatch("sinkhorn", select_backend(N, M, d, x.device.type, backend, cost))
     a_log, b_log = a.log(), b.log()
-    f_ba, g_ab, f_aa, g_bb = impl(x, y, a_log, b_log, cost, eps_list, debias, final_iters)
+    extra = {} if rho is None else dict(rho=rho)
+    f_ba, g_ab, f_aa, g_bb = impl(x, y, a_log, b_log, cost, eps_list, debias, final_iters, **extra)
     if debias:
         f, g = f_ba - f_aa, g_ab - g_bb
     else:
         f, g = f_ba, g_ab
-    value = (a * f).sum() + (b * g).sum()
+    if rho is None:
+        value = (a * f).sum() + (b * g).sum()
+    else:  # Séjourné et al., Proposition 12; GeomLoss' UnbalancedWeight scales by ρ + ε/2
+        w = rho + eps_list[-1] / 2.0
+        if debias:
+            value = ((a * w * ((-f_aa / rho).exp() - (-f_ba / rho).exp())).sum()
+                     + (b * w * ((-g_bb / rho).exp() - (-g_ab / rho).exp())).sum())
+        else:
+            value = (a * w * (1 - (-f_ba / rho).exp())).sum() + (b * w * (1 - (-g_ab / rho).exp())).sum()
     if return_potentials:
         return value, f, g
     return value
 
 
-class SinkhornLoss(torch.nn.Module):
-    """Module form of :func:`sinkhorn` with a GeomLoss-like interface: ``SinkhornLoss(p, blur, ...)(x, y)`` or
-    ``(a, x, b, y)`` with weights.
+def _sinkhorn_batched(x, y, a, b, *, diameter, return_potentials, **kw):
+    """GeomLoss' batched convention: x (B, N, d), y (B, M, d), a (B, N), b (B, M) -> (B,), one problem per batch
+    element, all on the ε-schedule of the common diameter (as GeomLoss computes it over the whole batch)."""
+    check_tensor(x, "x", ndim=3)
+    check_tensor(y, "y", ndim=3)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x and y must have the same batch size B, got shapes {tuple(x.shape)} and "
+                         f"{tuple(y.shape)}")
+    check_same_dim(x, y, "x", "y")
+    for w, name, n in ((a, "a", x.shape[1]), (b, "b", y.shape[1])):
+        if w is not None:
+            check_tensor(w, name, ndim=2)
+            if tuple(w.shape) != (x.shape[0], n):
+                raise ValueError(f"{name} must have shape ({x.shape[0]}, {n}) for batched points, got "
+                                 f"{tuple(w.shape)}")
+    if return_potentials:
+        raise ValueError("return_potentials is not supported for batched (B, N, d) inputs; loop over the batch")
+    if diameter is None:
+        diameter = _diameter(x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1]))
+        diameter = diameter if diameter > 0 else None
+    return torch.stack([sinkhorn(x[i], y[i], None if a is None else a[i], None if b is None else b[i],
+                                 diameter=diameter, **kw) for i in range(x.shape[0])])
 
-    Shape: x (N, d), y (M, d), a (N,), b (M,) -> 0-dim tensor. See :func:`sinkhorn` for arguments, autograd
-    (envelope theorem through the last step) and Raises.
+
+class SinkhornLoss(torch.nn.Module):
+    """Module form of :func:`sinkhorn` with GeomLoss' interface: ``SinkhornLoss(p=, blur=, reach=, scaling=,
+    debias=, backend=, diameter=)(x, y)`` or ``(a, x, b, y)`` with weights, batched (B, N, d) inputs included.
+
+    Replacing ``geomloss.SamplesLoss("sinkhorn", p=2, blur=0.05, ...)`` by ``SinkhornLoss(p=2, blur=0.05, ...)``
+    (same keywords; backend names "auto", "tensorized", "online"; "multiscale" is refused) gives the same values
+    and gradients (tested against GeomLoss, balanced and unbalanced, batched).
+
+    Shape: x (N, d), y (M, d), a (N,), b (M,) -> 0-dim tensor; x (B, N, d), y (B, M, d), a (B, N), b (B, M) ->
+    (B,). See :func:`sinkhorn` for arguments, autograd (envelope theorem through the last step) and Raises.
     """
 
     def __init__(self, p: int = 2, blur: float = 0.05, scaling: float = 0.5, cost: Optional[Cost] = None,
-                 debias: bool = True, backend: str = "auto", final_iters: int = 0):
+                 debias: bool = True, backend: str = "auto", final_iters: int = 0, *,
+                 reach: Optional[float] = None, diameter: Optional[float] = None):
         super().__init__()
         self.kw = dict(p=p, blur=blur, scaling=scaling, cost=cost, debias=debias, backend=backend,
-                       final_iters=final_iters)
+                       final_iters=final_iters, reach=reach, diameter=diameter)
         # validate at construction (a wrong argument fails here, not at the first training step)
         check_choice(p, "p", (1, 2))
         check_positive(blur, "blur")
-        check_choice(backend, "backend", ("auto", "keops", "tensorized", "reference"))
+        if reach is not None:
+            check_positive(reach, "reach")
+        if diameter is not None:
+            check_positive(diameter, "diameter")
+        check_int(final_iters, "final_iters", minimum=0)
+        if cost is not None and not isinstance(cost, Cost):
+            raise ValueError(f"cost must be a fastdpot.sinkhorn.Cost or None, got {type(cost).__name__}")
+        _check_backend(backend)
         if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not 0.0 < float(scaling) < 1.0:
             raise ValueError(f"scaling must be a number in (0, 1), got {scaling!r}")
 
     def forward(self, *args):
+        """``forward(x, y)`` or ``forward(a, x, b, y)`` (GeomLoss' argument orders).
+
+        Args:
+            x: (N, d) or (B, N, d) points of α. y: (M, d) or (B, M, d) points of β.
+            a: (N,) or (B, N) nonnegative weights of α. b: (M,) or (B, M) weights of β (uniform when not given).
+
+        Returns:
+            S_ε (``debias=True``) or OT_ε, a 0-dim tensor, or (B,) for batched inputs.
+
+        Raises:
+            ValueError: neither 2 nor 4 arguments, or any input :func:`sinkhorn` refuses.
+        """
         if len(args) == 2:
             return sinkhorn(args[0], args[1], **self.kw)
         if len(args) == 4:
@@ -472,7 +572,8 @@ def semi_debiased_sinkhorn_loss(fake: torch.Tensor, fake_extra: torch.Tensor, re
     Shape: fake (B, d), fake_extra (round(r·B), d), real (M, d) -> 0-dim tensor.
 
     Raises:
-        ValueError: ratio outside [0, 1], or fake_extra without round(ratio·B) rows.
+        ValueError: ratio outside [0, 1], fake_extra without round(ratio·B) rows, or of another dimension d,
+            dtype or device than fake.
     """
     check_tensor(fake, "fake", ndim=2)
     check_tensor(real, "real", ndim=2)
@@ -483,6 +584,11 @@ def semi_debiased_sinkhorn_loss(fake: torch.Tensor, fake_extra: torch.Tensor, re
     if fake_extra is None:
         fake_extra = fake[:0]
     check_tensor(fake_extra, "fake_extra", ndim=2, nonempty=False)
+    check_same_dim(fake, fake_extra, "fake", "fake_extra")
+    check_same_dim(fake, real, "fake", "real")
+    if fake_extra.dtype != fake.dtype or fake_extra.device != fake.device:
+        raise ValueError(f"fake_extra must have the dtype and device of fake ({fake.dtype}, {fake.device}), got "
+                         f"{fake_extra.dtype}, {fake_extra.device}")
     if fake_extra.shape[0] != k:
         raise ValueError(f"fake_extra must have round(ratio*B) = {k} rows, got {fake_extra.shape[0]}")
     kwargs = dict(kwargs, debias=False)

@@ -22,8 +22,8 @@ from torch import nn
 
 from . import _dispatch
 from ._ext import cpp_status, load_cpp
-from ._validate import (check_choice, check_delta, check_int, check_nonnegative, check_positive, check_same_dim,
-                        check_tensor)
+from ._validate import (check_choice, check_delta, check_generator, check_int, check_nonnegative, check_positive,
+                        check_same_dim, check_tensor, check_unit_rows, resolve_alias)
 from .reference import sliced as _ref
 
 __all__ = ["sliced_wasserstein", "dp_sliced_wasserstein", "SlicedWassersteinLoss", "DPSlicedWassersteinLoss",
@@ -175,6 +175,7 @@ def random_projections(num_projections: int, dim: int, generator: Optional[torch
     """
     k = check_int(num_projections, "num_projections")
     d = check_int(dim, "dim")
+    check_generator(generator)
     if device is None:
         device = generator.device if isinstance(generator, torch.Generator) else "cpu"
     if generator is not None and not isinstance(generator, torch.Generator):  # a PrivacyRandomness (private Θ)
@@ -197,7 +198,8 @@ def _validate(x, y, p, num_projections, projections, xname, generator, yname="y"
         raise ValueError(f"N and M must be < 2**32, got {x.shape[0]} and {y.shape[0]}")
     if projections is None:
         if num_projections is None:
-            raise ValueError("one of num_projections or projections must be given, got neither")
+            raise ValueError("one of num_projections or projections must be given (num_projections has the alias "
+                             "n_projections), got neither")
         return random_projections(num_projections, d, generator=generator, dtype=x.dtype, device=x.device)
     check_tensor(projections, "projections", ndim=2, dtypes=_DTYPES)
     if projections.shape[1] != d:
@@ -205,12 +207,7 @@ def _validate(x, y, p, num_projections, projections, xname, generator, yname="y"
     if num_projections is not None and num_projections != projections.shape[0]:
         raise ValueError(f"num_projections={num_projections!r} disagrees with projections of shape "
                          f"{tuple(projections.shape)}")
-    norms = projections.detach().to(torch.float64).norm(dim=1)
-    tol = 1e-5 if projections.dtype == torch.float32 else 1e-10
-    worst = float((norms - 1).abs().max())
-    if worst > tol:
-        raise ValueError(f"projections must have unit-norm rows (|norm - 1| <= {tol}), got max |norm - 1| = "
-                         f"{worst:.3g}")
+    check_unit_rows(projections, "projections")
     if projections.device != x.device:
         raise ValueError(f"projections must be on {x.device}, got {projections.device}")
     return projections.to(x.dtype)
@@ -218,7 +215,8 @@ def _validate(x, y, p, num_projections, projections, xname, generator, yname="y"
 
 def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, num_projections: Optional[int] = None, p: int = 2,
                        projections: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
-                       backend: str = "auto") -> torch.Tensor:
+                       backend: str = "auto", *, n_projections: Optional[int] = None,
+                       seed: Optional[torch.Generator] = None) -> torch.Tensor:
     r"""Monte-Carlo sliced Wasserstein distance SW_p^p between two point clouds (no privacy).
 
     .. math::
@@ -235,6 +233,9 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, num_projections: Option
         projections: optional (k, d) directions with unit-norm rows.
         generator: torch.Generator for the directions (global generator when None).
         backend: "auto" (cpu kernel for CPU tensors when built, else reference), "reference", "cpu", "triton".
+        n_projections, seed: POT's names (``ot.sliced_wasserstein_distance``), aliases of ``num_projections`` and
+            ``generator``; ``seed`` may be an integer (a generator seeded with it) or a ``torch.Generator``.
+            Giving a name and its alias together is an error.
 
     Shape:
         x (N, d), y (M, d), projections (k, d) -> 0-d tensor.
@@ -243,17 +244,45 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, num_projections: Option
         SW_p^p (p-th power, not the p-th root), differentiable w.r.t. x and y.
 
     Raises:
-        ValueError: bad shapes / dtypes / non-finite or empty input, p not in {1, 2}, projections not (k, d) with
-            unit rows, neither ``num_projections`` nor ``projections`` given.
+        ValueError: bad shapes / dtypes / non-finite or empty input, a tensor on an unsupported device (meta),
+            p not in {1, 2}, projections not (k, d) with unit rows (tolerance
+            :func:`fastdpot._validate.unit_norm_tolerance`: rows normalised in float32 pass in float64), neither
+            ``num_projections`` nor ``projections`` given, a name given together with its alias, values whose
+            distances overflow the dtype (the loss would be inf).
+        TypeError: ``generator`` neither None nor a ``torch.Generator``.
         BackendUnavailableError: an explicitly requested backend is not available.
 
     References:
         Bonneel et al., "Sliced and Radon Wasserstein barycenters", JMIV 2015; POT ``ot.sliced_wasserstein_distance``
         (which returns the p-th root).
     """
+    num_projections = resolve_alias(num_projections, n_projections, "num_projections", "n_projections")
+    generator = resolve_alias(generator, _seed_generator(seed), "generator", "seed")
+    check_generator(generator, allow_privacy=False)
     theta = _validate(x, y, p, num_projections, projections, "x", generator)
     _, fn = _dispatch.dispatch(OP, backend, device_type=x.device.type, size=x.shape[0] + y.shape[0])
-    return fn(x, y, theta, p, 0.0, 0, False)
+    return _check_overflow(fn(x, y, theta, p, 0.0, 0, False), x.dtype)
+
+
+def _seed_generator(seed):
+    """POT's ``seed`` alias: an integer becomes a CPU generator seeded with it; a generator passes through."""
+    if seed is None or isinstance(seed, torch.Generator):
+        return seed
+    from ._validate import check_seed
+
+    g = torch.Generator()
+    g.manual_seed(check_seed(seed, "seed"))
+    return g
+
+
+def _check_overflow(loss, dtype):
+    """A non-finite loss from finite inputs means the distances overflowed the dtype: say so."""
+    value = loss[0] if isinstance(loss, tuple) else loss
+    if not bool(torch.isfinite(value.detach()).all()):
+        raise ValueError(f"the sliced Wasserstein loss overflows {dtype} (max {torch.finfo(dtype).max:.3g}): the "
+                         f"inputs' projected distances raised to the power p are too large for the dtype; rescale "
+                         f"the data or use float64")
+    return loss
 
 
 def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[torch.Tensor] = None,
@@ -352,7 +381,7 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
     seed = rng.seed()
     _, fn = _dispatch.dispatch(OP, backend, device_type=x_private.device.type,
                                size=x_private.shape[0] + y.shape[0])
-    return fn(x_private, y, theta, p, noise_std, seed, bool(return_noise))
+    return _check_overflow(fn(x_private, y, theta, p, noise_std, seed, bool(return_noise)), x_private.dtype)
 
 
 _RELEASES = ("points", "sketch")
@@ -418,9 +447,13 @@ def _sketch_loss(x_private, y, theta, p, noise_std, num_bins, rng, return_noise)
     return (loss, sk.noise, None) if return_noise else loss
 
 
-def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
-                                    num_projections: int, dim: int, radius: float, bound: str = "chernoff",
-                                    accountant: str = "rdp") -> Tuple[float, dict]:
+def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Optional[float] = None,
+                                    batch_size: Optional[int] = None, dataset_size: Optional[int] = None,
+                                    steps: Optional[int] = None, num_projections: Optional[int] = None,
+                                    dim: Optional[int] = None, radius: Optional[float] = None,
+                                    bound: str = "chernoff", accountant: str = "rdp", *,
+                                    target_epsilon: Optional[float] = None, target_delta: Optional[float] = None,
+                                    epochs: Optional[float] = None) -> Tuple[float, dict]:
     r"""σ for DP-SWD training: ``steps`` releases of a fresh batch of B of n private rows, (ε, δ)-DP overall.
 
     Goes through the privacy core (:mod:`fastdpot.privacy`):
@@ -445,6 +478,12 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
             approximation: not a guarantee, see :func:`fastdpot.privacy.sliced_sensitivity`) — any bound
             :func:`fastdpot.privacy.sliced_sensitivity` offers.
         accountant: passed to ``calibrate_noise_multiplier``.
+        target_epsilon, target_delta: Opacus' names (``make_private_with_epsilon``), aliases of ``epsilon`` and
+            ``delta``: the (ε, δ) the whole run is calibrated to.
+        epochs: Opacus' alternative to ``steps``: T = ceil(epochs·n/B) releases.
+
+    Every argument but ``bound`` and ``accountant`` is required (under its name or its alias); each has a default
+    of None only so that the aliases can replace it. Error messages name the argument as the caller passed it.
 
     Returns:
         (noise_std, details) with details = dict(noise_multiplier, sensitivity, delta_accountant, delta_tail,
@@ -452,17 +491,38 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
 
     Raises:
         ValueError: invalid ε, δ, sizes (batch_size > dataset_size), radius <= 0, unknown bound, bound="clt" with
-            k <= 30.
+            k <= 30; a required argument missing; a name given together with its alias (or ``steps`` with
+            ``epochs``); an unreachable target (the message says why).
 
     References:
         Rakotomamonjy & Ralaivola, ICML 2021, Lemma 2 and Proposition 2.
     """
     from . import privacy
+    from ._validate import check_delta, check_epsilon
 
+    eps_name = "target_epsilon" if target_epsilon is not None else "epsilon"
+    epsilon = resolve_alias(epsilon, target_epsilon, "epsilon", "target_epsilon")
+    delta_name = "target_delta" if target_delta is not None else "delta"
+    delta = resolve_alias(delta, target_delta, "delta", "target_delta")
+    if steps is not None and epochs is not None:
+        raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
+    required = dict(epsilon=epsilon, delta=delta, batch_size=batch_size, dataset_size=dataset_size,
+                    steps=steps if epochs is None else epochs, num_projections=num_projections, dim=dim,
+                    radius=radius)
+    missing = [k for k, v in required.items() if v is None]
+    if missing:
+        raise ValueError(f"dp_sliced_wasserstein_noise_std needs {missing} (epsilon/delta may be passed as "
+                         f"target_epsilon/target_delta, steps as epochs)")
+    epsilon = check_epsilon(epsilon, eps_name)
+    delta = check_delta(delta, delta_name)
     B = check_int(batch_size, "batch_size")
     n = check_int(dataset_size, "dataset_size")
     if B > n:
         raise ValueError(f"batch_size must be <= dataset_size, got batch_size={B} and dataset_size={n}")
+    if epochs is not None:
+        import math
+
+        steps = max(1, math.ceil(check_positive(epochs, "epochs") * n / B))
     T = check_int(steps, "steps")
     k = check_int(num_projections, "num_projections")
     d = check_int(dim, "dim")
@@ -471,8 +531,11 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
     delta_acc, delta_tail = privacy.split_delta(delta, T)
     sens = privacy.sliced_sensitivity(k, d, delta_tail, bound=bound, diameter=2.0 * radius)
     q = B / n
-    z = privacy.calibrate_noise_multiplier(epsilon, delta_acc, q, T, sampling="without_replacement",
-                                           accountant=accountant, dataset_size=n, batch_size=B)
+    try:
+        z = privacy.calibrate_noise_multiplier(epsilon, delta_acc, q, T, sampling="without_replacement",
+                                               accountant=accountant, dataset_size=n, batch_size=B)
+    except ValueError as err:  # name the target as the caller passed it
+        raise ValueError(str(err).replace("target_epsilon=", f"{eps_name}=")) from None
     sigma = float(z) * float(sens)
     details = dict(noise_multiplier=float(z), sensitivity=float(sens), delta_accountant=float(delta_acc),
                    delta_tail=float(delta_tail), sample_rate=q, steps=T, batch_size=B, dataset_size=n,
@@ -487,18 +550,28 @@ def dp_sliced_wasserstein_noise_std(epsilon: float, delta: float, batch_size: in
 class SlicedWassersteinLoss(nn.Module):
     """``nn.Module`` form of :func:`sliced_wasserstein`: fresh random directions at every call.
 
+    ``n_projections`` and ``seed`` (an integer or a generator) are POT's names, aliases of ``num_projections`` and
+    ``generator``; giving both names of one argument is a ValueError.
+
     Shape: x (N, d), y (M, d) -> 0-d tensor (SW_p^p).
     """
 
-    def __init__(self, num_projections: int, p: int = 2, generator: Optional[torch.Generator] = None,
-                 backend: str = "auto"):
+    def __init__(self, num_projections: Optional[int] = None, p: int = 2,
+                 generator: Optional[torch.Generator] = None, backend: str = "auto", *,
+                 n_projections: Optional[int] = None, seed=None):
         super().__init__()
+        num_projections = resolve_alias(num_projections, n_projections, "num_projections", "n_projections")
+        if num_projections is None:
+            raise ValueError("num_projections (alias n_projections) is required")
         self.num_projections = check_int(num_projections, "num_projections")
         self.p = check_choice(p, "p", (1, 2))
-        self.generator = generator
+        self.generator = check_generator(resolve_alias(generator, _seed_generator(seed), "generator", "seed"),
+                                         allow_privacy=False)
         self.backend = check_choice(backend, "backend", ("auto",) + _dispatch.BACKENDS)
 
     def forward(self, x, y):
+        """SW_p^p between ``x`` (N, d) and ``y`` (M, d) with k fresh random directions; see
+        :func:`sliced_wasserstein` (arguments, Raises). Returns a 0-d tensor differentiable w.r.t. x and y."""
         return sliced_wasserstein(x, y, self.num_projections, p=self.p, generator=self.generator,
                                   backend=self.backend)
 

@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Command-line entry point of the tuning grid (``argv`` as for :func:`build_parser`); returns the exit
+    status (0 on success, 2 on a bad argument).
+    """
     args = build_parser().parse_args(argv)
     try:
         fixed = {k: v[0] for k, v in parse_grid(args.set).items()}

@@ -77,6 +77,7 @@ class AuditResult:
     confidence: float
 
     def as_dict(self) -> Dict:
+        """The result as a plain dict of its fields (dataclasses.asdict)."""
         return asdict(self)
 
 

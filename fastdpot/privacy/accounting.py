@@ -169,14 +169,17 @@ class PrivacyAccountant:
     # ------------------------------------------------------------------ recording
     @property
     def neighboring_relation(self) -> Optional[str]:
+        """The neighbouring relation of the recorded events (add/remove or replace-one), None before the first."""
         return self._relation
 
     @property
     def steps(self) -> int:
+        """Total number of releases recorded (the sum of every event's ``num_steps``)."""
         return sum(n for _, n in self._history)
 
     @property
     def history(self) -> List[Tuple[dict, int]]:
+        """The recorded events as (event settings dict, num_steps) pairs, oldest first (a copy)."""
         return [(asdict(e), n) for e, n in self._history]
 
     def _check_relation(self, event: _Event) -> Optional[str]:
@@ -258,7 +261,9 @@ class PrivacyAccountant:
                 ``"pld"`` or ``"rdp"``.
 
         Returns:
-            ε ≥ 0 (0 when nothing was recorded).
+            ε ≥ 0 (0 when nothing was recorded). With ``accountant=None`` and the PLD method, a δ so small that the
+            discretised PLD gives ε = inf (δ below the mass it puts at infinity, e.g. δ = 1e-300) falls back to the
+            RDP ε, which is finite and also a valid bound; ``accountant="pld"`` returns PLD's inf as it is.
 
         Raises:
             ValueError: δ outside (0, 1); ``accountant="pld"`` with a without-replacement event.
@@ -267,9 +272,12 @@ class PrivacyAccountant:
         method = self.epsilon_method(accountant)
         if not self._history:
             return 0.0
-        key = (method, delta)
+        key = (method, delta, accountant is None)
         if key not in self._cache:
-            self._cache[key] = self._compute(method, delta, self._history)
+            value = self._compute(method, delta, self._history)
+            if accountant is None and method == "pld" and math.isinf(value):
+                value = self._compute("rdp", delta, self._history)  # both are upper bounds: keep the finite one
+            self._cache[key] = value
         return self._cache[key]
 
     def get_epsilon_and_order(self, delta: float) -> Tuple[float, float]:
@@ -291,6 +299,7 @@ class PrivacyAccountant:
         return float(acc.get_epsilon(delta))
 
     def copy(self) -> "PrivacyAccountant":
+        """An independent deep copy (settings and history): what-if accounting without touching this one."""
         return copy.deepcopy(self)
 
     # ------------------------------------------------------------------ checkpointing
@@ -379,7 +388,9 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
 
     Raises:
         ValueError: any invalid argument; ``accountant="pld"`` with ``sampling="without_replacement"``; a PLD target
-            that needs z < :data:`PLD_MIN_NOISE_MULTIPLIER`; no z <= 1e6 reaching the target.
+            that needs z < :data:`PLD_MIN_NOISE_MULTIPLIER`; an unreachable target, each named with the reason: no
+            z <= 1e6 reaching it, a target already met at z = 0.01 (the search's lower end: no privacy to speak of),
+            or a PLD target below what ``value_discretization_interval`` resolves.
     """
     eps = check_epsilon(target_epsilon, "target_epsilon")
     delta = check_delta(delta)
@@ -414,11 +425,18 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
 
     # bracket for RDP: grow the upper end until it satisfies the target
     lo, hi = 1e-2, 1.0
+    eps_lo = eps_of(fresh_rdp, lo)
+    if eps_lo <= eps:
+        raise ValueError(f"target_epsilon={target_epsilon!r} is unreachable by the calibration: even the smallest "
+                         f"noise multiplier it searches, z = {lo}, spends only ε = {eps_lo:.4g} <= target over "
+                         f"{steps} steps at delta={delta!r}, so the target buys essentially no privacy; use a "
+                         f"smaller target_epsilon or pass a noise multiplier directly")
     while eps_of(fresh_rdp, hi) > eps:
         lo, hi = hi, hi * 2.0
         if hi > 1e6:
-            raise ValueError(f"no noise multiplier <= 1e6 reaches target_epsilon={target_epsilon!r} at "
-                             f"delta={delta!r}")
+            raise ValueError(f"target_epsilon={target_epsilon!r} is unreachable: no noise multiplier <= 1e6 "
+                             f"reaches it at delta={delta!r} over {steps} steps (ε grows without bound as the "
+                             f"target shrinks); use a larger target_epsilon")
     z = calibrate_dp_mechanism(fresh_rdp, event_of, eps, delta,
                                bracket_interval=ExplicitBracketInterval(lo, hi), tol=tol / 4)
     if eps_of(fresh_rdp, z) > eps:  # Brent returns a value within tol; make it feasible
@@ -431,6 +449,13 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
             f"target_epsilon={target_epsilon!r} needs a noise multiplier below {PLD_MIN_NOISE_MULTIPLIER} (RDP gives "
             f"z = {z_rdp:.4g}), where a PLD evaluation costs minutes; calibrate with accountant='rdp' (and account "
             f"with PrivacyAccountant('rdp')) for such large targets")
+    eps_pld_hi = eps_of(fresh_pld, z_rdp)
+    if eps_pld_hi > eps:  # RDP's z is feasible for exact PLD; only the PLD discretisation can exceed the target
+        raise ValueError(
+            f"target_epsilon={target_epsilon!r} is unreachable with accountant='pld' and "
+            f"value_discretization_interval={vdi!r}: even at the RDP-calibrated z = {z_rdp:.4g} the discretised PLD "
+            f"reports ε = {eps_pld_hi:.4g} (a target near or below the discretisation interval cannot be resolved); "
+            f"pass a smaller value_discretization_interval or accountant='rdp'")
     lo = 0.8 * z_rdp
     while eps_of(fresh_pld, lo) <= eps:
         lo *= 0.8

@@ -55,6 +55,7 @@ class PrivacyBudget:
 
     @property
     def steps(self) -> int:
+        """Releases recorded in the budget's accountant."""
         return self.accountant.steps
 
     @property
@@ -64,6 +65,7 @@ class PrivacyBudget:
 
     @property
     def epsilon_remaining(self) -> float:
+        """ε left before the declared budget is reached: max(ε − ε spent, 0)."""
         return max(self.epsilon - self.epsilon_spent, 0.0)
 
     # ------------------------------------------------------------------ checks

@@ -63,6 +63,7 @@ class PoissonSampler:
 
     @property
     def expected_batch_size(self) -> float:
+        """n·q, the expected number of rows per Poisson batch."""
         return self.num_samples * self.sample_rate
 
     def sample(self) -> torch.Tensor:
@@ -108,6 +109,7 @@ class FixedSizeSampler:
 
     @property
     def sample_rate(self) -> float:
+        """q = B/n, the sample rate the accountant is given for this fixed-size sampler."""
         return self.batch_size / self.num_samples
 
     def sample(self) -> torch.Tensor:

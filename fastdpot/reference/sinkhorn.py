@@ -21,7 +21,7 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 import torch
 
-__all__ = ["sqdist_dense", "softmin_dense", "DenseSoftmin", "epsilon_schedule", "sinkhorn_loop",
+__all__ = ["sqdist_dense", "softmin_dense", "DenseSoftmin", "epsilon_schedule", "dampening", "sinkhorn_loop",
            "sinkhorn_tensorized", "sinkhorn_fixed_epsilon", "entropic_ot_gaussians"]
 
 Softmin = Callable[[float, str, torch.Tensor, bool, Optional[torch.Tensor]], torch.Tensor]
@@ -114,8 +114,15 @@ def epsilon_schedule(p: float, start: float, blur: float, scaling: float) -> Lis
     return eps
 
 
+def dampening(eps: float, rho: Optional[float]) -> float:
+    """Damping factor of the soft-min updates for unbalanced OT with a ρ·KL penalty on the marginals:
+    1/(1 + ε/ρ), 1 for balanced OT (ρ = None = ∞) (Séjourné et al., "Sinkhorn divergences for unbalanced optimal
+    transport", Table 1; GeomLoss' ``dampening``)."""
+    return 1.0 if rho is None else 1.0 / (1.0 + eps / rho)
+
+
 def sinkhorn_loop(softmin: Softmin, a_log: torch.Tensor, b_log: torch.Tensor, eps_list: List[float],
-                  debias: bool, final_iters: int = 0
+                  debias: bool, final_iters: int = 0, rho: Optional[float] = None
                   ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], Optional[torch.Tensor]]:
     """Symmetric log-domain Sinkhorn with ε-scaling, then one differentiable extrapolation step.
 
@@ -129,37 +136,45 @@ def sinkhorn_loop(softmin: Softmin, a_log: torch.Tensor, b_log: torch.Tensor, ep
     All iterations but the last run without autograd; the last update (at ε = blur^p) is taken with the
     potentials of the previous iterate *detached*, so backpropagation goes through that single step.
 
+    Unbalanced OT (``rho`` = reach^p, the strength of the KL penalty on the marginals): every soft-min update is
+    multiplied by :func:`dampening` (ε, ρ), as in GeomLoss; ``rho=None`` is balanced OT (factor 1).
+
     Returns (f_ba, g_ab, f_aa, g_bb); the last two are None without ``debias``.
     """
+    if rho is None:
+        sm = softmin
+    else:
+        def sm(eps, pair, h, grad, prev):
+            return dampening(eps, rho) * softmin(eps, pair, h, grad, prev)
     with torch.no_grad():
         eps = eps_list[0]
-        g_ab = softmin(eps, "yx", a_log, False, None)
-        f_ba = softmin(eps, "xy", b_log, False, None)
-        f_aa = softmin(eps, "xx", a_log, False, None) if debias else None
-        g_bb = softmin(eps, "yy", b_log, False, None) if debias else None
+        g_ab = sm(eps, "yx", a_log, False, None)
+        f_ba = sm(eps, "xy", b_log, False, None)
+        f_aa = sm(eps, "xx", a_log, False, None) if debias else None
+        g_bb = sm(eps, "yy", b_log, False, None) if debias else None
         schedule = list(eps_list) + [eps_list[-1]] * int(final_iters)
         for eps in schedule:
-            ft_ba = softmin(eps, "xy", b_log + g_ab / eps, False, f_ba)
-            gt_ab = softmin(eps, "yx", a_log + f_ba / eps, False, g_ab)
+            ft_ba = sm(eps, "xy", b_log + g_ab / eps, False, f_ba)
+            gt_ab = sm(eps, "yx", a_log + f_ba / eps, False, g_ab)
             f_ba, g_ab = 0.5 * (f_ba + ft_ba), 0.5 * (g_ab + gt_ab)
             if debias:
-                ft_aa = softmin(eps, "xx", a_log + f_aa / eps, False, f_aa)
-                gt_bb = softmin(eps, "yy", b_log + g_bb / eps, False, g_bb)
+                ft_aa = sm(eps, "xx", a_log + f_aa / eps, False, f_aa)
+                gt_bb = sm(eps, "yy", b_log + g_bb / eps, False, g_bb)
                 f_aa, g_bb = 0.5 * (f_aa + ft_aa), 0.5 * (g_bb + gt_bb)
     eps = eps_list[-1]
     f_ba, g_ab = f_ba.detach(), g_ab.detach()
-    f_new = softmin(eps, "xy", b_log.detach() + g_ab / eps, True, f_ba)
-    g_new = softmin(eps, "yx", a_log.detach() + f_ba / eps, True, g_ab)
+    f_new = sm(eps, "xy", b_log.detach() + g_ab / eps, True, f_ba)
+    g_new = sm(eps, "yx", a_log.detach() + f_ba / eps, True, g_ab)
     if debias:
         f_aa, g_bb = f_aa.detach(), g_bb.detach()
-        f_aa = softmin(eps, "xx", a_log.detach() + f_aa / eps, True, f_aa)
-        g_bb = softmin(eps, "yy", b_log.detach() + g_bb / eps, True, g_bb)
+        f_aa = sm(eps, "xx", a_log.detach() + f_aa / eps, True, f_aa)
+        g_bb = sm(eps, "yy", b_log.detach() + g_bb / eps, True, g_bb)
     return f_new, g_new, f_aa, g_bb
 
 
 def sinkhorn_tensorized(x: torch.Tensor, y: torch.Tensor, a_log: torch.Tensor, b_log: torch.Tensor,
                         cost_dense: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], eps_list: List[float],
-                        debias: bool, final_iters: int = 0):
+                        debias: bool, final_iters: int = 0, rho: Optional[float] = None):
     """Dense backend: build the (N, M) cost matrices once and run :func:`sinkhorn_loop` on them.
 
     ``cost_dense(u, v)`` returns the (len(u), len(v)) cost matrix. As in GeomLoss, each matrix is built with its
@@ -181,7 +196,7 @@ def sinkhorn_tensorized(x: torch.Tensor, y: torch.Tensor, a_log: torch.Tensor, b
             return DenseSoftmin.apply(C, h, eps)
         return softmin_dense(eps, C.detach(), h, out=work[:C.numel()].view(C.shape))
 
-    return sinkhorn_loop(softmin, a_log, b_log, eps_list, debias, final_iters)
+    return sinkhorn_loop(softmin, a_log, b_log, eps_list, debias, final_iters, rho)
 
 
 def sinkhorn_fixed_epsilon(C: torch.Tensor, a: torch.Tensor, b: torch.Tensor, eps: float, iters: int = 2000,
