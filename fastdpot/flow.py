@@ -52,6 +52,7 @@ Privacy guarantee (what the code enforces, and what it assumes)
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import tempfile
@@ -401,6 +402,14 @@ class DPSlicedWassersteinFlow:
         (the sketch's post-processing).
     """
 
+    def __new__(cls, *args, process_group=None, **kwargs):
+        # hook: a process group makes this a sharded flow (fastdpot.distributed; docs/distributed.md)
+        if process_group is not None and cls is DPSlicedWassersteinFlow:
+            from .distributed import DistributedSlicedWassersteinFlow
+
+            cls = DistributedSlicedWassersteinFlow
+        return super().__new__(cls)
+
     def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, reg: float = 0.0,
                  noise_multiplier: Optional[float] = None, target_epsilon: Optional[float] = None,
                  delta: float = 1e-5, radius: float = 1.0, batch_size: Optional[int] = None,
@@ -410,7 +419,10 @@ class DPSlicedWassersteinFlow:
                  init: Union[None, str, torch.Tensor] = None, init_scale: float = 1.0,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
                  backend: str = "auto", normalize: bool = False, accountant: str = "rdp",
-                 secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
+                 secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None,
+                 process_group=None):
+        if process_group is not None and not hasattr(self, "_shard"):
+            raise ValueError("process_group is handled by fastdpot.distributed.DistributedSlicedWassersteinFlow")
         n = check_int(num_particles, "num_particles", 2)
         d = check_int(dim, "dim", 1)
         k = check_int(num_projections, "num_projections", 1)
@@ -494,14 +506,7 @@ class DPSlicedWassersteinFlow:
             normalize=bool(normalize),
             accountant=accountant, release=release, num_bins=num_bins)
         self.backend = backend
-        if init is None or isinstance(init, str):
-            x = draw_init("gaussian" if init is None else init, n, d, generator, init_scale)
-        else:
-            check_tensor(init, "init", 2)
-            if tuple(init.shape) != (n, d):
-                raise ValueError(f"init must have shape ({n}, {d}), got {tuple(init.shape)}")
-            x = init.detach().clone()
-        self._particles = x.to(self.device)
+        self._particles = self._initial_particles(init, n, d, generator, init_scale).to(self.device)
         self._pool = None
         if variant == "presampled":
             # orthogonal pools hold whole blocks of d rows, at least ⌈k/d⌉ of them
@@ -530,6 +535,15 @@ class DPSlicedWassersteinFlow:
                                                          diameter=2.0 * radius)
         else:
             self._delta_acc, self._delta_tail, self._sensitivity = None, None, None
+
+    def _initial_particles(self, init, n, d, generator, init_scale) -> torch.Tensor:
+        """The (N, d) start (a distributed flow overrides this with its shard, drawn by global index)."""
+        if init is None or isinstance(init, str):
+            return draw_init("gaussian" if init is None else init, n, d, generator, init_scale)
+        check_tensor(init, "init", 2)
+        if tuple(init.shape) != (n, d):
+            raise ValueError(f"init must have shape ({n}, {d}), got {tuple(init.shape)}")
+        return init.detach().clone()
 
     # -- properties ---------------------------------------------------------------------------------------
     @property
@@ -917,6 +931,10 @@ class DPSlicedWassersteinFlow:
     def load(cls, path: str, *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
         """Rebuild a flow from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles)."""
         return cls.from_state_dict(torch.load(path, weights_only=False), device=device, backend=backend)
+
+
+# the class signature is __init__'s (inspect would otherwise show __new__'s (*args, **kwargs))
+DPSlicedWassersteinFlow.__new__.__signature__ = inspect.signature(DPSlicedWassersteinFlow.__init__)
 
 
 # ------------------------------------------------------------------------------------------------------------

