@@ -25,12 +25,12 @@ def _data():
     return torch.randn(40, 3, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 0.7 + 0.3
 
 
-def _worker(rank, world, store, out, scenario, timeout_s):
+def _worker(rank, world, store, out, scenario, arg, timeout_s):
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))
-        res = _SCENARIOS[scenario](rank, world, out)
+        res = _SCENARIOS[scenario](rank, world, arg)
         torch.save(dict(ok=True, res=res), os.path.join(out, f"rank{rank}.pt"))
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - reported to the test
@@ -38,11 +38,11 @@ def _worker(rank, world, store, out, scenario, timeout_s):
                    os.path.join(out, f"rank{rank}.pt"))
 
 
-def _spawn(tmp_path, world, scenario, timeout_s=20, wait_s=90):
+def _spawn(tmp_path, world, scenario, arg=None, timeout_s=30, wait_s=120):
     out = tmp_path / f"{scenario}-{world}-{time.monotonic_ns()}"
     out.mkdir()
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, world, str(out / "store"), str(out), scenario, timeout_s))
+    procs = [ctx.Process(target=_worker, args=(r, world, str(out / "store"), str(out), scenario, arg, timeout_s))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -57,21 +57,42 @@ def _spawn(tmp_path, world, scenario, timeout_s=20, wait_s=90):
     return got
 
 
-def _flow(**kw):
+@pytest.fixture
+def world1(tmp_path):
+    """A gloo group of world size 1 in the pytest process."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store1'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _flow(group=None, **kw):
     cfg = dict(_BASE, **kw)
     return DPSlicedWassersteinFlow(**cfg, generator=torch.Generator().manual_seed(3),
-                                   process_group=dist.group.WORLD)
+                                   process_group=dist.group.WORLD if group is None else group)
 
 
-def _scn_invariance(rank, world, out):
+_CONFIGS = (("hist", {}), ("exact", dict(quantiles="exact", num_quantiles=None, reg=0.0)),
+            ("sketch", dict(release="sketch", num_bins=3, init="sphere")))
+
+
+def _run_configs(rank, group, names):
     res = {}
-    for name, kw in (("hist", {}), ("exact", dict(quantiles="exact", num_quantiles=None, reg=0.0)),
-                     ("sketch", dict(release="sketch", num_bins=3, init="sphere"))):
-        f = _flow(**kw)
-        f.run(_data() if rank == 0 else None, progress=False)
-        res[name] = dict(full=f.gather_particles(), local=f.particles.clone(), shard=f.shard, eps=f.epsilon(),
-                         steps=f.steps_taken)
+    for name, kw in _CONFIGS:
+        if name in names:
+            f = _flow(group, **kw)
+            f.run(_data() if rank == 0 else None, progress=False)
+            res[name] = dict(full=f.gather_particles(), local=f.particles.clone(), shard=f.shard, eps=f.epsilon(),
+                             steps=f.steps_taken)
     return res
+
+
+def _scn_invariance(rank, world, names):
+    out = {world: _run_configs(rank, None, names)}
+    if world == 3:  # world size 2 as a subgroup of the same processes (saves a spawn)
+        sub = dist.new_group([0, 1])
+        if rank < 2:
+            out[2] = _run_configs(rank, sub, names)
+    return out
 
 
 _SCENARIOS = {"invariance": _scn_invariance}
@@ -84,29 +105,39 @@ def _ok(got):
     return [g["res"] for g in got]
 
 
-def test_sharding_invariance_and_one_release_per_step(tmp_path):
-    runs = {w: _ok(_spawn(tmp_path, w, "invariance")) for w in (1, 2, 3)}
-    # the single-process flow's accountant after the same T steps (same event: q = 6/40, z = 1.5)
+def _check_invariance(one, runs, names):
     ref = DPSlicedWassersteinFlow(**dict(_BASE, quantiles="exact", num_quantiles=None),
                                   generator=torch.Generator().manual_seed(3))
-    ref.run(_data(), progress=False)
-    for name in ("hist", "exact", "sketch"):
-        one = runs[1][0][name]
-        assert one["steps"] == 6 and one["shard"] == (0, 11)
-        assert one["eps"] == ref.epsilon() and math.isfinite(one["eps"]) and one["eps"] > 0
-        for w in (2, 3):
-            starts = []
-            for r, res in enumerate(runs[w]):
-                got = res[name]
-                assert got["steps"] == 6
-                torch.testing.assert_close(got["full"], one["full"], rtol=1e-4, atol=1e-5)
+    ref.run(_data(), progress=False)  # the single-process flow: same event (q = 6/40, z = 1.5), same T
+    for name in names:
+        assert one[name]["steps"] == 6 and one[name]["shard"] == (0, 11)
+        assert one[name]["eps"] == ref.epsilon() and 0 < one[name]["eps"] < math.inf
+        for w, per_rank in runs.items():
+            spans = []
+            for got in per_rank:
+                got = got[name]
+                assert got["steps"] == 6 and got["eps"] == one[name]["eps"]  # one accounting event per step
+                torch.testing.assert_close(got["full"], one[name]["full"], rtol=1e-4, atol=1e-5)
                 a, b = got["shard"]
-                starts.append((a, b))
+                spans.append(b - a)
                 assert torch.equal(got["local"], got["full"][a:b])
-                assert got["eps"] == one["eps"]  # the data rank's accountant; broadcast to the others
-            sizes = [b - a for a, b in starts]
-            assert starts[0][0] == 0 and starts[-1][1] == 11 and max(sizes) - min(sizes) <= 1
-        assert not torch.allclose(one["full"], runs[1][0]["hist"]["full"]) or name == "hist"
+            assert sum(spans) == 11 and max(spans) - min(spans) <= 1 and len(spans) == w
+    assert not torch.allclose(one[names[0]]["full"], one[names[1]]["full"], atol=1e-3)  # the configs differ
+
+
+def test_sharding_invariance_world_1_and_2(tmp_path, world1):
+    names = ("hist", "exact")  # the slow test adds the sketch release and world size 3
+    one = _run_configs(0, None, names)
+    two = [r[2] for r in _ok(_spawn(tmp_path, 2, "invariance", names))]
+    _check_invariance(one, {2: two}, names)
+
+
+@pytest.mark.slow
+def test_sharding_invariance_world_3_and_subgroup_2(tmp_path, world1):
+    names = ("hist", "exact", "sketch")
+    one = _run_configs(0, None, names)
+    got = _ok(_spawn(tmp_path, 3, "invariance", names))
+    _check_invariance(one, {3: [r[3] for r in got], 2: [r[2] for r in got[:2]]}, names)
 
 
 def test_histogram_transport_of_shards_equals_the_global_histogram():
