@@ -190,6 +190,11 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
         self._agree(f"{args!r} {sorted((k, v) for k, v in kwargs.items() if not isinstance(v, (torch.Tensor, torch.Generator)))!r}"
                     f" data_rank={data_rank}", "the flow's arguments")
         super().__init__(*args, **kwargs)
+        c = self._config
+        if c["quantiles"] == "exact" and c["num_particles"] * c["num_projections"] > self._gather_limit:
+            raise ValueError(f"quantiles='exact' on a sharded flow all-gathers the N·k = "
+                             f"{c['num_particles'] * c['num_projections']} projections every step (> "
+                             f"exact_gather_limit = {self._gather_limit}); use quantiles='histogram'")
 
     # -- communication helpers ----------------------------------------------------------------------------
     def _is_data(self) -> bool:
@@ -297,9 +302,6 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
         if c["quantiles"] == "histogram":
             u = histogram_transport(s, lo, hi, c["num_quantiles"], N, self._all_reduce, self.phases)
         else:  # exact: the global rank from the all-gathered projections (stable, by global index)
-            if N * k > self._gather_limit:
-                raise ValueError(f"quantiles='exact' on a sharded flow all-gathers N·k = {N * k} projections "
-                                 f"(> exact_gather_limit = {self._gather_limit}); use quantiles='histogram'")
             full = self._gather_rows(s) if self.world_size > 1 else s
             order = torch.argsort(full.t().contiguous(), dim=1, stable=True)
             ranks = torch.empty_like(order)

@@ -95,7 +95,36 @@ def _scn_invariance(rank, world, names):
     return out
 
 
-_SCENARIOS = {"invariance": _scn_invariance}
+def _scn_ckpt(rank, world, arg):
+    """arg = (mode, folder): "full" runs T steps checkpointing every 2; "kill" (rank 1 dies after step 3) and
+    "hang" (rank 1 sleeps past the group timeout) must make rank 0 raise RankFailureError; "resume" loads the
+    folder and finishes; "resume_cfg" resumes with another step size (must fail on every rank)."""
+    from fastdpot.distributed import RankFailureError
+
+    mode, folder = arg
+    f = _flow(step_size=0.4) if mode == "resume_cfg" else _flow()
+    data = _data() if rank == 0 else None
+    if mode.startswith("resume"):
+        try:
+            at = f.load_checkpoint(folder)
+        except ValueError as e:
+            return dict(error=str(e), steps=f.steps_taken)
+        assert at == 2 and f.steps_taken == 2
+    cb = None
+    if mode in ("kill", "hang") and rank == 1:
+        def cb(fl):
+            if fl.steps_taken == 3:
+                if mode == "kill":
+                    os._exit(3)
+                time.sleep(12)
+    try:
+        f.run(data, progress=False, checkpoint_path=folder, checkpoint_every=2, callback=cb)
+    except RankFailureError as e:
+        return dict(failure=str(e), steps=f.steps_taken)
+    return dict(full=f.gather_particles(), eps=f.epsilon(), steps=f.steps_taken)
+
+
+_SCENARIOS = {"invariance": _scn_invariance, "ckpt": _scn_ckpt}
 
 
 def _ok(got):
@@ -178,3 +207,74 @@ def test_shard_range_and_keyed_normals():
     torch.testing.assert_close(torch.cat([keyed_normals(5, 0, 0, 4, 4), keyed_normals(5, 0, 4, 5, 4)]), full)
     assert not torch.allclose(keyed_normals(5, 1, 0, 9, 4), full)
     assert abs(float(keyed_normals(1, 0, 0, 4000, 10).double().std()) - 1.0) < 0.02
+
+
+@pytest.mark.parametrize("quantiles", ["histogram", "exact"])
+def test_sharded_step_equals_the_reference_step(world1, quantiles):
+    from fastdpot.distributed import keyed_normals
+    from fastdpot.reference import flow as ref_flow
+    from fastdpot.reference.flow_histogram import flow_step_histogram
+
+    g = torch.Generator().manual_seed(1)
+    x0 = torch.randn(13, 3, generator=g, dtype=torch.float64)
+    y = torch.randn(9, 3, generator=g, dtype=torch.float64)
+    f = DPSlicedWassersteinFlow(13, 3, 4, 0.7, reg=0.05, quantiles=quantiles,
+                                num_quantiles=6 if quantiles == "histogram" else None, init=x0,
+                                process_group=dist.group.WORLD)
+    theta = f._theta(11).double()
+    f._local_step(theta, ("points", torch.sort(y @ theta.t(), dim=0).values), 0.3, 99)
+    nx = keyed_normals(99, 0, 0, 13, 4, torch.float64) * 0.3
+    br = keyed_normals(99, 1, 0, 13, 3, torch.float64)
+    if quantiles == "histogram":
+        want, _ = flow_step_histogram(x0, y, theta, nx, None, 0.7, reg=0.05, brownian=br, num_bins=6)
+    else:
+        want, _ = ref_flow.flow_step(x0, y, theta, nx, None, 0.7, reg=0.05, brownian=br)
+    torch.testing.assert_close(f.particles, want, rtol=1e-12, atol=1e-12)
+    assert f.steps_taken == 1
+
+
+def test_bad_arguments_of_a_sharded_flow(world1):
+    with pytest.raises(ValueError, match="grid"):
+        _flow(quantiles="grid", num_quantiles=5)
+    with pytest.raises(ValueError, match="resample"):
+        _flow(variant="presampled")
+    with pytest.raises(ValueError, match="data_rank"):
+        DPSlicedWassersteinFlow(**_BASE, process_group=dist.group.WORLD, data_rank=1)
+    with pytest.raises(ValueError, match="histogram"):
+        _flow(quantiles="exact", num_quantiles=None, exact_gather_limit=10)
+    f = _flow()
+    with pytest.raises(ValueError, match="private_data"):
+        f.run(torch.randn(5, 4), progress=False)
+    assert f.steps_taken == 0 and f.epsilon() == 0.0
+
+
+@pytest.mark.slow
+def test_kill_a_rank_then_resume_to_the_same_particles_and_epsilon(tmp_path):
+    full = _ok(_spawn(tmp_path, 2, "ckpt", ("full", str(tmp_path / "full"))))
+    ck = str(tmp_path / "ck")
+    killed = _spawn(tmp_path, 2, "ckpt", ("kill", ck), timeout_s=10)
+    assert killed[1] is None  # rank 1 died without a word
+    assert killed[0]["ok"] and "failure" in killed[0]["res"] and killed[0]["res"]["steps"] in (3, 4)
+    names = sorted(os.listdir(ck))
+    assert names == ["main.pt", "shard-00000-of-00002-step000000002.pt", "shard-00001-of-00002-step000000002.pt"]
+    assert torch.load(os.path.join(ck, "main.pt"), weights_only=False)["step"] == 2
+    # a world size or a config other than the checkpoint's: a clear error on every rank, nothing released
+    for w, mode, what in ((3, "resume", "world size"), (2, "resume_cfg", "config")):
+        bad = _ok(_spawn(tmp_path, w, "ckpt", (mode, ck)))
+        assert all(what in r["error"] and r["steps"] == 0 for r in bad)
+    assert torch.load(os.path.join(ck, "main.pt"), weights_only=False)["step"] == 2
+    resumed = _ok(_spawn(tmp_path, 2, "ckpt", ("resume", ck)))
+    for r in range(2):
+        assert resumed[r]["steps"] == 6
+        torch.testing.assert_close(resumed[r]["full"], full[r]["full"], rtol=0, atol=0)
+        assert resumed[r]["eps"] == full[r]["eps"] > 0
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_is_detected_by_the_group_timeout(tmp_path):
+    ck = str(tmp_path / "hang")
+    t0 = time.monotonic()
+    got = _spawn(tmp_path, 2, "ckpt", ("hang", ck), timeout_s=4)
+    assert got[0]["ok"] and "failure" in got[0]["res"], got[0]
+    assert time.monotonic() - t0 < 60
+    assert torch.load(os.path.join(ck, "main.pt"), weights_only=False)["step"] == 2
