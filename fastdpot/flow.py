@@ -385,6 +385,9 @@ class DPSlicedWassersteinFlow:
             see the module docstring). The ``"triton"`` backend supports ``"sketch"`` with ``quantiles="exact"``.
         num_bins: L, 1 <= L <= B, the sketch's bins per direction (required with ``release="sketch"``, unused and
             refused with ``"points"``).
+        process_group: None (default: one process), or a ``torch.distributed`` process group: the particles are
+            then sharded over its ranks (:class:`fastdpot.distributed.DistributedSlicedWassersteinFlow`, which
+            this call returns; its ``data_rank`` and ``exact_gather_limit`` arguments are accepted then).
 
     Shape:
         particles (N, d); private data (n, d); private batch (B, d).
@@ -964,7 +967,8 @@ class ClassConditionalFlow:
             (uniform on the sphere of radius s) or ``"gaussian_scaled"`` (N(0, (s²/d)·I_d)). Tensors are not accepted
             here (give one to each :class:`DPSlicedWassersteinFlow` instead).
         **flow_kwargs: every other :class:`DPSlicedWassersteinFlow` argument (``target_epsilon``, ``steps``,
-            ``batch_size``, ...), shared by all classes.
+            ``batch_size``, ...), shared by all classes. ``process_group=pg`` shards every class flow over ``pg``
+            (:func:`fastdpot.distributed.run_class_conditional`: data and labels on the data rank only).
 
     Shape:
         private_data (n, d); labels (n,) integers in [0, C). :meth:`run` returns ``(samples (N, d), labels (N,))``.
@@ -1044,6 +1048,11 @@ class ClassConditionalFlow:
         Checkpoints (if ``checkpoint_path``) hold every class flow; :meth:`load` + :meth:`run` resumes where it
         stopped (classes already done are skipped when ``steps`` is None).
         """
+        if self.flow_kwargs.get("process_group") is not None:  # hook: sharded class flows (fastdpot.distributed)
+            from .distributed import run_class_conditional
+
+            return run_class_conditional(self, private_data, labels, steps, progress, checkpoint_path,
+                                         checkpoint_every)
         check_tensor(private_data, "private_data", 2)
         if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.shape[0] != private_data.shape[0]:
             raise ValueError(f"labels must be a 1-D tensor of length {private_data.shape[0]}, got "

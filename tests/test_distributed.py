@@ -75,8 +75,27 @@ _CONFIGS = (("hist", {}), ("exact", dict(quantiles="exact", num_quantiles=None, 
             ("sketch", dict(release="sketch", num_bins=3, init="sphere")))
 
 
+def _class_conditional(rank, group):
+    from fastdpot.distributed import gather_class_samples
+    from fastdpot.flow import ClassConditionalFlow
+
+    kw = dict(_BASE)
+    for key in ("num_particles", "dim", "num_projections", "step_size", "secure_mode"):
+        kw.pop(key)
+    ccf = ClassConditionalFlow(11, 3, 4, 0.5, generator=torch.Generator().manual_seed(4), secure_mode=False,
+                               process_group=dist.group.WORLD if group is None else group, **kw)
+    x = _data()
+    y = (x[:, 0] > 0.3).long()
+    local, local_y = ccf.run(x if rank == 0 else None, y if rank == 0 else None, progress=False)
+    full, full_y = gather_class_samples(ccf)
+    return dict(full=full, labels=full_y, local=local, eps=ccf.epsilon(), steps=6, shard=(0, 11),
+                sizes=[f.config["num_particles"] for f in ccf.flows])
+
+
 def _run_configs(rank, group, names):
     res = {}
+    if "cc" in names:
+        res["cc"] = _class_conditional(rank, group)
     for name, kw in _CONFIGS:
         if name in names:
             f = _flow(group, **kw)
@@ -139,6 +158,14 @@ def _check_invariance(one, runs, names):
                                   generator=torch.Generator().manual_seed(3))
     ref.run(_data(), progress=False)  # the single-process flow: same event (q = 6/40, z = 1.5), same T
     for name in names:
+        if name == "cc":  # class-conditional: the class flows' sizes and samples do not depend on the sharding
+            for w, per_rank in runs.items():
+                for got in per_rank:
+                    assert got["cc"]["sizes"] == one["cc"]["sizes"] and sum(one["cc"]["sizes"]) == 11
+                    assert torch.equal(got["cc"]["labels"], one["cc"]["labels"])
+                    torch.testing.assert_close(got["cc"]["full"], one["cc"]["full"], rtol=1e-4, atol=1e-5)
+                    assert got["cc"]["eps"] == one["cc"]["eps"] > 0
+            continue
         assert one[name]["steps"] == 6 and one[name]["shard"] == (0, 11)
         assert one[name]["eps"] == ref.epsilon() and 0 < one[name]["eps"] < math.inf
         for w, per_rank in runs.items():
@@ -163,7 +190,7 @@ def test_sharding_invariance_world_1_and_2(tmp_path, world1):
 
 @pytest.mark.slow
 def test_sharding_invariance_world_3_and_subgroup_2(tmp_path, world1):
-    names = ("hist", "exact", "sketch")
+    names = ("hist", "exact", "sketch", "cc")
     one = _run_configs(0, None, names)
     got = _ok(_spawn(tmp_path, 3, "invariance", names))
     _check_invariance(one, {3: [r[3] for r in got], 2: [r[2] for r in got[:2]]}, names)
@@ -278,3 +305,10 @@ def test_a_hanging_rank_is_detected_by_the_group_timeout(tmp_path):
     assert got[0]["ok"] and "failure" in got[0]["res"], got[0]
     assert time.monotonic() - t0 < 60
     assert torch.load(os.path.join(ck, "main.pt"), weights_only=False)["step"] == 2
+
+
+def test_class_conditional_flow_on_one_rank(world1):
+    res = _class_conditional(0, None)
+    assert res["full"].shape == (11, 3) and torch.equal(res["full"], res["local"])
+    assert res["labels"].tolist() == sorted(res["labels"].tolist()) and set(res["labels"].tolist()) == {0, 1}
+    assert 0 < res["eps"] < math.inf
