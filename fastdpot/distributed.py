@@ -83,7 +83,11 @@ def keyed_normals(seed: int, stream: int, start: int, rows: int, cols: int,
     """
     if rows * cols == 0:
         return torch.empty(rows, cols, dtype=dtype)
-    fast, _ = load_cpp("flow")._normals(int(seed), int(stream), int(start) * int(cols), int(rows) * int(cols), True)
+    mod, a = load_cpp("flow"), (int(seed), int(stream), int(start) * int(cols), int(rows) * int(cols), True)
+    try:
+        fast, _ = mod._normals(*a, False)  # without the double-precision reference copy
+    except TypeError:  # an extension built before `reference=` existed
+        fast, _ = mod._normals(*a)
     return torch.from_numpy(fast).reshape(rows, cols).to(dtype)
 
 

@@ -234,6 +234,13 @@ def test_shard_range_and_keyed_normals():
     torch.testing.assert_close(torch.cat([keyed_normals(5, 0, 0, 4, 4), keyed_normals(5, 0, 4, 5, 4)]), full)
     assert not torch.allclose(keyed_normals(5, 1, 0, 9, 4), full)
     assert abs(float(keyed_normals(1, 0, 0, 4000, 10).double().std()) - 1.0) < 0.02
+    # the keyed draws are csrc/flow_normal.h's smoothing normals: equal to common.h's double-precision normal4 of
+    # the same (seed, stream, counter) up to single-precision rounding (~1e-6)
+    from fastdpot._ext import load_cpp
+
+    _, ref = load_cpp("flow")._normals(5, 0, 8, 28, True)
+    torch.testing.assert_close(keyed_normals(5, 0, 2, 7, 4, torch.float64).flatten(), torch.from_numpy(ref),
+                               rtol=0, atol=2e-5)
 
 
 @pytest.mark.parametrize("quantiles", ["histogram", "exact"])
