@@ -619,9 +619,19 @@ def init_from_env(device: str = "cpu", timeout_s: float = 300.0, wait_s: float =
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
-    _PIPELINE["group"] = dist.group.WORLD
-    _PIPELINE["wait"] = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=wait_s))
+    register_pipeline_group(dist.group.WORLD, wait_s)
     return dist.group.WORLD, dist.get_rank()
+
+
+def register_pipeline_group(group, wait_s: float = 3 * 3600.0):
+    """Make :func:`fastdpot.pipeline.stage_flow` shard its flow over ``group`` (rank 0 of it runs the pipeline,
+    the others :func:`pipeline_follow`); None unregisters. A collective (it creates a gloo group for the wait)."""
+    import datetime
+
+    _PIPELINE.clear()
+    if group is not None:
+        _PIPELINE["group"] = group
+        _PIPELINE["wait"] = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=wait_s))
 
 
 def pipeline_group():

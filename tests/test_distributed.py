@@ -143,7 +143,31 @@ def _scn_ckpt(rank, world, arg):
     return dict(full=f.gather_particles(), eps=f.epsilon(), steps=f.steps_taken)
 
 
-_SCENARIOS = {"invariance": _scn_invariance, "ckpt": _scn_ckpt}
+def _scn_pipeline(rank, world, arg):
+    """The main job's flow stage sharded as `fastdpot flow --distributed` runs it: rank 0 runs stage_flow on the
+    latents, the other ranks follow."""
+    from fastdpot import distributed
+    from fastdpot.pipeline import PipelineConfig, stage_flow
+
+    distributed.register_pipeline_group(dist.group.WORLD, wait_s=60)
+    if rank != 0:
+        return dict(followed=distributed.pipeline_follow())
+    cfg = PipelineConfig(dataset="digits", quick=True, epsilon=10.0, replayable_noise=True, num_particles=20,
+                         latent_dim=4).resolved()
+    g = torch.Generator().manual_seed(0)
+    lat = torch.randn(300, 4, generator=g)
+    lat = lat / lat.norm(dim=1, keepdim=True)
+    labels = torch.randint(0, 3, (300,), generator=g)
+    try:
+        res = stage_flow(cfg, lat, labels, 20, progress=False)
+    finally:
+        distributed.pipeline_done()
+    return dict(samples=res["samples"], labels=res["sample_labels"], eps=res["epsilon"],
+                taken=[f["steps_taken"] for f in res["privacy"]["flows"]], planned=res["privacy"]["steps"],
+                sizes=[f["num_particles"] for f in res["privacy"]["flows"]])
+
+
+_SCENARIOS = {"invariance": _scn_invariance, "ckpt": _scn_ckpt, "pipeline": _scn_pipeline}
 
 
 def _ok(got):
@@ -319,3 +343,12 @@ def test_class_conditional_flow_on_one_rank(world1):
     assert res["full"].shape == (11, 3) and torch.equal(res["full"], res["local"])
     assert res["labels"].tolist() == sorted(res["labels"].tolist()) and set(res["labels"].tolist()) == {0, 1}
     assert 0 < res["eps"] < math.inf
+
+
+@pytest.mark.slow
+def test_the_pipeline_flow_stage_sharded_over_two_ranks(tmp_path):
+    r0, r1 = _ok(_spawn(tmp_path, 2, "pipeline"))
+    assert r1["followed"] == 1
+    assert r0["samples"].shape == (20, 4) and torch.isfinite(r0["samples"]).all()
+    assert sorted(set(r0["labels"].tolist())) == [0, 1, 2] and sum(r0["sizes"]) == 20
+    assert all(t == r0["planned"] for t in r0["taken"]) and 0 < r0["eps"] <= 10.0 + 1e-9
