@@ -144,7 +144,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "inf" if math.isinf(args.epsilon) else f"{args.epsilon:g}", args.seed, "_quick" if args.quick else "")
     run_dir = os.path.join(args.runs_dir, name)
     if args.distributed:
-        from . import distributed
+        from . import distributed_jobs as distributed
 
         _, rank = distributed.init_from_env(args.device, timeout_s=args.dist_timeout)
         if rank != 0:  # the other ranks only move their shards of the flow stage(s)

@@ -968,7 +968,7 @@ class ClassConditionalFlow:
             here (give one to each :class:`DPSlicedWassersteinFlow` instead).
         **flow_kwargs: every other :class:`DPSlicedWassersteinFlow` argument (``target_epsilon``, ``steps``,
             ``batch_size``, ...), shared by all classes. ``process_group=pg`` shards every class flow over ``pg``
-            (:func:`fastdpot.distributed.run_class_conditional`: data and labels on the data rank only).
+            (:func:`fastdpot.distributed_jobs.run_class_conditional`: data and labels on the data rank only).
 
     Shape:
         private_data (n, d); labels (n,) integers in [0, C). :meth:`run` returns ``(samples (N, d), labels (N,))``.
@@ -1049,7 +1049,7 @@ class ClassConditionalFlow:
         stopped (classes already done are skipped when ``steps`` is None).
         """
         if self.flow_kwargs.get("process_group") is not None:  # hook: sharded class flows (fastdpot.distributed)
-            from .distributed import run_class_conditional
+            from .distributed_jobs import run_class_conditional
 
             return run_class_conditional(self, private_data, labels, steps, progress, checkpoint_path,
                                          checkpoint_every)

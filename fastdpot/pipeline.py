@@ -377,10 +377,10 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
     # public: initial particles (and every draw if replayable)
     gen = torch.Generator().manual_seed(cfg.seed + 1 if seed is None else int(seed))
     resumed = False
-    from .distributed import pipeline_group  # `fastdpot flow --distributed` (docs/distributed.md)
+    from .distributed_jobs import pipeline_group  # `fastdpot flow --distributed` (docs/distributed.md)
 
     if pipeline_group() is not None:
-        from .distributed import gather_class_samples, pipeline_flow
+        from .distributed_jobs import gather_class_samples, pipeline_flow
 
         flow = pipeline_flow(cond, (num_particles, latents.shape[1], k, h), dict(
             generator=gen, init=cfg.init, init_scale=cfg.init_scale, **kw,

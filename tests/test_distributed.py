@@ -76,7 +76,7 @@ _CONFIGS = (("hist", {}), ("exact", dict(quantiles="exact", num_quantiles=None, 
 
 
 def _class_conditional(rank, group):
-    from fastdpot.distributed import gather_class_samples
+    from fastdpot.distributed_jobs import gather_class_samples
     from fastdpot.flow import ClassConditionalFlow
 
     kw = dict(_BASE)
@@ -146,7 +146,7 @@ def _scn_ckpt(rank, world, arg):
 def _scn_pipeline(rank, world, arg):
     """The main job's flow stage sharded as `fastdpot flow --distributed` runs it: rank 0 runs stage_flow on the
     latents, the other ranks follow."""
-    from fastdpot import distributed
+    from fastdpot import distributed_jobs as distributed
     from fastdpot.pipeline import PipelineConfig, stage_flow
 
     distributed.register_pipeline_group(dist.group.WORLD, wait_s=60)
