@@ -106,6 +106,21 @@ def _run_configs(rank, group, names):
 
 
 def _scn_invariance(rank, world, names):
+    if world == 2:  # record every tensor this rank receives or reduces (what a rank learns)
+        log = []
+        for op in ("broadcast", "all_reduce", "all_gather"):
+            def wrap(fn, op=op):
+                def inner(t, *a, **kw):
+                    log.append((op, tuple((t[0] if isinstance(t, list) else t).shape),
+                                str((t[0] if isinstance(t, list) else t).dtype)))
+                    return fn(t, *a, **kw)
+                return inner
+            setattr(dist, op, wrap(getattr(dist, op)))
+        f = _flow()
+        f.run(_data() if rank == 0 else None, progress=False)
+        first = len(log)
+        f.run(None if rank else _data(), steps=0, progress=False)
+        return {"log": log[:first], "steps": f.steps_taken, world: _run_configs(rank, None, names)}
     out = {world: _run_configs(rank, None, names)}
     if world == 3:  # world size 2 as a subgroup of the same processes (saves a spawn)
         sub = dist.new_group([0, 1])
@@ -208,8 +223,22 @@ def _check_invariance(one, runs, names):
 def test_sharding_invariance_world_1_and_2(tmp_path, world1):
     names = ("hist", "exact")  # the slow test adds the sketch release and world size 3
     one = _run_configs(0, None, names)
-    two = [r[2] for r in _ok(_spawn(tmp_path, 2, "invariance", names))]
-    _check_invariance(one, {2: two}, names)
+    got = _ok(_spawn(tmp_path, 2, "invariance", names))
+    _check_invariance(one, {2: [r[2] for r in got]}, names)
+    # what the non-data rank received over one run of 6 steps: per step the header and the (B, k) = (6, 4) release
+    # (never a (B, d) block of rows), then 2k extremes, the (k, bins) counts and two flags; nothing scales with N
+    step = [("broadcast", (6,), "torch.int64"), ("broadcast", (6, 4), "torch.float64"),
+            ("all_reduce", (8,), "torch.float64"), ("all_reduce", (4, 8), "torch.int64"),
+            ("all_reduce", (1,), "torch.float64"), ("all_reduce", (1,), "torch.float64")]
+    log = got[1]["log"]
+    assert log[0] == ("broadcast", (1,), "torch.int64")  # the initial particles' seed
+    assert log[1:37] == step * 6
+    assert log[37:] == [("broadcast", (6,), "torch.int64"), ("broadcast", (1,), "torch.float64")]  # stop, ε
+    assert got[1]["steps"] == 6
+    from bench.distributed import bytes_per_step
+
+    msgs, _ = bytes_per_step(4, 6, 8, 2)
+    assert sum(msgs.values()) == sum(math.prod(sh) * 8 for _, sh, _ in step)
 
 
 @pytest.mark.slow
@@ -352,3 +381,10 @@ def test_the_pipeline_flow_stage_sharded_over_two_ranks(tmp_path):
     assert r0["samples"].shape == (20, 4) and torch.isfinite(r0["samples"]).all()
     assert sorted(set(r0["labels"].tolist())) == [0, 1, 2] and sum(r0["sizes"]) == 20
     assert all(t == r0["planned"] for t in r0["taken"]) and 0 < r0["eps"] <= 10.0 + 1e-9
+
+
+def test_secure_mode_sharded_flow_runs_and_accounts(world1):
+    f = DPSlicedWassersteinFlow(**dict(_BASE, secure_mode=True), process_group=dist.group.WORLD)
+    assert f.secure_mode and f._rng.secure_mode  # the data rank's privacy draws come from the operating system
+    f.run(_data(), steps=2, progress=False)
+    assert f.steps_taken == 2 and torch.isfinite(f.particles).all() and 0 < f.epsilon() < math.inf
