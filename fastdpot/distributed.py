@@ -40,7 +40,8 @@ from ._validate import check_int
 from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError, _atomic_save, _check_init_kind, _privacy
 from .reference.flow_histogram import _target_at
 
-__all__ = ["DistributedSlicedWassersteinFlow", "RankFailureError", "TorchHistogramPhases", "histogram_transport",
+__all__ = ["DistributedSlicedWassersteinFlow", "RankFailureError", "TorchHistogramPhases", "histogram_reduce",
+           "histogram_transport", "transport_move",
            "keyed_normals", "shard_range"]
 
 _STREAM_SMOOTH, _STREAM_BROWNIAN, _STREAM_INIT = 0, 1, 2
@@ -93,9 +94,12 @@ def keyed_normals(seed: int, stream: int, start: int, rows: int, cols: int,
 class TorchHistogramPhases:
     """The three phases of a sharded histogram step, in torch (the fused C++ phases can replace them one by one).
 
-    ``project``: s = xΘᵀ + noise and its per-direction (lo, hi); ``counts``: the (k, bins) histogram of s on
-    [lo, hi] (global lo/hi); ``levels``: each entry's level u through the global counts (the piecewise-linear CDF
-    of :func:`fastdpot.reference.flow_histogram.histogram_levels`).
+    Phase 1, ``project``: s = xΘᵀ + noise and its per-direction (lo, hi); phase 2, ``counts``: the (k, bins)
+    histogram of s on the GLOBAL [lo, hi]; phase 3, ``update``: each entry's level u through the GLOBAL counts
+    (``levels``: the piecewise-linear CDF of :func:`fastdpot.reference.flow_histogram.histogram_levels`), the
+    target quantile at u, the drift (s − T)Θ/k and the Euler--Maruyama update. The all-reduces sit between the
+    phases (:func:`histogram_reduce`). Shapes: x (n, d), theta (k, d), s (n, k), lo/hi (k,), counts (k, bins)
+    int64; ``target`` is ``("points", sorted (B, k))`` or ``("sketch", table (k, L), levels (L,))``.
     """
 
     def project(self, x, theta, noise):
@@ -125,12 +129,31 @@ class TorchHistogramPhases:
         blw = below.gather(1, b.t()).t().to(s.dtype)
         return (blw + (t - b.to(t.dtype)) * cnt) / num_particles
 
+    def update(self, x, s, theta, lo, hi, counts, num_particles, target, step_size, brownian_scale, brownian):
+        return transport_move(x, s, theta, self.levels(s, lo, hi, counts, num_particles), target, step_size,
+                              brownian_scale, brownian)
 
-def histogram_transport(s, lo, hi, num_bins, num_particles, all_reduce, phases=None):
-    """Levels u (n_local, k) of the local projections ``s`` (with local extremes ``lo``, ``hi`` (k,)) through the
-    GLOBAL histogram CDF: two all-reduces, one of the 2k extremes (MAX of (hi, −lo)) and one of the (k, bins)
-    counts. ``all_reduce(tensor, op)`` reduces in place (world size 1: identity). Equal to
-    :func:`fastdpot.reference.flow_histogram.histogram_levels` of the concatenated shards."""
+
+def transport_move(x, s, theta, u, target, step_size, brownian_scale=0.0, brownian=None):
+    """Target quantiles at levels u (n, k), drift ``(s − T)Θ/k`` and ``x − h·drift + brownian_scale·ξ``.
+    Returns ``(new (n, d), drift (n, d))``."""
+    if target[0] == "points":
+        tq = _target_at(target[1].to(x.device, x.dtype), u.to(x.dtype))
+    else:
+        from .reference.flow_sketch import table_quantiles
+
+        tq = table_quantiles(target[1].to(x.device), target[2].to(x.device), u.double()).to(x.dtype)
+    drift = (s - tq) @ theta / theta.shape[0]
+    new = x - step_size * drift
+    if brownian is not None:
+        new = new + brownian_scale * brownian
+    return new, drift
+
+
+def histogram_reduce(s, lo, hi, num_bins, all_reduce, phases=None):
+    """The GLOBAL ``(lo, hi, counts)`` of the sharded projections from the local ``s`` (n_local, k) and its
+    local extremes: one all-reduce (MAX) of the 2k values (hi, −lo), then one (SUM) of the (k, bins) counts.
+    ``all_reduce(tensor, op)`` reduces in place (world size 1: identity)."""
     ph = phases or TorchHistogramPhases()
     k = s.shape[1]
     ext = torch.cat([hi, -lo]).double()
@@ -138,6 +161,15 @@ def histogram_transport(s, lo, hi, num_bins, num_particles, all_reduce, phases=N
     hi, lo = ext[:k].to(s.dtype), (-ext[k:]).to(s.dtype)
     c = ph.counts(s, lo, hi, num_bins)
     all_reduce(c, dist.ReduceOp.SUM)
+    return lo, hi, c
+
+
+def histogram_transport(s, lo, hi, num_bins, num_particles, all_reduce, phases=None):
+    """Levels u (n_local, k) of the local projections ``s`` (with local extremes ``lo``, ``hi`` (k,)) through the
+    GLOBAL histogram CDF (:func:`histogram_reduce`, then ``levels``). Equal to
+    :func:`fastdpot.reference.flow_histogram.histogram_levels` of the concatenated shards."""
+    ph = phases or TorchHistogramPhases()
+    lo, hi, c = histogram_reduce(s, lo, hi, num_bins, all_reduce, ph)
     return ph.levels(s, lo, hi, c, num_particles)
 
 
@@ -302,26 +334,19 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
         if sigma > 0:
             noise = keyed_normals(noise_seed, _STREAM_SMOOTH, start, n_loc, k, dt).to(x.device) * sigma
         s, lo, hi = self.phases.project(x, th, noise)
-        N = c["num_particles"]
+        N, h = c["num_particles"], c["step_size"]
+        br = keyed_normals(noise_seed, _STREAM_BROWNIAN, start, n_loc, d, dt).to(x.device) if c["reg"] > 0 else None
+        scale = math.sqrt(2.0 * c["reg"] * h)
         if c["quantiles"] == "histogram":
-            u = histogram_transport(s, lo, hi, c["num_quantiles"], N, self._all_reduce, self.phases)
+            lo, hi, cnt = histogram_reduce(s, lo, hi, c["num_quantiles"], self._all_reduce, self.phases)
+            new, drift = self.phases.update(x, s, th, lo, hi, cnt, N, target, h, scale, br)
         else:  # exact: the global rank from the all-gathered projections (stable, by global index)
             full = self._gather_rows(s) if self.world_size > 1 else s
             order = torch.argsort(full.t().contiguous(), dim=1, stable=True)
             ranks = torch.empty_like(order)
             ranks.scatter_(1, order, torch.arange(N, device=order.device).expand(k, N).contiguous())
             u = ranks[:, start:stop].t().to(torch.float64) / (N - 1)
-        if target[0] == "points":
-            tq = _target_at(target[1].to(x.device, dt), u.to(dt))
-        else:
-            from .reference.flow_sketch import table_quantiles
-
-            tq = table_quantiles(target[1].to(x.device), target[2].to(x.device), u.double()).to(dt)
-        drift = (s - tq) @ th / k
-        new = x - c["step_size"] * drift
-        if c["reg"] > 0:
-            br = keyed_normals(noise_seed, _STREAM_BROWNIAN, start, n_loc, d, dt).to(x.device)
-            new = new + math.sqrt(2.0 * c["reg"] * c["step_size"]) * br
+            new, drift = transport_move(x, s, th, u, target, h, scale, br)
         bad = torch.tensor([0.0 if bool(torch.isfinite(new).all()) else 1.0], dtype=torch.float64)
         self._all_reduce(bad, dist.ReduceOp.MAX)
         self._step += 1
