@@ -424,7 +424,8 @@ class DPSlicedWassersteinFlow:
                  backend: str = "auto", normalize: bool = False, accountant: str = "rdp",
                  secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None,
                  process_group=None):
-        if process_group is not None and not hasattr(self, "_shard"):
+        if process_group is not None:  # DPSlicedWassersteinFlow(..., process_group=pg) builds the subclass, which
+            # does not pass it on; a user subclass of this class cannot be sharded
             raise ValueError("process_group is handled by fastdpot.distributed.DistributedSlicedWassersteinFlow")
         n = check_int(num_particles, "num_particles", 2)
         d = check_int(dim, "dim", 1)
