@@ -528,6 +528,20 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
             if not f.endswith(f"{S:09d}.pt"):
                 os.remove(f)
 
+    @classmethod
+    def from_state_dict(cls, state, *, device="cpu", backend="auto"):
+        """Not for sharded flows: build the flow on every rank, then :meth:`load_checkpoint`.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("a sharded flow resumes with flow.load_checkpoint(folder) after building it on every rank")
+
+    @classmethod
+    def load(cls, path, *, device="cpu", backend="auto"):
+        """Not for sharded flows (see :meth:`from_state_dict`). Raises: TypeError: always."""
+        cls.from_state_dict(None)
+
     def load_checkpoint(self, path: str) -> int:
         """Resume from the folder ``path`` written by :meth:`save` (a collective; only the data rank reads
         ``main.pt``, each rank reads its own shard). Returns the step resumed at.

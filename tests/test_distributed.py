@@ -333,6 +333,10 @@ def test_bad_arguments_of_a_sharded_flow(world1):
     with pytest.raises(ValueError, match="private_data"):
         f.run(torch.randn(5, 4), progress=False)
     assert f.steps_taken == 0 and f.epsilon() == 0.0
+    with pytest.raises(TypeError, match="load_checkpoint"):
+        type(f).load("anything.pt")
+    with pytest.raises(ValueError, match="no checkpoint"):
+        f.load_checkpoint(os.path.join(os.path.dirname(__file__), "no_such_folder"))
 
 
 @pytest.mark.slow
