@@ -38,7 +38,8 @@ def _worker(rank, world, store, out, scenario, arg, timeout_s):
                    os.path.join(out, f"rank{rank}.pt"))
 
 
-def _spawn(tmp_path, world, scenario, arg=None, timeout_s=30, wait_s=120):
+def _spawn(tmp_path, world, scenario, arg=None, timeout_s=180, wait_s=600):
+    # generous limits: on a loaded machine the data rank's one-off work (noise calibration, ε) can take a while
     out = tmp_path / f"{scenario}-{world}-{time.monotonic_ns()}"
     out.mkdir()
     ctx = mp.get_context("spawn")
