@@ -505,18 +505,20 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double 
 // Test hook: n normals of (seed, stream) from offset, by the fast transform used here and by common.h in double
 // precision; smoothing=false: the privacy-grade stream (fill_normal_fast vs fill_normal), true: the smoothing stream
 // (fill_normal_smooth vs normal4_at).
-static py::tuple normals_py(int64_t seed, int64_t stream, int64_t offset, int64_t n, bool smoothing) {
-    py::array_t<double> fast(n), ref(n);
+static py::tuple normals_py(int64_t seed, int64_t stream, int64_t offset, int64_t n, bool smoothing,
+                            bool reference) {
+    py::array_t<double> fast(n), ref(reference ? n : 0);
     double* pf = fast.mutable_data();
     double* pr = ref.mutable_data();
     {
         py::gil_scoped_release nogil;
         if (smoothing) {
             flowrng::fill_normal_smooth(pf, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
-            for (int64_t i = 0; i < n; ++i) pr[i] = normal4_at((uint64_t)seed, (uint64_t)stream, (uint64_t)(offset + i));
+            if (reference)
+                for (int64_t i = 0; i < n; ++i) pr[i] = normal4_at((uint64_t)seed, (uint64_t)stream, (uint64_t)(offset + i));
         } else {
             flowrng::fill_normal_fast(pf, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
-            fill_normal(pr, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
+            if (reference) fill_normal(pr, n, (uint64_t)seed, (uint64_t)stream, (uint64_t)offset, 1.0);
         }
     }
     return py::make_tuple(fast, ref);
@@ -541,6 +543,9 @@ PYBIND11_MODULE(_C_flow, m) {
           py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
           py::arg("brownian"), py::arg("max_chunk") = 0, py::arg("table") = py::none(),
           py::arg("levels") = py::none());
-    m.def("_normals", &normals_py, "(fast, common.h) standard normals of (seed, stream) from offset (test hook)",
-          py::arg("seed"), py::arg("stream"), py::arg("offset"), py::arg("n"), py::arg("smoothing") = false);
+    m.def("_normals", &normals_py,
+          "(fast, common.h) standard normals of (seed, stream) from offset (test hook; reference=False leaves the "
+          "second array empty: fastdpot.distributed's keyed draws)",
+          py::arg("seed"), py::arg("stream"), py::arg("offset"), py::arg("n"), py::arg("smoothing") = false,
+          py::arg("reference") = true);
 }

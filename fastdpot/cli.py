@@ -122,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--cache-dir", default=None, help="auto-encoder / FID cache (default $FASTDPOT_CACHE or "
                                                      "~/.cache/fastdpot)")
     f.add_argument("--no-progress", action="store_true", help="no progress bars or per-stage messages")
+    f.add_argument("--distributed", action="store_true",
+                   help="under torchrun: shard the flow stage's particles over the ranks (gloo on CPU, NCCL with "
+                        "--device cuda); rank 0 holds the data and runs the other stages (docs/distributed.md)")
+    f.add_argument("--dist-timeout", type=float, default=300.0,
+                   help="seconds after which a dead or hanging rank stops the flow stage (with --distributed)")
     return p
 
 
@@ -153,11 +158,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         "celeba" if args.celeba_dir else "idx" if args.data_dir else args.dataset.replace("auto", "default"),
         "inf" if math.isinf(args.epsilon) else f"{args.epsilon:g}", args.seed, "_quick" if args.quick else "")
     run_dir = os.path.join(args.runs_dir, name)
+    if args.distributed:
+        from . import distributed_jobs as distributed
+
+        _, rank = distributed.init_from_env(args.device, timeout_s=args.dist_timeout)
+        if rank != 0:  # the other ranks only move their shards of the flow stage(s)
+            distributed.pipeline_follow()
+            return 0
     try:
         metrics = run_pipeline(cfg, run_dir, progress=not args.no_progress, cache_dir=args.cache_dir)
     except (ValueError, FileNotFoundError) as err:
         print(f"fastdpot flow: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        if args.distributed:
+            distributed.pipeline_done()
     keys = ["dataset", "epsilon_spent", "delta", "steps", "noise_multiplier", "fid", "fid_generated_samples",
             "fid_real_samples", "accuracy_logreg", "accuracy_mlp", "accuracy_cnn", "wall_time_s"]
     if args.flow_seeds > 1:

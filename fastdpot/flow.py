@@ -53,6 +53,7 @@ Privacy guarantee (what the code enforces, and what it assumes)
 from __future__ import annotations
 
 import logging
+import inspect
 import math
 import os
 import tempfile
@@ -431,6 +432,9 @@ class DPSlicedWassersteinFlow:
             see the module docstring). The ``"triton"`` backend supports ``"sketch"`` with ``quantiles="exact"``.
         num_bins: L, 1 <= L <= B, the sketch's bins per direction (required with ``release="sketch"``, unused and
             refused with ``"points"``).
+        process_group: None (default: one process), or a ``torch.distributed`` process group: the particles are
+            then sharded over its ranks (:class:`fastdpot.distributed.DistributedSlicedWassersteinFlow`, which
+            this call returns; its ``data_rank`` and ``exact_gather_limit`` arguments are accepted then).
 
     Shape:
         particles (N, d); private data (n, d); private batch (B, d).
@@ -448,6 +452,14 @@ class DPSlicedWassersteinFlow:
         (the sketch's post-processing).
     """
 
+    def __new__(cls, *args, process_group=None, **kwargs):
+        # hook: a process group makes this a sharded flow (fastdpot.distributed; docs/distributed.md)
+        if process_group is not None and cls is DPSlicedWassersteinFlow:
+            from .distributed import DistributedSlicedWassersteinFlow
+
+            cls = DistributedSlicedWassersteinFlow
+        return super().__new__(cls)
+
     def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, reg: float = 0.0,
                  noise_multiplier: Optional[float] = None, target_epsilon: Optional[float] = None,
                  delta: float = 1e-5, radius: float = 1.0, batch_size: Optional[int] = None,
@@ -457,7 +469,11 @@ class DPSlicedWassersteinFlow:
                  init: Union[None, str, torch.Tensor] = None, init_scale: float = 1.0,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
                  backend: str = "auto", normalize: bool = False, accountant: str = "rdp",
-                 secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
+                 secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None,
+                 process_group=None):
+        if process_group is not None:  # DPSlicedWassersteinFlow(..., process_group=pg) builds the subclass, which
+            # does not pass it on; a user subclass of this class cannot be sharded
+            raise ValueError("process_group is handled by fastdpot.distributed.DistributedSlicedWassersteinFlow")
         n = check_int(num_particles, "num_particles", 2)
         d = check_int(dim, "dim", 1)
         k = check_int(num_projections, "num_projections", 1)
@@ -543,14 +559,7 @@ class DPSlicedWassersteinFlow:
             normalize=bool(normalize),
             accountant=accountant, release=release, num_bins=num_bins)
         self.backend = backend
-        if init is None or isinstance(init, str):
-            x = draw_init("gaussian" if init is None else init, n, d, generator, init_scale)
-        else:
-            check_tensor(init, "init", 2)
-            if tuple(init.shape) != (n, d):
-                raise ValueError(f"init must have shape ({n}, {d}), got {tuple(init.shape)}")
-            x = init.detach().clone()
-        self._particles = x.to(self.device)
+        self._particles = self._initial_particles(init, n, d, generator, init_scale).to(self.device)
         self._pool = None
         if variant == "presampled":
             # orthogonal pools hold whole blocks of d rows, at least ⌈k/d⌉ of them
@@ -580,6 +589,15 @@ class DPSlicedWassersteinFlow:
                                                          diameter=2.0 * radius)
         else:
             self._delta_acc, self._delta_tail, self._sensitivity = None, None, None
+
+    def _initial_particles(self, init, n, d, generator, init_scale) -> torch.Tensor:
+        """The (N, d) start (a distributed flow overrides this with its shard, drawn by global index)."""
+        if init is None or isinstance(init, str):
+            return draw_init("gaussian" if init is None else init, n, d, generator, init_scale)
+        check_tensor(init, "init", 2)
+        if tuple(init.shape) != (n, d):
+            raise ValueError(f"init must have shape ({n}, {d}), got {tuple(init.shape)}")
+        return init.detach().clone()
 
     # -- properties ---------------------------------------------------------------------------------------
     @property
@@ -1112,6 +1130,10 @@ class DPSlicedWassersteinFlow:
             raise CheckpointError(f"DPSlicedWassersteinFlow checkpoint {path!r} is invalid: {err}") from err
 
 
+# the class signature is __init__'s (inspect would otherwise show __new__'s (*args, **kwargs))
+DPSlicedWassersteinFlow.__new__.__signature__ = inspect.signature(DPSlicedWassersteinFlow.__init__)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # ClassConditionalFlow
 # ------------------------------------------------------------------------------------------------------------
@@ -1139,7 +1161,8 @@ class ClassConditionalFlow:
             (uniform on the sphere of radius s) or ``"gaussian_scaled"`` (N(0, (s²/d)·I_d)). Tensors are not accepted
             here (give one to each :class:`DPSlicedWassersteinFlow` instead).
         **flow_kwargs: every other :class:`DPSlicedWassersteinFlow` argument (``target_epsilon``, ``steps``,
-            ``batch_size``, ...), shared by all classes.
+            ``batch_size``, ...), shared by all classes. ``process_group=pg`` shards every class flow over ``pg``
+            (:func:`fastdpot.distributed_jobs.run_class_conditional`: data and labels on the data rank only).
 
     Shape:
         private_data (n, d); labels (n,) integers in [0, C). :meth:`run` returns ``(samples (N, d), labels (N,))``.
@@ -1223,6 +1246,11 @@ class ClassConditionalFlow:
         Checkpoints (if ``checkpoint_path``) hold every class flow; :meth:`load` + :meth:`run` resumes where it
         stopped (classes already done are skipped when ``steps`` is None).
         """
+        if self.flow_kwargs.get("process_group") is not None:  # hook: sharded class flows (fastdpot.distributed)
+            from .distributed_jobs import run_class_conditional
+
+            return run_class_conditional(self, private_data, labels, steps, progress, checkpoint_path,
+                                         checkpoint_every)
         check_tensor(private_data, "private_data", 2)
         if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.shape[0] != private_data.shape[0]:
             raise ValueError(f"labels must be a 1-D tensor of length {private_data.shape[0]}, got "

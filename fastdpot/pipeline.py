@@ -377,7 +377,22 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
     # public: initial particles (and every draw if replayable)
     gen = torch.Generator().manual_seed(cfg.seed + 1 if seed is None else int(seed))
     resumed = False
-    if checkpoint_path is not None and os.path.isfile(checkpoint_path):
+    from .distributed_jobs import pipeline_group  # `fastdpot flow --distributed` (docs/distributed.md)
+
+    if pipeline_group() is not None:
+        from .distributed_jobs import gather_class_samples, pipeline_flow
+
+        flow = pipeline_flow(cond, (num_particles, latents.shape[1], k, h), dict(
+            generator=gen, init=cfg.init, init_scale=cfg.init_scale, **kw,
+            **(dict(particles_per_class=per_class, num_classes=n_classes) if cond else {})))
+        if cond:
+            flow.run(latents, labels, progress=progress)
+            samples, sample_labels = gather_class_samples(flow)
+            flows, parts = flow.flows, [int(c) for c in counts]
+        else:
+            flow.run(latents, progress=progress)
+            samples, sample_labels, flows, parts = flow.gather_particles(), None, [flow], [latents.shape[0]]
+    elif checkpoint_path is not None and os.path.isfile(checkpoint_path):
         flow = (ClassConditionalFlow if cond else DPSlicedWassersteinFlow).load(
             checkpoint_path, device=cfg.device, backend=cfg.backend)
         resumed = True
@@ -388,7 +403,9 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
     else:
         flow = DPSlicedWassersteinFlow(num_particles, latents.shape[1], k, h, generator=gen, init=cfg.init,
                                        init_scale=cfg.init_scale, **kw)
-    if cond:
+    if pipeline_group() is not None:
+        pass
+    elif cond:
         samples, sample_labels = flow.run(latents, labels, progress=progress, checkpoint_path=checkpoint_path,
                                           checkpoint_every=cfg.checkpoint_every)
         flows = flow.flows
@@ -405,7 +422,7 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
         per_flow.append(dict(n=n, batch_size=batch, sample_rate=batch / n, planned_steps=steps,
                              steps_taken=f.steps_taken, noise_multiplier=f.noise_multiplier,
                              noise_std=f.noise_std, sensitivity=f.sensitivity, delta_accountant=da,
-                             delta_tail_per_step=dt, epsilon=f.epsilon(), num_particles=int(f.particles.shape[0])))
+                             delta_tail_per_step=dt, epsilon=f.epsilon(), num_particles=int(f.config["num_particles"])))
     eps = flow.epsilon()
     return dict(samples=samples.detach().cpu().float(), sample_labels=sample_labels, flow=flow, epsilon=eps,
                 privacy=dict(private=private, class_conditional=cond, num_projections=k, step_size=h,
