@@ -210,3 +210,41 @@ def test_private_mode_bad_labels_change_nothing():
         LabelledRowsFlow(4, 5, 2, 0.5, num_classes=3, class_particles=[1, 1, 1])
     assert split_particles(10, "equal", 3) == [4, 3, 3] and split_particles(10, [0, 1, 3], 3) == [1, 3, 6]
     assert label_rows(x[:3], torch.tensor([2, 0, 1]), 3)[:, 2:].argmax(1).tolist() == [2, 0, 1]
+
+
+@pytest.mark.slow
+def test_main_job_label_private_mode_publishes_nothing_from_class_counts(monkeypatch):
+    """stage_flow with labels='private' on two label vectors with the same n and different class sizes: the
+    privacy record and privacy.md are identical and name the relation; the per-class mode's record differs."""
+    import fastdpot.pipeline as pl
+    from fastdpot import cli
+
+    seen = {}
+    monkeypatch.setattr(pl, "run_pipeline", lambda cfg, *a, **kw: seen.setdefault("cfg", cfg) and {})
+    assert cli.main(["flow", "--labels", "private", "--label-scale", "2", "--no-progress"]) == 0
+    assert seen["cfg"].labels == "private" and seen["cfg"].label_scale == 2.0
+    assert pl.PipelineConfig().labels == "public"
+    g = _gen(0)
+    lat = torch.nn.functional.normalize(torch.randn(120, 4, generator=g), dim=1)
+    lab_a = torch.cat([torch.zeros(70), torch.ones(25), torch.full((25,), 2)]).long()
+    lab_b = torch.cat([torch.zeros(25), torch.ones(40), torch.full((55,), 2)]).long()
+    pub = torch.arange(90) % 3
+    out = {}
+    for mode in ("private", "public"):
+        cfg = pl.PipelineConfig(labels=mode, epochs=1.0, batch_size=20, latent_dim=4, replayable_noise=True,
+                                epsilon=10.0 if mode == "private" else math.inf).resolved()
+        for name, lab in (("a", lab_a), ("b", lab_b)):
+            fl = pl.stage_flow(cfg, lat, lab, 30, progress=False, public_labels=pub, seed=3)
+            text = pl._privacy_md(cfg, dict(privacy=fl["privacy"], dataset="synthetic", n_public=90, n_private=120,
+                                            latent_dim=4, epsilon=fl["epsilon"]))
+            out[mode, name] = fl, text
+    (fa, ta), (fb, tb) = out["private", "a"], out["private", "b"]
+    assert fa["privacy"] == fb["privacy"] and ta == tb and fa["epsilon"] == fb["epsilon"]
+    assert fa["privacy"]["flows"][0]["n"] == 120 and fa["privacy"]["num_projections"] == 4 + 3
+    assert "ITS LABEL FREE TO CHANGE" in ta and "sqrt(4r² + 2c²)" in ta and "ASSUMED PUBLIC" not in ta
+    assert fa["samples"].shape == (30, 4) and fa["sample_labels"].shape == (30,)
+    assert out["public", "a"][0]["privacy"]["flows"] != out["public", "b"][0]["privacy"]["flows"]
+    with pytest.raises(ValueError, match="public_labels"):
+        pl.stage_flow(pl.PipelineConfig(labels="private", latent_dim=4).resolved(), lat, lab_a, 30, progress=False)
+    with pytest.raises(ValueError, match="labels"):
+        pl.PipelineConfig(labels="hidden").resolved()
