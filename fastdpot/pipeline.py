@@ -687,7 +687,7 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
            f"inside the step; two rows are at most sqrt(4r² + 2c²) apart, label change included. A particle's "
            f"label is the argmax of its label block, read at the end (post-processing)." if lp else ""),
         f"* Per step and per flow: k = {p['num_projections']} fresh {p['directions']} directions Θ"
-        f"{' (blocks of d orthonormal rows, each a Haar-random rotation)' if p['directions'] == 'orthogonal' else ''}"
+        f"{' (blocks of ' + ('d + C' if lp else 'd') + ' orthonormal rows, each a Haar-random rotation)' if p['directions'] == 'orthogonal' else ''}"
         f"; a batch of B = "
         f"{p['batch_size']} private latents drawn uniformly without replacement (fresh every step, never a replayed "
         f"epoch); "
@@ -906,7 +906,8 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     labels = ae["labels"] if cfg.class_conditional else None
     centers, radius = None, None
     if cfg.center == "public" and cfg.method != "public":
-        nc = None if labels is None else int(max(int(labels.max()), int(ae["public_labels"].max()))) + 1
+        nc = (None if labels is None else int(ae["public_labels"].max()) + 1 if cfg.labels == "private" else
+              int(max(int(labels.max()), int(ae["public_labels"].max()))) + 1)  # label-private: C from public labels
         centers, radius = public_centers(ae["public_latents"], None if labels is None else ae["public_labels"],
                                          cfg.clip_radius, num_classes=nc)
     fid_cache = os.path.join(cache_dir, "fid_real_stats",
