@@ -60,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--latent-dim", type=int, default=None, help="d (default 16 for 28/32 px, 48 for 64 px)")
     f.add_argument("--reg", type=float, default=d.reg, help="entropic regularisation λ (Brownian term)")
     f.add_argument("--unconditional", action="store_true", help="one flow for all classes (ignore labels)")
+    f.add_argument("--labels", default=d.labels, choices=["public", "private"],
+                   help="class-conditional flow: public: one flow per label, labels and class sizes ASSUMED public "
+                        "(neighbours keep their label); private: one flow on [latent, c·onehot(label)], neighbours "
+                        "replace one labelled image with its label free to change (labels and class sizes protected)")
+    f.add_argument("--label-scale", type=float, default=d.label_scale,
+                   help="c > 0, the length of the label block with --labels private (larger c separates the "
+                        "classes but raises the sensitivity sqrt(4r² + 2c²))")
     f.add_argument("--ae-epochs", type=int, default=d.ae_epochs, help="auto-encoder epochs on the public half")
     f.add_argument("--fid-samples", type=int, default=d.fid_samples, help="generated images in FID")
     f.add_argument("--fid-real", type=int, default=d.fid_real, help="real test images in FID (statistics cached)")
@@ -140,7 +147,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          epsilon=args.epsilon, delta=args.delta, latent_dim=args.latent_dim,
                          num_projections=args.num_projections, step_size=args.step_size, reg=args.reg,
                          batch_size=args.batch_size, epochs=args.epochs, num_particles=args.num_particles,
-                         class_conditional=not args.unconditional, ae_epochs=args.ae_epochs,
+                         class_conditional=not args.unconditional, labels=args.labels, label_scale=args.label_scale,
+                         ae_epochs=args.ae_epochs,
                          fid_samples=args.fid_samples, fid_real=args.fid_real, max_train=args.max_train,
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
                          checkpoint_every=args.checkpoint_every, bound=args.bound, directions=args.directions,

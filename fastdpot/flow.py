@@ -1138,51 +1138,90 @@ DPSlicedWassersteinFlow.__new__.__signature__ = inspect.signature(DPSlicedWasser
 # ClassConditionalFlow
 # ------------------------------------------------------------------------------------------------------------
 class ClassConditionalFlow:
-    """One :class:`DPSlicedWassersteinFlow` per label, each on its own label partition of the private data.
+    """Class-conditional DP flows, in one of two modes chosen by ``label_privacy``.
 
-    Guarantee: the partitions are disjoint, so by parallel composition the whole release is (ε, δ)-DP with the ε, δ
-    of one class flow, for neighbouring data sets that differ in one row's features with its label unchanged
-    (label-preserving replace-one). The labels and the class sizes n_c are assumed PUBLIC: they set each class's
-    sample rate q_c = B/n_c, its noise multiplier and, with ``particles_per_class="proportional"``, its particle
-    count, none of which is noised. Under the standard relations (add/remove one (x, y) record, or replace one with
-    its label free to change) this class could reveal the labels and class sizes: that is NOT covered (ε = ∞ for
-    the label). :meth:`run` prints nothing computed from n_c.
+    * ``"private"`` (default): labels and class sizes are protected. ONE flow
+      (:class:`fastdpot.label_flow.LabelledRowsFlow`) runs on the rows ``[clip_r(x), c·e_y]`` in R^{d+C}, built
+      inside the step; a particle's label is the argmax of its label block, read at the end (post-processing).
+      Guarantee: (ε, δ)-DP for neighbouring data sets that differ by the **replacement of one record (x, y) by any
+      (x', y'), its label free to change** (n public); sensitivity Δ = sqrt(4r² + 2c²)·sqrt(⌈k/(d+C)⌉) (orthogonal
+      directions; the tail bound at dimension d + C for uniform ones), proof in :mod:`fastdpot.label_flow`. Nothing
+      is computed from the private class counts: B, q = B/n, T, z, σ and Δ depend on n only; the particles per
+      class at the start are equal or given (public), and the generated class proportions come out of the flow.
+      ``num_classes`` (the label domain) must be given.
+    * ``"public"``: one :class:`DPSlicedWassersteinFlow` per label, each on its own label partition. Guarantee: the
+      partitions are disjoint, so by parallel composition the whole release is (ε, δ)-DP with the ε, δ of one
+      class flow, for neighbouring data sets that differ in one row's features with its label unchanged
+      (label-preserving replace-one). The labels and the class sizes n_c are assumed PUBLIC: they set each class's
+      sample rate q_c = B/n_c, its noise multiplier and, with ``particles_per_class="proportional"``, its particle
+      count, none of which is noised. Under the standard relations (add/remove one (x, y) record, or replace one
+      with its label free to change) this mode could reveal the labels and class sizes: that is NOT covered
+      (ε = ∞ for the label). :meth:`run` prints nothing computed from n_c.
 
     Args:
         num_particles: total N, split over classes by ``particles_per_class``.
-        dim, num_projections, step_size: as :class:`DPSlicedWassersteinFlow`.
-        num_classes: number of labels C (default: ``labels.max() + 1`` at the first run).
-        particles_per_class: ``"proportional"`` (to the class counts of the private labels, largest-remainder
-            rounding, at least 2 each), ``"equal"``, or a sequence of C integers (then ``num_particles`` is ignored).
-        generator: master generator of the public draws; each class flow gets its own generator seeded from it.
-        secure_mode: passed to every class flow (default True: privacy draws from the operating system).
-        init, init_scale: data-independent start of every class flow, drawn from that class flow's generator
-            (:func:`draw_init`, s = ``init_scale`` > 0): ``"gaussian"`` (default, N(0, s²·I_d)), ``"sphere"``
-            (uniform on the sphere of radius s) or ``"gaussian_scaled"`` (N(0, (s²/d)·I_d)). Tensors are not accepted
-            here (give one to each :class:`DPSlicedWassersteinFlow` instead).
+        dim, num_projections, step_size: as :class:`DPSlicedWassersteinFlow` (``dim`` = d, the features; in the
+            private mode the k directions live in R^{d+C}).
+        num_classes: number of labels C (public mode default: ``labels.max() + 1`` at the first run; required in
+            the private mode).
+        particles_per_class: ``"proportional"`` (public mode only, its default: to the class counts of the private
+            labels, largest-remainder rounding, at least 2 each), ``"equal"`` (the private mode's default), or a
+            sequence of C public integers (then ``num_particles`` is ignored). In the private mode these are the
+            particles that START in each class (their label block at c·e_y); the flow may move them.
+        label_privacy: ``"private"`` (default) or ``"public"``, see above.
+        label_scale: c > 0, the length of the label block in the private mode (public; larger c separates the
+            classes but raises Δ; unused and refused in the public mode unless 1).
+        generator: master generator of the public draws; each flow gets its own generator seeded from it.
+        secure_mode: passed to every flow (default True: privacy draws from the operating system).
+        init, init_scale: data-independent start of every flow (of the feature block in the private mode), drawn
+            from that flow's generator (:func:`draw_init`, s = ``init_scale`` > 0): ``"gaussian"`` (default,
+            N(0, s²·I_d)), ``"sphere"`` (uniform on the sphere of radius s) or ``"gaussian_scaled"``
+            (N(0, (s²/d)·I_d)). Tensors are not accepted here (give one to each :class:`DPSlicedWassersteinFlow`
+            instead).
         **flow_kwargs: every other :class:`DPSlicedWassersteinFlow` argument (``target_epsilon``, ``steps``,
-            ``batch_size``, ...), shared by all classes. ``process_group=pg`` shards every class flow over ``pg``
-            (:func:`fastdpot.distributed_jobs.run_class_conditional`: data and labels on the data rank only).
+            ``batch_size``, ...), shared by all flows. ``process_group=pg`` shards every class flow over ``pg``
+            in the public mode (:func:`fastdpot.distributed_jobs.run_class_conditional`: data and labels on the data
+            rank only); the private mode does not take a process group yet.
 
     Shape:
         private_data (n, d); labels (n,) integers in [0, C). :meth:`run` returns ``(samples (N, d), labels (N,))``.
 
     Raises:
         ValueError: bad sizes or ``particles_per_class``, ``init`` not one of :data:`INIT_KINDS`, ``init_scale``
-            <= 0, or one of
-            ``num_particles, dim, num_projections, step_size`` repeated in ``flow_kwargs``.
+            <= 0, one of ``num_particles, dim, num_projections, step_size`` repeated in ``flow_kwargs``,
+            ``label_privacy`` not ``"private"``/``"public"``, in the private mode ``num_classes`` missing or
+            ``particles_per_class="proportional"`` (it reads the private class counts), ``label_scale`` <= 0 (or
+            != 1 in the public mode).
+
+    References:
+        Sebag et al., "Differentially Private Gradient Flow based on the Sliced Wasserstein Distance", TMLR.
     """
 
     def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, *,
                  num_classes: Optional[int] = None,
-                 particles_per_class: Union[str, Sequence[int]] = "proportional",
+                 particles_per_class: Union[None, str, Sequence[int]] = None,
                  generator: Optional[torch.Generator] = None, init: str = "gaussian", init_scale: float = 1.0,
-                 secure_mode: bool = True, **flow_kwargs):
+                 secure_mode: bool = True, label_privacy: str = "private", label_scale: float = 1.0,
+                 **flow_kwargs):
         if not isinstance(init, str) or init not in INIT_KINDS:
             raise ValueError(f"init of ClassConditionalFlow must be one of {list(INIT_KINDS)}, got "
                              f"{type(init).__name__ if isinstance(init, torch.Tensor) else repr(init)}")
         self.init = init
         self.init_scale = check_positive(init_scale, "init_scale")
+        check_choice(label_privacy, "label_privacy", ("private", "public"))
+        self.label_privacy = label_privacy
+        self.label_scale = check_positive(label_scale, "label_scale")
+        if label_privacy == "public" and self.label_scale != 1.0:
+            raise ValueError(f"label_scale is only used with label_privacy='private', got {label_scale!r}")
+        if particles_per_class is None:
+            particles_per_class = "equal" if label_privacy == "private" else "proportional"
+        if label_privacy == "private":
+            if num_classes is None:
+                raise ValueError("num_classes is required with label_privacy='private' (the label domain must be "
+                                 "public; it is not read from the private labels)")
+            if particles_per_class == "proportional":
+                raise ValueError("particles_per_class='proportional' reads the private class counts; with "
+                                 "label_privacy='private' give 'equal' or C public counts")
         self.num_particles = check_int(num_particles, "num_particles", 2)
         self.dim = check_int(dim, "dim", 1)
         self.num_projections = check_int(num_projections, "num_projections", 1)
@@ -1197,6 +1236,10 @@ class ClassConditionalFlow:
             if bad in flow_kwargs:
                 raise ValueError(f"{bad} cannot be passed through flow_kwargs of ClassConditionalFlow")
         self.flow_kwargs = flow_kwargs
+        if label_privacy == "private" and flow_kwargs.get("process_group") is not None:
+            raise ValueError("process_group is not supported with label_privacy='private' yet (the one labelled-rows "
+                             "flow is not sharded); use label_privacy='public' (labels and class sizes public) or "
+                             "one process")
         if not isinstance(secure_mode, bool):
             raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
         # validate flow_kwargs now (target_epsilon=-1, accountant='bogus', an unknown keyword ...), not at run():
@@ -1223,6 +1266,22 @@ class ClassConditionalFlow:
         order = torch.argsort(share - base.double(), descending=True, stable=True)
         base[order[:rem]] += 1
         return [int(v) + 2 for v in base]
+
+    def _build_private(self):
+        """The label-private mode's one flow on embedded rows (nothing read from the private labels)."""
+        from .label_flow import LabelledRowsFlow, split_particles
+
+        C = self.num_classes
+        if isinstance(self.particles_per_class, str):
+            sizes = split_particles(self.num_particles, "equal", C)
+        elif len(self.particles_per_class) != C:
+            raise ValueError(f"particles_per_class must have {C} entries, got {len(self.particles_per_class)}")
+        else:
+            sizes = list(self.particles_per_class)
+        self.flows = [LabelledRowsFlow(sum(sizes), self.dim + C, self.num_projections, self.step_size,
+                                       num_classes=C, label_scale=self.label_scale, class_particles=sizes,
+                                       generator=make_generator(draw_seed(self._generator)), init=self.init,
+                                       init_scale=self.init_scale, secure_mode=self.secure_mode, **self.flow_kwargs)]
 
     def _build(self, labels: torch.Tensor):
         C = self.num_classes if self.num_classes is not None else int(labels.max()) + 1
@@ -1264,6 +1323,8 @@ class ClassConditionalFlow:
             from ._checkpoint import check_checkpoint_path
 
             checkpoint_path = check_checkpoint_path(checkpoint_path)
+        if self.label_privacy == "private":
+            return self._run_private(private_data, labels, steps, progress, checkpoint_path, checkpoint_every)
         if not self.flows:
             self._build(labels)
         elif int(labels.max()) >= self.num_classes:
@@ -1282,8 +1343,30 @@ class ClassConditionalFlow:
             self.save(checkpoint_path)
         return self.samples()
 
+    def _run_private(self, private_data, labels, steps, progress, checkpoint_path, checkpoint_every):
+        from .label_flow import label_rows
+
+        if private_data.shape[1] != self.dim:
+            raise ValueError(f"private_data must have d={self.dim} columns, got shape {tuple(private_data.shape)}")
+        rows = label_rows(private_data, labels, self.num_classes)  # raw rows; bounded inside the flow's step
+        if not self.flows:
+            self._build_private()
+
+        def ckpt(_flow):
+            if checkpoint_path is not None and checkpoint_every is not None and _flow.steps_taken % checkpoint_every == 0:
+                self.save(checkpoint_path)
+
+        self.flows[0].run(rows, steps=steps, progress=progress, callback=ckpt)  # ε depends on n only
+        if checkpoint_path is not None:
+            self.save(checkpoint_path)
+        return self.samples()
+
     def samples(self):
-        """``(samples (N, d), labels (N,))`` of the current particles."""
+        """``(samples (N, d), labels (N,))`` of the current particles (private mode: the feature block and the
+        argmax of the label block)."""
+        if self.label_privacy == "private":
+            x, y = self.flows[0].labelled_samples()
+            return x, y
         xs = [f.particles for f in self.flows]
         ys = [torch.full((f.particles.shape[0],), c, dtype=torch.long) for c, f in enumerate(self.flows)]
         return torch.cat(xs), torch.cat(ys)
@@ -1300,6 +1383,7 @@ class ClassConditionalFlow:
                     step_size=self.step_size, num_classes=self.num_classes,
                     particles_per_class=self.particles_per_class, init=self.init, init_scale=self.init_scale,
                     secure_mode=self.secure_mode, flow_kwargs=dict(self.flow_kwargs),
+                    label_privacy=self.label_privacy, label_scale=self.label_scale,
                     generator=self._generator.get_state(), flows=[f.state_dict() for f in self.flows])
 
     def save(self, path: str) -> None:
@@ -1339,8 +1423,14 @@ class ClassConditionalFlow:
             obj = cls(st["num_particles"], st["dim"], st["num_projections"], st["step_size"],
                       num_classes=st["num_classes"], particles_per_class=st["particles_per_class"],
                       generator=torch.Generator(device="cpu"), init=st.get("init", "gaussian"),
-                      init_scale=st.get("init_scale", 1.0), secure_mode=bool(st.get("secure_mode", False)), **kw)
-            flows = [DPSlicedWassersteinFlow.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
+                      init_scale=st.get("init_scale", 1.0), secure_mode=bool(st.get("secure_mode", False)),
+                      label_privacy=st.get("label_privacy", "public"), label_scale=st.get("label_scale", 1.0), **kw)
+            # checkpoints older than label_privacy were per-class flows
+            if obj.label_privacy == "private":
+                from .label_flow import LabelledRowsFlow as flow_cls
+            else:
+                flow_cls = DPSlicedWassersteinFlow
+            flows = [flow_cls.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
         except (ValueError, TypeError) as err:
             raise CheckpointError(f"ClassConditionalFlow checkpoint {path!r} is invalid: {err}") from err
         obj._generator.set_state(st["generator"])

@@ -60,7 +60,14 @@ class PipelineConfig:
         latent_dim: d. num_projections: k. step_size: h. reg: λ. batch_size: B private rows per step.
         epochs: passes over the private half; T = round(epochs · n / B) steps (n per class when class-conditional).
         num_particles: N (None: the size of the real test set).
-        class_conditional: one flow per label (parallel composition) when the data are labelled.
+        class_conditional: a class-conditional flow when the data are labelled (see ``labels``).
+        labels: how the class-conditional flow treats the labels (:class:`fastdpot.flow.ClassConditionalFlow`'s
+            ``label_privacy``). ``"public"`` (default): one flow per label on its partition (parallel composition),
+            for neighbours that differ in one image with its label unchanged; the labels and class sizes are
+            ASSUMED PUBLIC. ``"private"``: one flow on the rows [latent, c·onehot(label)] in R^{d+C}, for neighbours
+            that differ by the replacement of one labelled image, its label free to change (labels and class sizes
+            protected; C is taken from the public half's labels; nothing computed from private class counts is
+            used or published). label_scale: c > 0 for ``"private"`` (public; Δ = sqrt(4r² + 2c²)·sqrt(⌈k/(d+C)⌉)).
         ae_epochs, ae_max_train: auto-encoder training (public half only).
         fid_samples: generated images in FID; fid_real: real test images in FID (their statistics are cached).
         seed: master seed of the public work (split, auto-encoder, the flows' initial particles, evaluation);
@@ -123,6 +130,8 @@ class PipelineConfig:
     epochs: float = 10.0
     num_particles: Optional[int] = None
     class_conditional: bool = True
+    labels: str = "public"
+    label_scale: float = 1.0
     ae_epochs: int = 10
     ae_max_train: Optional[int] = None
     fid_samples: int = 2000
@@ -193,6 +202,10 @@ class PipelineConfig:
         elif c.num_bins is not None:
             raise ValueError(f"num_bins is only used with release='sketch', got num_bins={c.num_bins!r}")
         check_choice(c.method, "method", METHODS)
+        check_choice(c.labels, "labels", ("public", "private"))
+        c.label_scale = check_positive(c.label_scale, "label_scale")
+        if c.labels == "private" and c.method != "flow":
+            raise ValueError(f"labels='private' is a mode of the flow (method='flow'), got method={c.method!r}")
         if c.public_size is not None:
             check_int(c.public_size, "public_size")
         check_int(c.flow_seeds, "flow_seeds")
@@ -317,7 +330,11 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
     """The DP sliced-Wasserstein flow (DPSWflow-r) on the private latents (generator seed ``seed``, default
     ``cfg.seed + 1``).
 
-    Class-conditional (one flow per label on its partition; parallel composition) when ``labels`` is given and
+    With ``cfg.labels == "private"`` (and ``labels`` given, ``cfg.class_conditional``): ONE label-private flow on
+    the rows [latent, c·onehot(label)] (:class:`fastdpot.flow.ClassConditionalFlow` with ``label_privacy="private"``),
+    B = min(batch_size, n), T = round(epochs · n / B), C and the initial particles per class from the PUBLIC half's
+    labels (``public_labels``, required); q = B/n, z, σ and Δ depend on n only. Otherwise:
+    class-conditional (one flow per label on its partition; parallel composition) when ``labels`` is given and
     ``cfg.class_conditional``; T = round(epochs · n̄ / B) with n̄ = n/C the mean class size (one T shared by all
     class flows, each calibrated to ε on its own n_c). Only public quantities shape what is published: B =
     min(batch_size, ⌊n/(2C)⌋), the particles per class proportional to the PUBLIC half's class counts
@@ -339,7 +356,17 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
     k, h = _flow_defaults(cfg, latents.shape[1])
     private = not math.isinf(cfg.epsilon)
     cond = labels is not None and cfg.class_conditional
-    if cond:
+    label_private = cond and cfg.labels == "private"
+    if label_private:  # nothing from the private labels: C from the public half, B and T from n (public)
+        if public_labels is None:
+            raise ValueError("labels='private' needs public_labels (the label domain C comes from the public half)")
+        n_classes = int(public_labels.max()) + 1
+        if cfg.num_projections is None and latents.shape[1] < 32:  # one full block in R^{d+C}: Δ = sqrt(4r² + 2c²)
+            k = latents.shape[1] + n_classes
+        n_ref = float(latents.shape[0])
+        batch = min(cfg.batch_size, latents.shape[0])
+        per_class = _largest_remainder(torch.bincount(public_labels.long(), minlength=n_classes), num_particles)
+    elif cond:
         counts = torch.bincount(labels, minlength=int(labels.max()) + 1)
         n_classes = counts.numel()
         if public_labels is not None:
@@ -384,7 +411,8 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
 
         flow = pipeline_flow(cond, (num_particles, latents.shape[1], k, h), dict(
             generator=gen, init=cfg.init, init_scale=cfg.init_scale, **kw,
-            **(dict(particles_per_class=per_class, num_classes=n_classes) if cond else {})))
+            **(dict(particles_per_class=per_class, num_classes=n_classes, label_privacy=cfg.labels,
+                    **(dict(label_scale=cfg.label_scale) if label_private else {})) if cond else {})))
         if cond:
             flow.run(latents, labels, progress=progress)
             samples, sample_labels = gather_class_samples(flow)
@@ -399,7 +427,8 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
     elif cond:
         flow = ClassConditionalFlow(num_particles, latents.shape[1], k, h, particles_per_class=per_class,
                                     num_classes=n_classes, generator=gen, init=cfg.init, init_scale=cfg.init_scale,
-                                    **kw)
+                                    label_privacy=cfg.labels,
+                                    **(dict(label_scale=cfg.label_scale) if label_private else {}), **kw)
     else:
         flow = DPSlicedWassersteinFlow(num_particles, latents.shape[1], k, h, generator=gen, init=cfg.init,
                                        init_scale=cfg.init_scale, **kw)
@@ -409,7 +438,7 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
         samples, sample_labels = flow.run(latents, labels, progress=progress, checkpoint_path=checkpoint_path,
                                           checkpoint_every=cfg.checkpoint_every)
         flows = flow.flows
-        parts = [int(c) for c in counts]
+        parts = [latents.shape[0]] if label_private else [int(c) for c in counts]
     else:
         samples = flow.run(latents, progress=progress, checkpoint_path=checkpoint_path,
                            checkpoint_every=cfg.checkpoint_every)
@@ -425,7 +454,9 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
                              delta_tail_per_step=dt, epsilon=f.epsilon(), num_particles=int(f.config["num_particles"])))
     eps = flow.epsilon()
     return dict(samples=samples.detach().cpu().float(), sample_labels=sample_labels, flow=flow, epsilon=eps,
-                privacy=dict(private=private, class_conditional=cond, num_projections=k, step_size=h,
+                privacy=dict(private=private, class_conditional=cond,
+                             labels=cfg.labels if cond else None, label_scale=cfg.label_scale if label_private else None,
+                             num_classes=n_classes if label_private else None, num_projections=k, step_size=h,
                              steps=steps, batch_size=batch, flows=per_flow, accountant="rdp",
                              sampling="uniform without replacement, fixed size B, fresh every step "
                                       "(substitution neighbours)",
@@ -620,6 +651,11 @@ def _save_grid_png(grid: torch.Tensor, path: str, row_names=None, title: str = "
     plt.close(fig)
 
 
+def _per_class(p: Dict[str, Any]) -> bool:
+    """Whether the run used the per-class flows (labels and class sizes assumed public)."""
+    return bool(p.get("class_conditional")) and p.get("labels", "public") != "private"
+
+
 def _init_text(kind: str, s: float) -> str:
     """The start's law in words, e.g. ``N(0, 0.3²·I_d/d)``."""
     f = "" if s == 1.0 else f"{s:g}²·"
@@ -634,7 +670,8 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         lines += ["**Non-private run (`--epsilon inf`): no differential-privacy guarantee.** The flow used the "
                   "private latents without noise (σ = 0).", ""]
     f0 = p["flows"]
-    cond = p["class_conditional"]
+    cond = _per_class(p)  # per-class flows: labels and class sizes assumed public
+    lp = bool(p["class_conditional"]) and not cond  # one label-private flow on [latent, c·onehot(label)]
     zs = sorted({round(f["noise_multiplier"], 6) for f in f0 if f["noise_multiplier"] is not None})
     if p.get("replayable_noise"):
         lines += ["**Replayable noise (`--replayable-noise`): the flow's batches, directions and noise were drawn from "
@@ -646,6 +683,9 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
                   "system's CSPRNG (`fastdpot.privacy.randomness`); they were never stored. The seed "
                   f"{cfg.seed} drove only the public work (split, auto-encoder, initial particles, evaluation).", ""]
     diam = f"2r (r = {p['clip_radius']:.4g})" if p.get("center") == "public" else "2"
+    if lp:
+        r_txt = f"{p['clip_radius']:.4g}" if p.get("center") == "public" else "1"
+        diam = f"sqrt(4r² + 2c²) (r = {r_txt}, c = {p['label_scale']:g})"
     lines += [
         "## What was released",
         "",
@@ -654,12 +694,18 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         f"* The private images enter ONLY through the DP sliced-Wasserstein flow (DPSWflow-r, Sebag et al., TMLR), in "
         f"the auto-encoder's latent space (d = {result['latent_dim']}); "
         + (f"each latent (on the unit sphere) is shifted by the PUBLIC half's mean latent of its class and clipped "
-           f"inside the flow step to the ball of radius r = {p['clip_radius']:.4g} about 0 (‖y − y'‖ ≤ 2r; "
-           f"neighbours differ in one image with its label unchanged, so both rows get the same shift)."
+           f"inside the flow step to the ball of radius r = {p['clip_radius']:.4g} about 0 (‖y − y'‖ ≤ 2r"
+           + ("; the shift is a public function of the record (x, y), and the clipped latents of any two records "
+              "are at most 2r apart)." if lp else
+              "; neighbours differ in one image with its label unchanged, so both rows get the same shift).")
            if p.get("center") == "public" else
-           "each latent is scaled onto the unit sphere inside the flow step (‖y − y'‖ ≤ 2)."),
+           "each latent is scaled onto the unit sphere inside the flow step (‖y − y'‖ ≤ 2).")
+        + (f" Label-private class conditioning: each private row is [latent, c·e_label] in R^(d+C) (C = "
+           f"{p['num_classes']} from the public half's labels, c = {p['label_scale']:g}), the label block rebuilt "
+           f"inside the step; two rows are at most sqrt(4r² + 2c²) apart, label change included. A particle's "
+           f"label is the argmax of its label block, read at the end (post-processing)." if lp else ""),
         f"* Per step and per flow: k = {p['num_projections']} fresh {p['directions']} directions Θ"
-        f"{' (blocks of d orthonormal rows, each a Haar-random rotation)' if p['directions'] == 'orthogonal' else ''}"
+        f"{' (blocks of ' + ('d + C' if lp else 'd') + ' orthonormal rows, each a Haar-random rotation)' if p['directions'] == 'orthogonal' else ''}"
         f"; a batch of B = "
         f"{p['batch_size']} private latents drawn uniformly without replacement (fresh every step, never a replayed "
         f"epoch); "
@@ -672,9 +718,10 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
            f"is an ℓ1 contraction, binning does not increase ℓ1; proof in the mechanism's docstring), so Δ, σ and "
            f"the accountant event below are the same; the particles get no smoothing noise."),
         f"* Number of releases: T = {p['steps']} steps per flow "
-        f"({'one flow per class on disjoint label partitions: ' + str(len(f0)) + ' flows' if p['class_conditional'] else 'one flow'}); "
+        f"({'one flow per class on disjoint label partitions: ' + str(len(f0)) + ' flows' if cond else 'one flow on the labelled rows' if lp else 'one flow'}); "
         f"steps actually taken: {[f['steps_taken'] for f in f0]}.",
-        (f"* Sensitivity of one release (substitution of one row, every draw of Θ): Δ = {diam}·sqrt(⌈k/d⌉) = "
+        (f"* Sensitivity of one release (substitution of one row, every draw of Θ): Δ = {diam}·"
+         f"sqrt(⌈k/{'(d+C)' if lp else 'd'}⌉) = "
          f"{f0[0]['sensitivity']:.6g}." if p["directions"] == "orthogonal" else
          f"* Sensitivity of one release (substitution of one row, probability ≥ 1 − δ_tail over Θ, {p['bound']} "
          f"bound): Δ = {diam}·sqrt(w(k, δ_tail)) = {f0[0]['sensitivity']:.6g}.") if p["private"] else
@@ -717,6 +764,14 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
                       "change) the labels and class sizes are NOT protected. What this run publishes avoids them: "
                       "B = min(batch size, ⌊n/(2C)⌋), T from n/C, particles per class proportional to the PUBLIC "
                       "half's class counts; no per-class z, σ, q or ε is written."]
+        if lp:
+            lines += ["* Class conditioning (label-private): ONE flow on the rows [latent, c·e_label]. The whole "
+                      "release is (ε, δ)-DP for neighbouring data sets that differ by the REPLACEMENT OF ONE "
+                      "LABELLED IMAGE (x, y) BY ANY (x', y'), ITS LABEL FREE TO CHANGE (replace-one; the private "
+                      "set's size n is public). The labels and the class sizes are protected: B, T, q = B/n, z, σ "
+                      "and Δ are functions of n only; the number of classes C and the particles that start in each "
+                      "class come from the PUBLIC half's labels; the generated class proportions come out of the "
+                      "flow (post-processing). Nothing computed from the private class counts is used or written."]
     lines += [
         "",
         "## Outside the guarantee (public by assumption)",
@@ -756,7 +811,7 @@ def write_outputs(run_dir: str, cfg: PipelineConfig, result: Dict[str, Any], ima
         C = int(labels.max()) + 1
         names = list(class_names) if class_names and len(class_names) == C else [str(c) for c in range(C)]
     eps_txt = ("inf (non-private)" if math.isinf(cfg.epsilon) else
-               f"≤ {cfg.epsilon:g}" if result["privacy"].get("class_conditional") else f"{result['epsilon']:.2f}")
+               f"≤ {cfg.epsilon:g}" if _per_class(result["privacy"]) else f"{result['epsilon']:.2f}")
     what = {"flow": "DPSWflow-r", "gaussian": "DP Gaussian per class", "public": "public-only"}[cfg.method]
     title = (f"{result['dataset']}: {what}, ε = {eps_txt}, δ = {cfg.delta:g}" if cfg.method != "public" else
              f"{result['dataset']}: public-only baseline (no private data)")
@@ -850,7 +905,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         # drew every privacy draw from the seed (replayable); older than `release` released points
         legacy = {"init": "gaussian", "init_scale": 1.0, "center": "none", "clip_radius": None,
                   "replayable_noise": True, "release": "points", "num_bins": None, "method": "flow",
-                  "public_size": None}
+                  "public_size": None, "labels": "public", "label_scale": 1.0}
         scoring = ("flow_seeds", "classifiers", "cnn_epochs")  # do not change the checkpointed flow
         strip = lambda c: {k: v for k, v in c.items() if k not in scoring}  # noqa: E731
         if strip({**legacy, **old}) != strip(_finite(asdict(cfg))):
@@ -869,7 +924,8 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     labels = ae["labels"] if cfg.class_conditional else None
     centers, radius = None, None
     if cfg.center == "public" and cfg.method != "public":
-        nc = None if labels is None else int(max(int(labels.max()), int(ae["public_labels"].max()))) + 1
+        nc = (None if labels is None else int(ae["public_labels"].max()) + 1 if cfg.labels == "private" else
+              int(max(int(labels.max()), int(ae["public_labels"].max()))) + 1)  # label-private: C from public labels
         centers, radius = public_centers(ae["public_latents"], None if labels is None else ae["public_labels"],
                                          cfg.clip_radius, num_classes=nc)
     fid_cache = os.path.join(cache_dir, "fid_real_stats",
@@ -912,7 +968,8 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     stages.close()
 
     p = fl["privacy"]
-    cond = bool(p.get("class_conditional", cfg.class_conditional))
+    cond = bool(p.get("class_conditional", cfg.class_conditional)) and (cfg.method != "flow" or _per_class(p))
+    label_private = cfg.method == "flow" and bool(p.get("class_conditional")) and not cond
     private = bool(p["private"])
     # class-conditional: z_c, σ_c, q_c = B/n_c and the exact ε_c are functions of the private class sizes: not
     # published (they are in private/flows.json); ε spent is reported as the guaranteed bound, the target
@@ -926,7 +983,10 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         noise="replayable from seed: NO privacy guarantee against anyone who holds the seed or the checkpoint"
               if cfg.replayable_noise else "secret (operating-system CSPRNG; not stored)",
         neighbouring_relation=("replace one image, its label unchanged (labels and class sizes assumed public)"
-                               if cond else "replace one image (substitution)"),
+                               if cond else
+                               "replace one labelled image (x, y) by any (x', y'), its label free to change (n "
+                               "public; labels and class sizes protected)" if label_private else
+                               "replace one image (substitution)"),
         num_particles=int(fl["samples"].shape[0]), latent_dim=int(ae["latents"].shape[1]), center=cfg.center,
         clip_radius=radius,
         autoencoder=dict(ae["config"], cached=ae["info"]["cached"], train_bce=ae["info"]["train_loss"],
@@ -942,7 +1002,8 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
             steps=p["steps"], steps_taken=[f["steps_taken"] for f in p["flows"]], batch_size=p["batch_size"],
             **per_flow, sensitivity=p["flows"][0]["sensitivity"],
             accountant="rdp (dp-accounting), sampled without replacement, substitution neighbours",
-            class_conditional=cond, num_projections=p["num_projections"], step_size=p["step_size"], reg=cfg.reg,
+            class_conditional=cond or label_private, labels=p.get("labels"), label_scale=p.get("label_scale"),
+            num_projections=p["num_projections"], step_size=p["step_size"], reg=cfg.reg,
             epochs=cfg.epochs, init=cfg.init, init_scale=cfg.init_scale, release=cfg.release,
             num_bins=cfg.num_bins, spread=cfg.spread, spread_scales=spread_scales)
     else:

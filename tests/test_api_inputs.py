@@ -34,7 +34,7 @@ META_CASES = {
     "flow.run": (lambda: F.DPSlicedWassersteinFlow(10, 3, 4, 0.5).run(META, steps=1, progress=False),
                  "private_data"),
     "flow init": (lambda: F.DPSlicedWassersteinFlow(8, 3, 4, 0.5, init=META), "init"),
-    "ClassConditionalFlow.run": (lambda: F.ClassConditionalFlow(10, 3, 4, 0.5).run(META, LABELS, steps=1,
+    "ClassConditionalFlow.run": (lambda: F.ClassConditionalFlow(10, 3, 4, 0.5, num_classes=2).run(META, LABELS, steps=1,
                                                                                   progress=False), "private_data"),
     "clip_rows": (lambda: P.clip_rows(META, 1.0), "x"),
     "sliced_quantile_sketch": (lambda: P.sliced_quantile_sketch(META, _theta(dtype=torch.float64), 2, 0.1,
@@ -64,9 +64,9 @@ def test_flow_checks_accountant_and_backend_at_construction(kw, name):
                                         (dict(target_epsilon=1.0, steps=10), "batch_size or sample_rate")])
 def test_class_conditional_flow_checks_flow_kwargs_at_construction(kw, pattern):
     with pytest.raises(ValueError, match=pattern):
-        F.ClassConditionalFlow(10, 2, 5, 0.5, **kw)
+        F.ClassConditionalFlow(10, 2, 5, 0.5, num_classes=2, **kw)
     with pytest.raises(TypeError, match="bogus_kw"):
-        F.ClassConditionalFlow(10, 2, 5, 0.5, bogus_kw=1)
+        F.ClassConditionalFlow(10, 2, 5, 0.5, num_classes=2, bogus_kw=1)
 
 
 # ------------------------------------------------------------------------------------------------- flow_step

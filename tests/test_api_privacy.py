@@ -235,7 +235,7 @@ def test_corrupt_or_wrong_checkpoint_files_are_named(tmp_path):
     with pytest.raises(CheckpointError, match="single-flow checkpoint"):
         fastdpot.ClassConditionalFlow.load(str(path))
     assert fastdpot.DPSlicedWassersteinFlow.load(str(path)).steps_taken == 1
-    cc = fastdpot.ClassConditionalFlow(20, 8, 4, 1.0, noise_multiplier=2.0, batch_size=20, steps=3,
+    cc = fastdpot.ClassConditionalFlow(20, 8, 4, 1.0, num_classes=2, noise_multiplier=2.0, batch_size=20, steps=3,
                                        secure_mode=False, generator=torch.Generator().manual_seed(0))
     cc.save(str(tmp_path / "cc.pt"))
     with pytest.raises(CheckpointError, match="ClassConditionalFlow checkpoint; load it with"):
@@ -260,7 +260,7 @@ def test_checkpoint_paths_are_checked_before_any_step(tmp_path):
         with pytest.raises((ValueError, TypeError), match=match):
             f.save(bad)
     labels = torch.arange(300) % 2
-    cc = fastdpot.ClassConditionalFlow(20, 8, 4, 1.0, noise_multiplier=2.0, batch_size=20, steps=3,
+    cc = fastdpot.ClassConditionalFlow(20, 8, 4, 1.0, num_classes=2, noise_multiplier=2.0, batch_size=20, steps=3,
                                        secure_mode=False, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="directory"):
         cc.run(data, labels, progress=False, checkpoint_path=str(tmp_path))

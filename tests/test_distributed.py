@@ -84,7 +84,7 @@ def _class_conditional(rank, group):
     for key in ("num_particles", "dim", "num_projections", "step_size", "secure_mode"):
         kw.pop(key)
     ccf = ClassConditionalFlow(11, 3, 4, 0.5, generator=torch.Generator().manual_seed(4), secure_mode=False,
-                               process_group=dist.group.WORLD if group is None else group, **kw)
+                               label_privacy="public", process_group=dist.group.WORLD if group is None else group, **kw)
     x = _data()
     y = (x[:, 0] > 0.3).long()
     local, local_y = ccf.run(x if rank == 0 else None, y if rank == 0 else None, progress=False)

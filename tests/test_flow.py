@@ -287,7 +287,7 @@ def test_class_conditional_flow(tmp_path):
     data, lab = _mixture(1500, seed=4)
     path = str(tmp_path / "cc.pt")
     cc = ClassConditionalFlow(300, 2, 20, 1.0, radius=4.0, batch_size=100, steps=40, noise_multiplier=0.02,
-                              bound="bernstein", secure_mode=False, generator=_gen(5))
+                              bound="bernstein", secure_mode=False, generator=_gen(5), label_privacy="public")
     x, y = cc.run(data, lab, progress=False, checkpoint_path=path)
     counts = torch.bincount(lab, minlength=3).double()
     got = torch.bincount(y, minlength=3)
@@ -306,7 +306,7 @@ def test_class_conditional_flow(tmp_path):
 def test_class_conditional_particles_as_given():
     data, lab = _mixture(600, seed=6)
     cc = ClassConditionalFlow(0 + 2, 2, 4, 1.0, particles_per_class=[5, 7, 9], radius=4.0,
-                              secure_mode=False, generator=_gen(7))
+                              secure_mode=False, generator=_gen(7), label_privacy="public")
     x, y = cc.run(data, lab, steps=2, progress=False)
     assert torch.bincount(y).tolist() == [5, 7, 9]
     with pytest.raises(ValueError, match="labels"):
@@ -351,7 +351,7 @@ def test_init_kinds_shapes_norms_and_generator():
 def test_class_conditional_init_kinds_and_resume(tmp_path, monkeypatch):
     data, lab = _mixture(900, seed=8)
     kw = dict(radius=4.0, batch_size=30, steps=10, noise_multiplier=1.0, target_epsilon=50.0, directions="orthogonal",
-              normalize=True)
+              normalize=True, label_privacy="public")
     starts = {}
     for k in INIT_KINDS:
         cc = ClassConditionalFlow(120, 2, 2, 0.5, init=k, init_scale=4.0, secure_mode=False, generator=_gen(9), **kw)

@@ -170,7 +170,8 @@ def test_class_conditional_sketch_flow(tmp_path):
     g = _gen(11)
     x = torch.cat([torch.randn(150, 2, generator=g) * 0.3 + 2, torch.randn(150, 2, generator=g) * 0.3 - 2])
     y = torch.cat([torch.zeros(150), torch.ones(150)]).long()
-    kw = dict(radius=4.0, batch_size=50, steps=10, noise_multiplier=1.0, directions="orthogonal")
+    kw = dict(radius=4.0, batch_size=50, steps=10, noise_multiplier=1.0, directions="orthogonal",
+              label_privacy="public")
     cc = ClassConditionalFlow(100, 2, 2, 1.0, generator=_gen(12), release="sketch", num_bins=5, **kw)
     cp = ClassConditionalFlow(100, 2, 2, 1.0, generator=_gen(12), **kw)
     path = str(tmp_path / "cc.pt")

@@ -188,11 +188,13 @@ def test_secure_flow_differs_between_runs_replayable_is_identical():
 def test_secure_class_conditional_and_functions_differ_between_runs():
     data = torch.randn(40, 3, generator=_gen(9))
     labels = torch.arange(40) % 2
-    kw = dict(noise_multiplier=1.0, batch_size=5, steps=2, backend="reference", particles_per_class="equal")
-    out = [ClassConditionalFlow(8, 3, 3, 0.5, generator=_gen(0), secure_mode=s, **kw).run(data, labels,
-                                                                                             progress=False)[0]
-           for s in (True, True, False, False)]
-    assert not torch.equal(out[0], out[1]) and torch.equal(out[2], out[3])
+    for mode in ("public", "private"):  # per-class flows, and the label-private joint flow
+        kw = dict(noise_multiplier=1.0, batch_size=5, steps=2, backend="reference", particles_per_class="equal",
+                  num_classes=2, label_privacy=mode)
+        out = [ClassConditionalFlow(8, 3, 3, 0.5, generator=_gen(0), secure_mode=s, **kw).run(data, labels,
+                                                                                                 progress=False)[0]
+               for s in (True, True, False, False)]
+        assert not torch.equal(out[0], out[1]) and torch.equal(out[2], out[3])
     x = torch.randn(7, 3, generator=_gen(0))
     y = torch.randn(5, 3, generator=_gen(1))
     once = dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4)
