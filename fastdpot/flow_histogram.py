@@ -20,8 +20,8 @@ Passes, and the contract for a caller whose particles are sharded over processes
 Every per-particle draw (smoothing noise, Brownian term) is keyed by the particle's global index
 ``index_offset + i``, with the Philox streams of the C++ exact step (particle noise of direction j: stream 2j;
 private noise: stream 2j+1, privacy-grade; Brownian: stream 2k, element ``g·d + c``), so the shards together
-compute exactly what :func:`histogram_flow_step` computes on the whole array (up to the summation order of nothing:
-the passes are per particle; only the all-reduced integers and min / max are shared).
+compute bit for bit what :func:`histogram_flow_step` computes on the whole array (every pass works per particle;
+the shards share only min / max, which reduce exactly, and integer counts).
 
 Communication per step: 2k values (min / max) and k·B integers (counts), independent of N.
 """
