@@ -10,6 +10,12 @@ quantile table (L = 5 levels) instead of M noisy private projections, and the pa
 (as the flows run it), so the step is the points step minus the M·k private projections and both noise draws,
 plus a table evaluation per rank.
 
+case ``histogram_step`` (issue 18): the same points step with ``quantiles="histogram"`` (``bins`` = 1024 bins per
+direction, no sort): impl ``fastdpot`` is the C++ histogram kernel (csrc/flow_histogram.cpp: three passes that
+recompute the projections per block of particles, nothing of size N·k stored), ``reference`` the torch reference
+(:func:`fastdpot.reference.flow_histogram.flow_step_histogram`). Compare it with case ``step`` impl ``fastdpot``
+(the C++ exact step) of the same run_id.
+
     python -m bench.flow            # full sizes (the lead runs this on a quiet machine)
     python -m bench.flow --quick    # tiny sizes, checks that every case runs
 """
@@ -46,8 +52,9 @@ def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0)
         from fastdpot.flow import flow_step
 
         s["seed"][0] += 1
+        mode, q = quantiles if isinstance(quantiles, tuple) else (quantiles, None)  # ("histogram", bins)
         new, drift, _ = flow_step(s["x"], s["y"], s["th"], noise_std=noise_std, step_size=step_size,
-                                  seed=s["seed"][0], quantiles=quantiles, backend=backend)
+                                  seed=s["seed"][0], quantiles=mode, num_quantiles=q, backend=backend)
         return new
 
     return Case(setup=setup, forward=forward)
@@ -82,12 +89,20 @@ def sketch_step_case(impl, n, m, d, k, num_bins=5, quantiles="exact", step_size=
     return Case(setup=setup, forward=forward)
 
 
-CASES = {"step": step_case, "sketch_step": sketch_step_case}
+def histogram_step_case(impl, n, m, d, k, bins=1024, noise_std=0.5, step_size=1.0):
+    """One histogram-mode flow step (forward only), float32: ``bins`` bins per direction, σ = ``noise_std``."""
+    return step_case(impl, n, m, d, k, quantiles=("histogram", bins), noise_std=noise_std, step_size=step_size)
+
+
+CASES = {"step": step_case, "sketch_step": sketch_step_case, "histogram_step": histogram_step_case}
 
 
 def runs(sizes, impls=("fastdpot", "reference"), repeats=3):
     out = [dict(case="step", impl=impl, params=params, mode="forward", repeats=repeats, anchor=impl in ANCHORS)
            for params in sizes for impl in impls]
+    out += [dict(case="histogram_step", impl=impl, params=dict(params, bins=1024), mode="forward",
+                 repeats=repeats if impl == "fastdpot" else 1, anchor=impl in ANCHORS)
+            for params in sizes for impl in impls]
     if "fastdpot" in impls:
         out += [dict(case="sketch_step", impl="fastdpot", params=params, mode="forward", repeats=repeats,
                      anchor=False) for params in sizes]

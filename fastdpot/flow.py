@@ -64,7 +64,7 @@ import torch
 
 from ._checkpoint import CheckpointError  # noqa: F401  (raised by load; re-exported)
 from ._dispatch import dispatch, register, set_auto
-from ._ext import cpp_status, load_cpp
+from ._ext import BackendUnavailableError, cpp_status, load_cpp
 from ._random import draw_seed, make_generator, random_directions
 from ._validate import (check_choice, check_delta, check_epsilon, check_finite_tensor, check_int, check_nonnegative,
                         check_positive, check_probability, check_tensor)
@@ -231,11 +231,20 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
     private rows, four-per-block ``normal4`` for the particles' smoothing noise and the Brownian term, which protect
     nothing), radix sort per direction, rank -> target quantile by index
     interpolation (sketch mode: level -> the table's piecewise-linear Q_j, in float64), drift and Euler--Maruyama
-    update, in chunks of directions. ``"histogram"`` mode is delegated to the reference backend."""
+    update, in chunks of directions. ``"histogram"`` mode: the sort-free C++ kernel
+    (:func:`fastdpot.flow_histogram.histogram_flow_step`, ``csrc/flow_histogram.cpp``; same Philox streams, keyed
+    by particle index), or the reference backend where that module is not built (``flow_step`` raises
+    BackendUnavailableError instead when ``backend="cpu"`` was asked for explicitly)."""
     if quantiles == "histogram":
-        return _flow_step_reference(particles, private, projections, noise_std=noise_std, step_size=step_size,
-                                    reg=reg, seed=seed, quantiles=quantiles, num_quantiles=num_quantiles,
-                                    return_noise=return_noise, sketch=sketch)
+        from . import flow_histogram as _hist
+
+        if not _hist.available()[0]:
+            return _flow_step_reference(particles, private, projections, noise_std=noise_std, step_size=step_size,
+                                        reg=reg, seed=seed, quantiles=quantiles, num_quantiles=num_quantiles,
+                                        return_noise=return_noise, sketch=sketch)
+        return _hist.histogram_flow_step(particles, private, projections, noise_std=noise_std, step_size=step_size,
+                                         reg=reg, seed=seed, num_bins=num_quantiles, return_noise=return_noise,
+                                         sketch=sketch, max_chunk=_CPU_MAX_CHUNK)
     if particles.device.type != "cpu":
         raise ValueError(f"backend 'cpu' needs CPU tensors, got particles on {particles.device}")
     if particles.dtype not in (torch.float32, torch.float64):
@@ -337,6 +346,14 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     if quantiles == "histogram" and num_quantiles is None:
         raise ValueError("num_quantiles (the number of histogram bins) is required for quantiles='histogram'")
     _, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0])
+    if backend == "cpu" and quantiles == "histogram":  # the histogram kernel is its own module
+        from .flow_histogram import available as _hist_available
+
+        ok, reason = _hist_available()
+        if not ok:
+            raise BackendUnavailableError(f"backend 'cpu' for op 'flow_step' (quantiles='histogram') is unavailable: "
+                                          f"{reason}; build it with `FASTDPOT_EXT=flow_histogram python setup.py "
+                                          "build_ext --inplace`")
     extra = {} if sketch is None else dict(sketch=sketch)  # backends without sketch mode keep their signature
     return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
               reg=float(reg), seed=int(seed), quantiles=quantiles, num_quantiles=num_quantiles,
