@@ -141,6 +141,9 @@ class DPSinkhornConfig:
     ``noise_multiplier=None`` calibrates z so that ``max_steps`` steps reach exactly ``target_epsilon``.
     ``secure_mode`` (default True): batches and noise from the operating system, ``seed`` only for public draws;
     False: everything replayable from ``seed`` (no guarantee against anyone who holds it).
+    Opacus' names are accepted as constructor aliases: ``max_grad_norm`` for ``clip_norm`` and ``target_delta`` for
+    ``delta`` (giving an alias and a non-default canonical value that differ is a ValueError); after construction
+    only the canonical fields hold the values (the aliases read None).
     """
     target_epsilon: float = 10.0
     delta: float = 1e-5
@@ -161,6 +164,19 @@ class DPSinkhornConfig:
     accountant: str = "pld"
     seed: int = 0
     secure_mode: bool = True
+    max_grad_norm: Optional[float] = None  # Opacus alias of clip_norm
+    target_delta: Optional[float] = None   # Opacus alias of delta
+
+    def __post_init__(self):
+        for alias, name, default in (("max_grad_norm", "clip_norm", 0.5), ("target_delta", "delta", 1e-5)):
+            value = getattr(self, alias)
+            if value is None:
+                continue
+            if getattr(self, name) not in (default, value):
+                raise ValueError(f"give {name} or its alias {alias}, not both (got {name}={getattr(self, name)!r}, "
+                                 f"{alias}={value!r})")
+            setattr(self, name, value)
+            setattr(self, alias, None)
 
 
 @dataclass

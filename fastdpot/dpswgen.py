@@ -16,7 +16,8 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from ._validate import check_choice, check_delta, check_epsilon, check_int, check_positive, check_tensor
+from ._validate import (check_choice, check_delta, check_epsilon, check_int, check_positive, check_tensor,
+                        resolve_alias)
 from .sliced import _check_release, dp_sliced_wasserstein, dp_sliced_wasserstein_noise_std, sliced_wasserstein
 
 __all__ = ["MLPGenerator", "ConvGenerator", "DPSWgenResult", "train_dpswgen"]
@@ -101,13 +102,15 @@ class DPSWgenResult:
         return out
 
 
-def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, steps: int, batch_size: int = 250,
+def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, delta: Optional[float] = None, *,
+                  steps: Optional[int] = None, batch_size: int = 250,
                   num_projections: int = 70, radius: float = 1.0, p: int = 2, latent_dim: int = 16,
                   model: str = "mlp", lr: float = 1e-3, bound: str = "chernoff", accountant: str = "rdp",
                   noise_std: Optional[float] = None, generator: Optional[torch.Generator] = None,
                   backend: str = "auto", budget_checks: int = 10, log_every: int = 0,
                   secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None,
-                  progress: bool = True) -> DPSWgenResult:
+                  progress: bool = True, target_epsilon: Optional[float] = None,
+                  target_delta: Optional[float] = None, epochs: Optional[float] = None) -> DPSWgenResult:
     r"""Train a DPSWgen generator on private rows with the DP sliced Wasserstein loss.
 
     Per step: spend the step in the budget (before releasing), draw a fresh uniform batch of B rows without
@@ -116,8 +119,10 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
 
     Args:
         private_data: (n, d) private rows (latents, or flattened images for ``model="conv"`` with shape (n, C, H, W)).
-        epsilon: target ε (``math.inf``: non-private run, σ = 0, nothing accounted).
-        delta: target δ of the whole run.
+        epsilon: target ε (``math.inf``: non-private run, σ = 0, nothing accounted); Opacus' name
+            ``target_epsilon=`` is an alias (give one of the two).
+        delta: target δ of the whole run (alias ``target_delta=``).
+        epochs: Opacus-style alternative to ``steps``: T = round(epochs · n / B) (give one of the two).
         steps: T, the number of training steps the noise is calibrated for.
         batch_size: B (fixed; sample rate B/n).
         num_projections: k directions per step.
@@ -160,6 +165,18 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: float, delta: float, *, s
     from .privacy import FixedSizeSampler, PrivacyAccountant, PrivacyBudget
 
     check_tensor(private_data, "private_data", dtypes=(torch.float32, torch.float64))
+    epsilon = resolve_alias(epsilon, target_epsilon, "epsilon", "target_epsilon")
+    delta = resolve_alias(delta, target_delta, "delta", "target_delta")
+    if epsilon is None or delta is None:
+        raise TypeError("train_dpswgen() needs the target ε and δ: epsilon= / target_epsilon= and delta= / "
+                        "target_delta=")
+    if epochs is not None:
+        if steps is not None:
+            raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
+        check_positive(epochs, "epochs")
+        steps = max(1, round(float(epochs) * private_data.shape[0] / check_int(batch_size, "batch_size")))
+    if steps is None:
+        raise TypeError("train_dpswgen() needs steps= (or epochs=)")
     private = not math.isinf(float(epsilon))
     epsilon = check_epsilon(epsilon, allow_inf=True)
     delta = check_delta(delta)

@@ -622,16 +622,23 @@ class DPSlicedWassersteinLoss(nn.Module):
         self.releases = 0
 
     @classmethod
-    def from_privacy(cls, epsilon: float, delta: float, batch_size: int, dataset_size: int, steps: int,
-                     num_projections: int, dim: int, radius: float, bound: str = "chernoff", p: int = 2,
+    def from_privacy(cls, epsilon: Optional[float] = None, delta: Optional[float] = None,
+                     batch_size: Optional[int] = None, dataset_size: Optional[int] = None,
+                     steps: Optional[int] = None, num_projections: Optional[int] = None, dim: Optional[int] = None,
+                     radius: Optional[float] = None, bound: str = "chernoff", p: int = 2,
                      generator: Optional[torch.Generator] = None, backend: str = "auto", *,
-                     secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
+                     secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None,
+                     target_epsilon: Optional[float] = None, target_delta: Optional[float] = None,
+                     epochs: Optional[float] = None):
         """Module whose ``noise_std`` makes ``steps`` releases (ε, δ)-DP.
 
-        See :func:`dp_sliced_wasserstein_noise_std` for the arguments and the calibration.
+        See :func:`dp_sliced_wasserstein_noise_std` for the arguments and the calibration (Opacus' names
+        ``target_epsilon``, ``target_delta`` and ``epochs`` are accepted there and here as aliases).
         """
         sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, batch_size, dataset_size, steps,
-                                                         num_projections, dim, radius, bound=bound)
+                                                         num_projections, dim, radius, bound=bound,
+                                                         target_epsilon=target_epsilon, target_delta=target_delta,
+                                                         epochs=epochs)
         mod = cls(sigma, num_projections, p=p, radius=radius, generator=generator, backend=backend,
                   secure_mode=secure_mode, release=release, num_bins=num_bins)
         mod.privacy = details

@@ -1,5 +1,7 @@
 """Bad input refused up front with a message naming the argument, and ecosystem conventions (GeomLoss' SamplesLoss,
 POT's sliced names). Issue 17."""
+import math
+
 import pytest
 import torch
 
@@ -388,3 +390,25 @@ def test_noise_std_accepts_opacus_names_and_names_what_the_caller_passed():
         F.dp_sliced_wasserstein_noise_std(8.0, 1e-5, steps=80, epochs=10, **kw)
     with pytest.raises(ValueError, match=r"needs \['steps'\]"):
         F.dp_sliced_wasserstein_noise_std(8.0, 1e-5, **kw)
+
+
+def test_opacus_aliases_in_the_trainers_and_the_loss_module():
+    from fastdpot.dp_sinkhorn import DPSinkhornConfig
+    from fastdpot.dpswgen import train_dpswgen
+
+    cfg = DPSinkhornConfig(max_grad_norm=1.5, target_delta=1e-6)
+    assert cfg.clip_norm == 1.5 and cfg.delta == 1e-6 and cfg.max_grad_norm is None
+    with pytest.raises(ValueError, match="clip_norm or its alias max_grad_norm"):
+        DPSinkhornConfig(clip_norm=2.0, max_grad_norm=1.0)
+    kw = dict(batch_size=250, dataset_size=2000, num_projections=20, dim=4, radius=1.0)
+    a = F.DPSlicedWassersteinLoss.from_privacy(8.0, 1e-5, steps=80, **kw)
+    b = F.DPSlicedWassersteinLoss.from_privacy(target_epsilon=8.0, target_delta=1e-5, epochs=10, **kw)
+    assert a.noise_std == b.noise_std and b.privacy["steps"] == 80
+    x = torch.randn(40, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    r = train_dpswgen(x, target_epsilon=math.inf, target_delta=1e-5, epochs=0.5, batch_size=20, latent_dim=2,
+                      progress=False, generator=torch.Generator().manual_seed(1), secure_mode=False)
+    assert r.steps == 1
+    with pytest.raises(ValueError, match="epsilon or its alias target_epsilon"):
+        train_dpswgen(x, 1.0, 1e-5, target_epsilon=2.0, steps=1, batch_size=20, progress=False)
+    with pytest.raises(ValueError, match="steps or epochs"):
+        train_dpswgen(x, 1.0, 1e-5, steps=1, epochs=1.0, batch_size=20, progress=False)
