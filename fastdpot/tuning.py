@@ -125,7 +125,11 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
 
     Args:
         base: settings shared by all points (the real run's; its ``seed`` picks the real public part).
-        grid: {PipelineConfig field: values}; the points are the Cartesian product.
+        grid: {PipelineConfig field: values}; the points are the Cartesian product, less the combinations that
+            are not valid settings (``PipelineConfig.resolved`` raises ValueError, e.g. ``release="points"`` with
+            a ``num_bins``), which are listed in ``table.md`` as skipped and not run; so
+            ``release=points,sketch`` × ``num_bins=none,5,10`` gives the three points (points, None), (sketch, 5),
+            (sketch, 10).
         out_dir: one run folder per point (``p000``, ``p001``, …) plus the two result files.
         select: the metric ranking the points (``fid`` lower is better; accuracies higher is better). With
             ``flow_seeds`` > 1 the seed mean ranks.
@@ -135,7 +139,8 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
         the rows, ranked best first: {"point", "run", the point's settings, metrics ...}.
 
     Raises:
-        ValueError: bad grid, bad sizes, or a ``select`` metric the runs do not report.
+        ValueError: bad grid (or one without a valid point), bad sizes, or a ``select`` metric the runs do not
+            report.
     """
     cfg = base.resolved()
     known = ["fid"] + [f"accuracy_{c}" for c in cfg.classifiers.split(",")]
@@ -146,10 +151,20 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
     del data  # the real private part and test set go no further
     os.makedirs(out_dir, exist_ok=True)
     keys = list(grid)
+    points, skipped = [], []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        point = dict(zip(keys, combo))
+        try:  # e.g. release=points with num_bins=5: not a setting, so not a point of the sweep
+            replace(cfg, quick=False, **point).resolved()
+            points.append(point)
+        except ValueError as err:
+            skipped.append((point, str(err)))
+    if not points:
+        raise ValueError("no point of the grid is a valid setting: "
+                         + "; ".join(f"{p}: {e}" for p, e in skipped))
     rows = []
     with open(os.path.join(out_dir, "results.jsonl"), "w") as res:
-        for i, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
-            point = dict(zip(keys, combo))
+        for i, point in enumerate(points):
             run_dir = os.path.join(out_dir, f"p{i:03d}")
             m = run_pipeline(replace(cfg, quick=False, **point), run_dir, progress=progress, cache_dir=cache_dir,
                              data=split)
@@ -183,6 +198,9 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
         mets = [f"{row['seed_means'][k]:.4g} ± {row['seed_stds'][k]:.2g}" for k in metrics]
         lines.append(f"| {r + 1} | " + " | ".join(cells) + f" | {_fmt(row['epsilon_spent'])} | "
                      + " | ".join(mets) + f" | {row['wall_time_s']:.0f} |")
+    if skipped:
+        lines += ["", "Grid combinations that are not valid settings (skipped, not run):", ""]
+        lines += [f"* {json.dumps(p, default=str)}: {e}" for p, e in skipped]
     with open(os.path.join(out_dir, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return rows
