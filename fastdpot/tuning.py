@@ -34,7 +34,7 @@ import torch
 from ._validate import check_int
 from .pipeline import PipelineConfig, run_pipeline, stage_data
 
-__all__ = ["tuning_split", "parse_grid", "run_tuning", "main"]
+__all__ = ["tuning_split", "parse_grid", "parse_settings", "run_tuning", "main"]
 
 _LOWER_IS_BETTER = ("fid",)
 
@@ -110,6 +110,28 @@ def parse_grid(specs: Sequence[str]) -> Dict[str, List[Any]]:
             raise ValueError(f"grid key {key!r} has no values")
         grid[key] = values
     return grid
+
+
+def parse_settings(specs: Sequence[str]) -> Dict[str, Any]:
+    """``["epsilon=10", "classifiers=logreg,mlp"]`` -> ``{"epsilon": 10, "classifiers": "logreg,mlp"}``: the fixed
+    settings of ``--set``; unlike a grid value, the value is NOT split at commas (one value per key).
+
+    Raises:
+        ValueError: a spec without ``=``, an unknown key or a key given twice.
+    """
+    names = {f.name for f in fields(PipelineConfig)}
+    out: Dict[str, Any] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise ValueError(f"settings are KEY=VALUE, got {spec!r}")
+        key, val = spec.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if key not in names:
+            raise ValueError(f"setting {key!r} is not a PipelineConfig field ({sorted(names)})")
+        if key in out:
+            raise ValueError(f"setting {key!r} given twice")
+        out[key] = _value(val)
+    return out
 
 
 def _fmt(v):
@@ -214,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="a PipelineConfig field and its values (repeatable; the points are the product)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=V",
-                   help="a PipelineConfig field fixed for every point (repeatable), e.g. epsilon=10")
+                   help="a PipelineConfig field fixed for every point (repeatable; the value is not split at commas), "
+                        "e.g. epsilon=10, classifiers=logreg,mlp")
     p.add_argument("--select", default="accuracy_cnn", help="ranking metric: fid, accuracy_logreg, accuracy_mlp, "
                                                            "accuracy_cnn")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the public part's three-way split")
@@ -229,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        fixed = {k: v[0] for k, v in parse_grid(args.set).items()}
+        fixed = parse_settings(args.set)
         grid = parse_grid(args.grid) or {"seed": [fixed.get("seed", 0)]}
         rows = run_tuning(PipelineConfig(**fixed), grid, args.out, select=args.select, split_seed=args.split_seed,
                           holdout_size=args.holdout_size, standin_public_size=args.standin_public_size,

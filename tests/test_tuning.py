@@ -7,7 +7,7 @@ import torch
 
 from fastdpot.data import ImageData
 from fastdpot.pipeline import PipelineConfig
-from fastdpot.tuning import main, parse_grid, run_tuning, tuning_split
+from fastdpot.tuning import main, parse_grid, parse_settings, run_tuning, tuning_split
 
 
 def _public(n=90):
@@ -87,3 +87,13 @@ def test_grid_combinations_that_are_not_settings_are_skipped_and_listed(tmp_path
     with pytest.raises(ValueError, match="no point of the grid"):
         run_tuning(base, {"release": ["sketch"], "num_bins": [None]}, str(tmp_path / "u"), select="accuracy_logreg")
     assert len(ran) == 2
+
+
+def test_set_values_are_not_split_at_commas():
+    # `--set classifiers=logreg,mlp` fixed classifiers="logreg" (the first grid value) before
+    assert parse_settings(["classifiers=logreg,mlp", "epsilon=inf", "num_bins=none", "release=sketch"]) == {
+        "classifiers": "logreg,mlp", "epsilon": math.inf, "num_bins": None, "release": "sketch"}
+    for bad in (["epsilon"], ["nope=1"], ["epochs=1", "epochs=2"]):
+        with pytest.raises(ValueError):
+            parse_settings(bad)
+    assert main(["--out", "/nonexistent/x", "--set", "classifiers=logreg,mlp", "--select", "accuracy_cnn"]) == 2
