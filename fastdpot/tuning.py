@@ -150,8 +150,8 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
         grid: {PipelineConfig field: values}; the points are the Cartesian product, less the combinations that
             are not valid settings (``PipelineConfig.resolved`` raises ValueError, e.g. ``release="points"`` with
             a ``num_bins``), which are listed in ``table.md`` as skipped and not run; so
-            ``release=points,sketch`` × ``num_bins=none,5,10`` gives the three points (points, None), (sketch, 5),
-            (sketch, 10).
+            ``release=points,sketch`` × ``num_bins=none,5,10`` gives the points (points, None), (sketch, None: the
+            default L), (sketch, 5), (sketch, 10).
         out_dir: one run folder per point (``p000``, ``p001``, …) plus the two result files.
         select: the metric ranking the points (``fid`` lower is better; accuracies higher is better). With
             ``flow_seeds`` > 1 the seed mean ranks.
@@ -177,8 +177,7 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
     for combo in itertools.product(*(grid[k] for k in keys)):
         point = dict(zip(keys, combo))
         try:  # e.g. release=points with num_bins=5: not a setting, so not a point of the sweep
-            replace(cfg, quick=False, **point).resolved()
-            points.append(point)
+            points.append((point, replace(replace(base, **point).resolved(), quick=False)))
         except ValueError as err:
             skipped.append((point, str(err)))
     if not points:
@@ -186,10 +185,9 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
                          + "; ".join(f"{p}: {e}" for p, e in skipped))
     rows = []
     with open(os.path.join(out_dir, "results.jsonl"), "w") as res:
-        for i, point in enumerate(points):
-            run_dir = os.path.join(out_dir, f"p{i:03d}")
-            m = run_pipeline(replace(cfg, quick=False, **point), run_dir, progress=progress, cache_dir=cache_dir,
-                             data=split)
+        for i, (point, point_cfg) in enumerate(points):  # the point applied to the UNresolved base, so that a
+            run_dir = os.path.join(out_dir, f"p{i:03d}")   # data-dependent default (num_bins) follows the point
+            m = run_pipeline(point_cfg, run_dir, progress=progress, cache_dir=cache_dir, data=split)
             summary = m.get("seed_summary") or {}
             row = dict(point=i, run=run_dir, settings=point, epsilon_spent=m["epsilon_spent"],
                        n_standin_public=m["n_public"], n_standin_private=m["n_private"], n_holdout=m["n_test"],

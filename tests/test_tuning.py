@@ -79,14 +79,18 @@ def test_grid_combinations_that_are_not_settings_are_skipped_and_listed(tmp_path
     base = PipelineConfig(dataset="digits", classifiers="logreg")
     grid = {"release": ["points", "sketch"], "num_bins": [None, 5], "step_size": [0.1]}
     rows = run_tuning(base, grid, str(tmp_path / "t"), select="accuracy_logreg")
-    assert ran == [("points", None, 0.1), ("sketch", 5, 0.1)]  # (points, 5) and (sketch, None) are not settings
-    assert [r["settings"]["release"] for r in rows] == ["sketch", "points"]  # ranked, best first
+    # (points, 5) is not a setting; (sketch, None) is the sketch with its default L = 5
+    assert ran == [("points", None, 0.1), ("sketch", 5, 0.1), ("sketch", 5, 0.1)]
+    assert [r["settings"]["release"] for r in rows] == ["sketch", "sketch", "points"]  # ranked, best first
     table = (tmp_path / "t" / "table.md").read_text()
     assert "skipped" in table and '"release": "points", "num_bins": 5' in table
-    assert '"release": "sketch", "num_bins": null' in table
+    assert '"release": "sketch", "num_bins": null' not in table
     with pytest.raises(ValueError, match="no point of the grid"):
-        run_tuning(base, {"release": ["sketch"], "num_bins": [None]}, str(tmp_path / "u"), select="accuracy_logreg")
-    assert len(ran) == 2
+        run_tuning(base, {"release": ["points"], "num_bins": [3]}, str(tmp_path / "u"), select="accuracy_logreg")
+    assert len(ran) == 3
+    # a grid over the release alone keeps the points release (the default L is not carried over to it)
+    run_tuning(base, {"release": ["points", "sketch"]}, str(tmp_path / "v"), select="accuracy_logreg")
+    assert ran[3:] == [("points", None, None), ("sketch", 5, None)]
 
 
 def test_set_values_are_not_split_at_commas():
