@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-step release of the flows: 'points' (the B·k noisy projections) or 'sketch' (the sliced "
                         "quantile sketch: L noisy rank-bin means per direction; same sensitivity, σ and ε)")
     f.add_argument("--num-bins", type=int, default=d.num_bins,
-                   help="L, the sketch's bins per direction (required with --release sketch, 1 <= L <= B)")
+                   help="L, the sketch's bins per direction (1 <= L <= B; default min(5, B) with the sketch)")
     f.add_argument("--seed", type=int, default=0, help="seed of the public work (split, auto-encoder, initial "
                    "particles, evaluation); the flow's privacy draws are secret unless --replayable-noise")
     f.add_argument("--replayable-noise", action="store_true",

@@ -34,7 +34,7 @@ import torch
 from ._validate import check_int
 from .pipeline import PipelineConfig, run_pipeline, stage_data
 
-__all__ = ["tuning_split", "parse_grid", "run_tuning", "main"]
+__all__ = ["tuning_split", "parse_grid", "parse_settings", "run_tuning", "main"]
 
 _LOWER_IS_BETTER = ("fid",)
 
@@ -112,6 +112,28 @@ def parse_grid(specs: Sequence[str]) -> Dict[str, List[Any]]:
     return grid
 
 
+def parse_settings(specs: Sequence[str]) -> Dict[str, Any]:
+    """``["epsilon=10", "classifiers=logreg,mlp"]`` -> ``{"epsilon": 10, "classifiers": "logreg,mlp"}``: the fixed
+    settings of ``--set``; unlike a grid value, the value is NOT split at commas (one value per key).
+
+    Raises:
+        ValueError: a spec without ``=``, an unknown key or a key given twice.
+    """
+    names = {f.name for f in fields(PipelineConfig)}
+    out: Dict[str, Any] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise ValueError(f"settings are KEY=VALUE, got {spec!r}")
+        key, val = spec.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if key not in names:
+            raise ValueError(f"setting {key!r} is not a PipelineConfig field ({sorted(names)})")
+        if key in out:
+            raise ValueError(f"setting {key!r} given twice")
+        out[key] = _value(val)
+    return out
+
+
 def _fmt(v):
     if isinstance(v, float):
         return "inf" if math.isinf(v) else f"{v:.4g}"
@@ -125,7 +147,11 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
 
     Args:
         base: settings shared by all points (the real run's; its ``seed`` picks the real public part).
-        grid: {PipelineConfig field: values}; the points are the Cartesian product.
+        grid: {PipelineConfig field: values}; the points are the Cartesian product, less the combinations that
+            are not valid settings (``PipelineConfig.resolved`` raises ValueError, e.g. ``release="points"`` with
+            a ``num_bins``), which are listed in ``table.md`` as skipped and not run; so
+            ``release=points,sketch`` × ``num_bins=none,5,10`` gives the points (points, None), (sketch, None: the
+            default L), (sketch, 5), (sketch, 10).
         out_dir: one run folder per point (``p000``, ``p001``, …) plus the two result files.
         select: the metric ranking the points (``fid`` lower is better; accuracies higher is better). With
             ``flow_seeds`` > 1 the seed mean ranks.
@@ -135,7 +161,8 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
         the rows, ranked best first: {"point", "run", the point's settings, metrics ...}.
 
     Raises:
-        ValueError: bad grid, bad sizes, or a ``select`` metric the runs do not report.
+        ValueError: bad grid (or one without a valid point), bad sizes, or a ``select`` metric the runs do not
+            report.
     """
     cfg = base.resolved()
     known = ["fid"] + [f"accuracy_{c}" for c in cfg.classifiers.split(",")]
@@ -146,13 +173,21 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
     del data  # the real private part and test set go no further
     os.makedirs(out_dir, exist_ok=True)
     keys = list(grid)
+    points, skipped = [], []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        point = dict(zip(keys, combo))
+        try:  # e.g. release=points with num_bins=5: not a setting, so not a point of the sweep
+            points.append((point, replace(replace(base, **point).resolved(), quick=False)))
+        except ValueError as err:
+            skipped.append((point, str(err)))
+    if not points:
+        raise ValueError("no point of the grid is a valid setting: "
+                         + "; ".join(f"{p}: {e}" for p, e in skipped))
     rows = []
     with open(os.path.join(out_dir, "results.jsonl"), "w") as res:
-        for i, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
-            point = dict(zip(keys, combo))
-            run_dir = os.path.join(out_dir, f"p{i:03d}")
-            m = run_pipeline(replace(cfg, quick=False, **point), run_dir, progress=progress, cache_dir=cache_dir,
-                             data=split)
+        for i, (point, point_cfg) in enumerate(points):  # the point applied to the UNresolved base, so that a
+            run_dir = os.path.join(out_dir, f"p{i:03d}")   # data-dependent default (num_bins) follows the point
+            m = run_pipeline(point_cfg, run_dir, progress=progress, cache_dir=cache_dir, data=split)
             summary = m.get("seed_summary") or {}
             row = dict(point=i, run=run_dir, settings=point, epsilon_spent=m["epsilon_spent"],
                        n_standin_public=m["n_public"], n_standin_private=m["n_private"], n_holdout=m["n_test"],
@@ -183,6 +218,9 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
         mets = [f"{row['seed_means'][k]:.4g} ± {row['seed_stds'][k]:.2g}" for k in metrics]
         lines.append(f"| {r + 1} | " + " | ".join(cells) + f" | {_fmt(row['epsilon_spent'])} | "
                      + " | ".join(mets) + f" | {row['wall_time_s']:.0f} |")
+    if skipped:
+        lines += ["", "Grid combinations that are not valid settings (skipped, not run):", ""]
+        lines += [f"* {json.dumps(p, default=str)}: {e}" for p, e in skipped]
     with open(os.path.join(out_dir, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return rows
@@ -196,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="a PipelineConfig field and its values (repeatable; the points are the product)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=V",
-                   help="a PipelineConfig field fixed for every point (repeatable), e.g. epsilon=10")
+                   help="a PipelineConfig field fixed for every point (repeatable; the value is not split at commas), "
+                        "e.g. epsilon=10, classifiers=logreg,mlp")
     p.add_argument("--select", default="accuracy_cnn", help="ranking metric: fid, accuracy_logreg, accuracy_mlp, "
                                                            "accuracy_cnn")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the public part's three-way split")
@@ -214,7 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
-        fixed = {k: v[0] for k, v in parse_grid(args.set).items()}
+        fixed = parse_settings(args.set)
         grid = parse_grid(args.grid) or {"seed": [fixed.get("seed", 0)]}
         rows = run_tuning(PipelineConfig(**fixed), grid, args.out, select=args.select, split_seed=args.split_seed,
                           holdout_size=args.holdout_size, standin_public_size=args.standin_public_size,

@@ -347,7 +347,7 @@ def test_sketch_release_reaches_the_flows_and_privacy_md(monkeypatch):
     text = pl._privacy_md(cfg, dict(privacy=fl["privacy"], dataset="synthetic", n_public=0, n_private=120,
                                     latent_dim=4, epsilon=fl["epsilon"]))
     assert "sliced quantile sketch" in text and "L = 4 rank bins" in text and "Y Θᵀ + V" not in text
-    cfg0 = PipelineConfig(epochs=1.0, batch_size=20, latent_dim=4).resolved()
+    cfg0 = PipelineConfig(release="points", epochs=1.0, batch_size=20, latent_dim=4).resolved()
     fl0 = stage_flow(cfg0, lat, None, 20, progress=False)
     assert fl0["flow"].config["release"] == "points" and fl0["privacy"]["release"] == "points"
     assert "Y Θᵀ + V" in pl._privacy_md(cfg0, dict(privacy=fl0["privacy"], dataset="synthetic", n_public=0,
@@ -355,8 +355,12 @@ def test_sketch_release_reaches_the_flows_and_privacy_md(monkeypatch):
     assert fl["epsilon"] == fl0["epsilon"]  # the same z, Δ and sampler: the same ε
     with pytest.raises(SystemExit):
         cli.main(["flow", "--release", "bins"])
-    for bad in (dict(release="sketch"), dict(release="sketch", num_bins=0), dict(release="sketch", num_bins=101),
-                dict(num_bins=5), dict(release="x")):
+    # the default, chosen by the public-only sweep (docs/mainjob/tuning.md): the sketch with L = min(5, B)
+    d = PipelineConfig().resolved()
+    assert (d.release, d.num_bins, PipelineConfig(batch_size=3).resolved().num_bins) == ("sketch", 5, 3)
+    assert PipelineConfig(release="points").resolved().num_bins is None
+    for bad in (dict(release="sketch", num_bins=0), dict(release="sketch", num_bins=101),
+                dict(release="points", num_bins=5), dict(release="x")):
         with pytest.raises(ValueError, match="num_bins|release"):
             PipelineConfig(**bad).resolved()
 
@@ -376,14 +380,14 @@ def test_sketch_release_cli_records_it(idx_dir, tmp_path):
 @pytest.mark.slow
 def test_run_folders_without_release_resume_as_points(idx_dir, tmp_path):
     # a run folder written before `release` existed resumes as the points release
-    assert cli.main(_args(idx_dir, tmp_path, "--name", "old")) == 0
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "old", "--release", "points")) == 0
     assert "Y Θᵀ + V" in (tmp_path / "runs" / "old" / "privacy.md").read_text()
     cfg_path = tmp_path / "runs" / "old" / "config.json"
     old = json.loads(cfg_path.read_text())
     assert old["release"] == "points"
     del old["release"], old["num_bins"]
     cfg_path.write_text(json.dumps(old))
-    assert cli.main(_args(idx_dir, tmp_path, "--name", "old")) == 0
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "old", "--release", "points")) == 0
     assert json.loads((tmp_path / "runs" / "old" / "metrics.json").read_text())["flow_resumed"]
 
 

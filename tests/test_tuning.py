@@ -7,7 +7,7 @@ import torch
 
 from fastdpot.data import ImageData
 from fastdpot.pipeline import PipelineConfig
-from fastdpot.tuning import main, parse_grid, run_tuning, tuning_split
+from fastdpot.tuning import main, parse_grid, parse_settings, run_tuning, tuning_split
 
 
 def _public(n=90):
@@ -59,3 +59,45 @@ def test_tiny_sweep_writes_a_ranked_table(tmp_path):
     assert rows[0]["n_holdout"] == n_pub // 3  # the held-out part comes from the public half, not the test set
     table = (out / "table.md").read_text()
     assert "| rank | step_size |" in table and "held-out" in table
+
+
+def test_grid_combinations_that_are_not_settings_are_skipped_and_listed(tmp_path, monkeypatch):
+    import fastdpot.tuning as tuning
+
+    ran = []
+
+    def fake_run_pipeline(cfg, run_dir, progress=False, cache_dir=None, data=None):
+        cfg.resolved()  # the real pipeline would raise here on an invalid point
+        ran.append((cfg.release, cfg.num_bins, cfg.step_size))
+        acc = 0.5 + 0.01 * len(ran)
+        return dict(epsilon_spent=10.0, n_public=len(data["public"]), n_private=len(data["private"]),
+                    n_test=len(data["test"]), fid=100.0, accuracy_logreg=acc,
+                    seed_summary={"fid": {"mean": 100.0, "std": 0.0}, "accuracy_logreg": {"mean": acc, "std": 0.0}},
+                    wall_time_s={"total": 1.0})
+
+    monkeypatch.setattr(tuning, "run_pipeline", fake_run_pipeline)
+    base = PipelineConfig(dataset="digits", classifiers="logreg")
+    grid = {"release": ["points", "sketch"], "num_bins": [None, 5], "step_size": [0.1]}
+    rows = run_tuning(base, grid, str(tmp_path / "t"), select="accuracy_logreg")
+    # (points, 5) is not a setting; (sketch, None) is the sketch with its default L = 5
+    assert ran == [("points", None, 0.1), ("sketch", 5, 0.1), ("sketch", 5, 0.1)]
+    assert [r["settings"]["release"] for r in rows] == ["sketch", "sketch", "points"]  # ranked, best first
+    table = (tmp_path / "t" / "table.md").read_text()
+    assert "skipped" in table and '"release": "points", "num_bins": 5' in table
+    assert '"release": "sketch", "num_bins": null' not in table
+    with pytest.raises(ValueError, match="no point of the grid"):
+        run_tuning(base, {"release": ["points"], "num_bins": [3]}, str(tmp_path / "u"), select="accuracy_logreg")
+    assert len(ran) == 3
+    # a grid over the release alone keeps the points release (the default L is not carried over to it)
+    run_tuning(base, {"release": ["points", "sketch"]}, str(tmp_path / "v"), select="accuracy_logreg")
+    assert ran[3:] == [("points", None, None), ("sketch", 5, None)]
+
+
+def test_set_values_are_not_split_at_commas():
+    # `--set classifiers=logreg,mlp` fixed classifiers="logreg" (the first grid value) before
+    assert parse_settings(["classifiers=logreg,mlp", "epsilon=inf", "num_bins=none", "release=sketch"]) == {
+        "classifiers": "logreg,mlp", "epsilon": math.inf, "num_bins": None, "release": "sketch"}
+    for bad in (["epsilon"], ["nope=1"], ["epochs=1", "epochs=2"]):
+        with pytest.raises(ValueError):
+            parse_settings(bad)
+    assert main(["--out", "/nonexistent/x", "--set", "classifiers=logreg,mlp", "--select", "accuracy_cnn"]) == 2
