@@ -165,6 +165,8 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
     from .privacy import FixedSizeSampler, PrivacyAccountant, PrivacyBudget
 
     check_tensor(private_data, "private_data", dtypes=(torch.float32, torch.float64))
+    eps_name = "epsilon" if target_epsilon is None else "target_epsilon"  # errors name what the caller passed
+    delta_name = "delta" if target_delta is None else "target_delta"
     epsilon = resolve_alias(epsilon, target_epsilon, "epsilon", "target_epsilon")
     delta = resolve_alias(delta, target_delta, "delta", "target_delta")
     if epsilon is None or delta is None:
@@ -178,8 +180,8 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
     if steps is None:
         raise TypeError("train_dpswgen() needs steps= (or epochs=)")
     private = not math.isinf(float(epsilon))
-    epsilon = check_epsilon(epsilon, allow_inf=True)
-    delta = check_delta(delta)
+    epsilon = check_epsilon(epsilon, eps_name, allow_inf=True)
+    delta = check_delta(delta, delta_name)
     T = check_int(steps, "steps")
     model = check_choice(model, "model", ("mlp", "conv"))
     n = private_data.shape[0]

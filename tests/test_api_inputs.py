@@ -412,3 +412,15 @@ def test_opacus_aliases_in_the_trainers_and_the_loss_module():
         train_dpswgen(x, 1.0, 1e-5, target_epsilon=2.0, steps=1, batch_size=20, progress=False)
     with pytest.raises(ValueError, match="steps or epochs"):
         train_dpswgen(x, 1.0, 1e-5, steps=1, epochs=1.0, batch_size=20, progress=False)
+
+
+def test_train_dpswgen_errors_name_the_budget_argument_the_caller_used():
+    from fastdpot.dpswgen import train_dpswgen
+
+    x = torch.randn(40, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.raises(ValueError, match="^target_epsilon must be > 0"):
+        train_dpswgen(x, target_epsilon=-1.0, delta=1e-5, steps=1, batch_size=20, progress=False)
+    with pytest.raises(ValueError, match="^epsilon must be > 0"):
+        train_dpswgen(x, -1.0, 1e-5, steps=1, batch_size=20, progress=False)
+    with pytest.raises(ValueError, match="^target_delta must be in"):
+        train_dpswgen(x, 1.0, target_delta=2.0, steps=1, batch_size=20, progress=False)
