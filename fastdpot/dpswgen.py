@@ -122,7 +122,7 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
         epsilon: target ε (``math.inf``: non-private run, σ = 0, nothing accounted); Opacus' name
             ``target_epsilon=`` is an alias (give one of the two).
         delta: target δ of the whole run (alias ``target_delta=``).
-        epochs: Opacus-style alternative to ``steps``: T = round(epochs · n / B) (give one of the two).
+        epochs: Opacus-style alternative to ``steps``: T = ⌈epochs · n / B⌉ (give one of the two).
         steps: T, the number of training steps the noise is calibrated for.
         batch_size: B (fixed; sample rate B/n).
         num_projections: k directions per step.
@@ -176,7 +176,7 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
         if steps is not None:
             raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
         check_positive(epochs, "epochs")
-        steps = max(1, round(float(epochs) * private_data.shape[0] / check_int(batch_size, "batch_size")))
+        steps = max(1, math.ceil(float(epochs) * private_data.shape[0] / check_int(batch_size, "batch_size")))
     if steps is None:
         raise TypeError("train_dpswgen() needs steps= (or epochs=)")
     private = not math.isinf(float(epsilon))
