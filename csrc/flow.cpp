@@ -299,16 +299,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             T* ys = s.ys.data();
             // noisy private projections (sorted values only)
             // (sketch mode: M == 0, no private rows and no draw from stream 2j+1)
-            if (sigma > 0 && M > 0) flowrng::fill_normal_fast(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
-            else std::fill(ys, ys + M, (T)0);
-            for (int64_t m = 0; m < M; ++m) {
-                if (ny_out) ny_out[m * K + j] = ys[m];
-                const T* ym = Y + m * d;
-                T acc = 0;
-                for (int64_t c = 0; c < d; ++c) acc += ym[c] * th[c];
-                ys[m] += acc;
-            }
-            std::sort(ys, ys + M);
+            flowrng::sorted_noisy_private_projections(Y, M, d, th, K, j, sigma, seed, ys, ny_out);
             const double scale = (double)(M - 1) / (double)(N - 1);
             const double* tb = TB ? TB + j * L : nullptr;  // sketch mode: this direction's table row
             const double inv_n1 = 1.0 / (double)(N - 1);

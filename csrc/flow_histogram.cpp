@@ -326,18 +326,7 @@ void private_targets_impl(const T* Y, int64_t M, int64_t d, const T* TH, int64_t
     const int nthreads = ((double)M * (double)K * (double)d < 1.0e6) ? 1 : omp_get_max_threads();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
     for (int64_t j = 0; j < K; ++j) {
-        T* ys = out_sorted + j * M;
-        if (sigma > 0) flowrng::fill_normal_fast(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
-        else std::fill(ys, ys + M, (T)0);
-        const T* th = TH + j * d;
-        for (int64_t m = 0; m < M; ++m) {
-            if (ny_out) ny_out[m * K + j] = ys[m];
-            const T* ym = Y + m * d;
-            T acc = 0;
-            for (int64_t c = 0; c < d; ++c) acc += ym[c] * th[c];
-            ys[m] += acc;
-        }
-        std::sort(ys, ys + M);
+        flowrng::sorted_noisy_private_projections(Y, M, d, TH + j * d, K, j, sigma, seed, out_sorted + j * M, ny_out);
     }
 }
 

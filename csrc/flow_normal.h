@@ -11,6 +11,7 @@
 // within 2^-10 of 1, a series in v = 1 − u computed from the integer, so the radius is accurate near 0 too.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #if defined(__AVX512F__)
@@ -213,6 +214,25 @@ template <typename T>
 static inline void fill_normal_smooth(T* out, int64_t n, uint64_t seed, uint64_t stream, uint64_t offset,
                                       double scale) {
     fill_normal_blocks<4>(out, n, seed, stream, offset, scale);
+}
+
+// The private side of one flow step for direction j, shared by the exact (flow.cpp) and histogram
+// (flow_histogram.cpp) steps so that both release exactly the same values: ys[m] = θ_j·y_m + σ·ξ_{m,j}, with ξ the
+// privacy-grade normals of stream 2j + 1 (offset 0), the noise written to ny_out[m·K + j] when ny_out is given,
+// then ys sorted ascending. ys holds M values; th points at θ_j (d values); Y is (M, d) row-major.
+template <typename T>
+inline void sorted_noisy_private_projections(const T* Y, int64_t M, int64_t d, const T* th, int64_t K, int64_t j,
+                                             double sigma, uint64_t seed, T* ys, T* ny_out) {
+    if (sigma > 0 && M > 0) fill_normal_fast(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
+    else std::fill(ys, ys + M, (T)0);
+    for (int64_t m = 0; m < M; ++m) {
+        if (ny_out) ny_out[m * K + j] = ys[m];
+        const T* ym = Y + m * d;
+        T acc = 0;
+        for (int64_t c = 0; c < d; ++c) acc += ym[c] * th[c];
+        ys[m] += acc;
+    }
+    std::sort(ys, ys + M);
 }
 
 }  // namespace flowrng
