@@ -8,7 +8,6 @@ from ._random import draw_seed, make_generator  # noqa: F401
 # Public API (each module registers its ops with the dispatch table on import).
 from .sliced import (DPSlicedWassersteinLoss, SlicedWassersteinLoss, dp_sliced_wasserstein,  # noqa: F401,E402
                      dp_sliced_wasserstein_noise_std, sliced_wasserstein)
-from . import kernels as _kernels  # noqa: F401,E402  registers the triton backends (flow_step, sliced_wasserstein)
 from .flow import ClassConditionalFlow, DPSlicedWassersteinFlow, NonFiniteParticlesError  # noqa: F401,E402
 from . import privacy  # noqa: F401,E402  the privacy core (accounting, budgets, samplers, mechanisms)
 from .privacy import (BudgetExceededError, FixedSizeSampler, PoissonSampler, PrivacyAccountant,  # noqa: F401,E402

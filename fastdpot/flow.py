@@ -63,6 +63,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 import torch
 
 from ._checkpoint import CheckpointError  # noqa: F401  (raised by load; re-exported)
+from .ops._triton import register_triton
 from ._dispatch import dispatch, register, set_auto
 from ._ext import BackendUnavailableError, cpp_status, load_cpp
 from ._random import make_generator, random_directions
@@ -279,6 +280,7 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, reg
 
 
 set_auto("flow_step", "cpu", [("cpu", 0)])
+register_triton("flow_step", "flow_step", "flow_step_triton")  # kernels/flow_step.py, imported on first use
 
 
 def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projections: torch.Tensor, *,

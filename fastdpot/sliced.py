@@ -22,6 +22,7 @@ from torch import nn
 
 from . import _dispatch
 from ._ext import cpp_status, load_cpp
+from .ops._triton import register_triton
 from ._validate import (check_choice, check_delta, check_generator, check_int, check_nonnegative, check_positive,
                         check_same_dim, check_tensor, check_unit_rows, resolve_alias)
 from .reference import sliced as _ref
@@ -155,6 +156,7 @@ def _sw_cpu(x, y, projections, p, noise_std, seed, return_noise):
 
 
 _dispatch.set_auto(OP, "cpu", [("cpu", 0)])
+register_triton(OP, "dpswd", "sliced_wasserstein_triton")  # kernels/dpswd.py, imported on first use
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -217,7 +217,12 @@ def test_no_noise_no_brownian_and_seed_replay():
 def test_dispatch_and_public_flow_step():
     x, y, th = _inputs(40, 16, 3, 5, torch.float64, seed=11)
     name, fn = dispatch("flow_step", "triton", DEV)
-    assert name == "triton" and fn is flow_step_triton
+    assert name == "triton"
+    a = fn(x, y, th, noise_std=0.2, step_size=0.5, reg=0.0, seed=4, quantiles="exact", num_quantiles=None,
+           return_noise=False)
+    b = flow_step_triton(x, y, th, noise_std=0.2, step_size=0.5, reg=0.0, seed=4, quantiles="exact",
+                         num_quantiles=None, return_noise=False)
+    assert torch.equal(a[0], b[0])  # the lazily imported launcher is kernels/flow_step.py's
     import fastdpot.flow as flow
 
     new, drift, noise = flow.flow_step(x, y, th, noise_std=0.2, step_size=0.5, seed=4, return_noise=True,
