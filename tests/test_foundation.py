@@ -205,3 +205,19 @@ def test_budget_exhaustion_raises_budget_exceeded_error():
     with pytest.raises(BudgetExceededError, match="planned 1 private steps"):
         flow.step(x[:10])
     assert flow.steps_taken == 1
+
+
+def test_import_leaves_heavy_optional_modules_unloaded():
+    # dp-accounting (~1.2 s), scipy.optimize/stats (~1 s) and Triton (~0.3 s) load on first use, not with the package
+    code = ("import sys, fastdpot, fastdpot.privacy; "
+            "print(' '.join(m for m in ('dp_accounting', 'scipy.optimize', 'scipy.stats', 'triton') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [], out.stdout
+    # and they are there when used: the accountant, the calibration and the orders still work
+    from fastdpot.privacy import DEFAULT_ORDERS, PrivacyAccountant
+    assert DEFAULT_ORDERS[:3] == (1.01, 1.02, 1.05)
+    acc = PrivacyAccountant("rdp")
+    acc.step(1.0, sample_rate=0.01, num_steps=10)
+    assert 0 < acc.get_epsilon(1e-5) < 10

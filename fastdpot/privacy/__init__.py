@@ -4,7 +4,7 @@ See the README section "Privacy" for which mechanism uses which neighbouring rel
 method splits δ. Accounting is delegated to Google's dp-accounting (PLD and RDP).
 """
 from .._random import make_generator
-from .accounting import ACCOUNTANTS, DEFAULT_ORDERS, SAMPLINGS, PrivacyAccountant, calibrate_noise_multiplier
+from .accounting import ACCOUNTANTS, SAMPLINGS, PrivacyAccountant, calibrate_noise_multiplier
 from .budget import BudgetExceededError, PrivacyBudget
 from .mechanisms import (clip_rows, gaussian_local_mechanism, gaussian_mechanism_sigma,
                          gaussian_projection_mechanism, laplace_local_mechanism, ldp_gaussian_sigma,
@@ -26,3 +26,10 @@ __all__ = [
     "sliced_sensitivity", "sliced_sensitivity_sq", "orthogonal_sliced_sensitivity", "split_delta", "projection_mechanism_epsilon",
     "CLT_MIN_PROJECTIONS",
 ]
+
+
+def __getattr__(name):  # PEP 562: DEFAULT_ORDERS is built from dp-accounting's list, imported on first use
+    if name == "DEFAULT_ORDERS":
+        from . import accounting
+        return accounting.DEFAULT_ORDERS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

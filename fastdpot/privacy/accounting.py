@@ -22,26 +22,45 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import dp_accounting
 import numpy as np
-from dp_accounting import pld as dp_pld
-from dp_accounting import rdp as dp_rdp
-from dp_accounting.mechanism_calibration import ExplicitBracketInterval, calibrate_dp_mechanism
-from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon as rdp_compute_epsilon
 
 from .._validate import check_choice, check_delta, check_epsilon, check_int, check_positive, check_probability
+from ._lazy import LazyModule
+
+# dp-accounting costs about 1.2 s to import: it is imported on first use, so `import fastdpot` stays light
+dp_accounting = LazyModule("dp_accounting")
+dp_pld = LazyModule("dp_accounting.pld")
+dp_rdp = LazyModule("dp_accounting.rdp")
+_calibration = LazyModule("dp_accounting.mechanism_calibration")
+_rdp_accountant = LazyModule("dp_accounting.rdp.rdp_privacy_accountant")
 
 __all__ = ["PrivacyAccountant", "calibrate_noise_multiplier", "DEFAULT_ORDERS", "SAMPLINGS", "ACCOUNTANTS"]
 
 SAMPLINGS = ("poisson", "without_replacement")
 ACCOUNTANTS = ("pld", "rdp")
 ADD_REMOVE, REPLACE_ONE = "add_or_remove_one", "replace_one"
-_RELATIONS = {ADD_REMOVE: dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-              REPLACE_ONE: dp_accounting.NeighboringRelation.REPLACE_ONE}
+_RELATION_NAMES = (ADD_REMOVE, REPLACE_ONE)
+
+
+def _relation(name: str):
+    """dp-accounting's NeighboringRelation of ``name``."""
+    rel = dp_accounting.NeighboringRelation
+    return {ADD_REMOVE: rel.ADD_OR_REMOVE_ONE, REPLACE_ONE: rel.REPLACE_ONE}[name]
 
 # dp-accounting's default orders, extended below 1.1 and up to 4096 (cf. TF-privacy / DP-Sinkhorn: 1.25..4096).
-DEFAULT_ORDERS: Tuple[float, ...] = tuple(
-    [1.01, 1.02, 1.05] + list(dp_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS) + [2048, 4096])
+# (a module attribute computed on first access, see __getattr__ below: it needs dp-accounting's list)
+def _default_orders() -> Tuple[float, ...]:
+    orders = globals().get("_DEFAULT_ORDERS")
+    if orders is None:
+        orders = globals()["_DEFAULT_ORDERS"] = tuple(
+            [1.01, 1.02, 1.05] + list(_rdp_accountant.DEFAULT_RDP_ORDERS) + [2048, 4096])
+    return orders
+
+
+def __getattr__(name):  # PEP 562: DEFAULT_ORDERS without importing dp-accounting at import time
+    if name == "DEFAULT_ORDERS":
+        return _default_orders()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -97,7 +116,7 @@ def _event_rdp(event: _Event, relation: str, orders: Tuple[float, ...]) -> np.nd
     RDP composes additively, so the accountant keeps ``Σ count·rdp(event)``: a step costs a vector addition instead
     of re-running dp-accounting's (for sampling without replacement, ~0.2 s) per-order computation.
     """
-    acc = dp_rdp.RdpAccountant(orders=list(orders), neighboring_relation=_RELATIONS[relation])
+    acc = dp_rdp.RdpAccountant(orders=list(orders), neighboring_relation=_relation(relation))
     acc.compose(event.dp_event(), 1)
     vec = getattr(acc, "_rdp", None)  # dp-accounting keeps the composed RDP vector here (checked by the tests)
     if vec is None or len(vec) != len(orders):
@@ -151,7 +170,7 @@ class PrivacyAccountant:
                  value_discretization_interval: float = 1e-3, neighboring_relation: Optional[str] = None):
         self.accountant = check_choice(accountant, "accountant", ACCOUNTANTS)
         if orders is None:
-            orders = DEFAULT_ORDERS
+            orders = _default_orders()
         orders = [float(check_positive(a, "orders[i]")) for a in orders]
         if not orders or min(orders) <= 1.0:
             raise ValueError(f"orders must be a non-empty list of RDP orders > 1, got {orders!r}")
@@ -159,7 +178,7 @@ class PrivacyAccountant:
         self.value_discretization_interval = check_positive(value_discretization_interval,
                                                             "value_discretization_interval")
         if neighboring_relation is not None:
-            check_choice(neighboring_relation, "neighboring_relation", tuple(_RELATIONS))
+            check_choice(neighboring_relation, "neighboring_relation", _RELATION_NAMES)
         self._relation = neighboring_relation
         self._history: List[Tuple[_Event, int]] = []
         self._rdp: Optional[np.ndarray] = None  # Σ count·rdp(event), under self._rdp_relation
@@ -227,7 +246,7 @@ class PrivacyAccountant:
         return self._relation or ADD_REMOVE
 
     def _rdp_relation(self):
-        return _RELATIONS[self._rdp_relation_name()]
+        return _relation(self._rdp_relation_name())
 
     def _rdp_vector(self, history=None) -> np.ndarray:
         rel = self._rdp_relation_name()
@@ -285,13 +304,13 @@ class PrivacyAccountant:
         delta = check_delta(delta)
         if not self._history:
             return 0.0, float("nan")
-        eps, order = rdp_compute_epsilon(list(self.orders), self._rdp_vector(), delta)
+        eps, order = _rdp_accountant.compute_epsilon(list(self.orders), self._rdp_vector(), delta)
         return float(eps), float(order)
 
     def _compute(self, method: str, delta: float, history) -> float:
         if method == "rdp":
             vec = self._rdp_vector() if history is self._history else self._rdp_vector(history)
-            return float(rdp_compute_epsilon(list(self.orders), vec, delta)[0])
+            return float(_rdp_accountant.compute_epsilon(list(self.orders), vec, delta)[0])
         acc = dp_pld.PLDAccountant(neighboring_relation=self._rdp_relation(),
                                    value_discretization_interval=self.value_discretization_interval)
         for e, n in history:
@@ -401,7 +420,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     vdi = check_positive(value_discretization_interval, "value_discretization_interval")
     # validate the event with a placeholder z
     proto = _make_event(1.0, sample_rate, sampling, dataset_size, batch_size)
-    rel = _RELATIONS[_relation_of(proto) or ADD_REMOVE]
+    rel = _relation(_relation_of(proto) or ADD_REMOVE)
     wor = proto.subsampled and proto.sampling == "without_replacement"
     if accountant is None:
         accountant = "rdp" if wor else "pld"
@@ -413,7 +432,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
         return dp_accounting.SelfComposedDpEvent(e.dp_event(), steps)
 
     def fresh_rdp():
-        return dp_rdp.RdpAccountant(orders=list(DEFAULT_ORDERS), neighboring_relation=rel)
+        return dp_rdp.RdpAccountant(orders=list(_default_orders()), neighboring_relation=rel)
 
     def fresh_pld():
         return dp_pld.PLDAccountant(neighboring_relation=rel, value_discretization_interval=vdi)
@@ -437,8 +456,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
             raise ValueError(f"target_epsilon={target_epsilon!r} is unreachable: no noise multiplier <= 1e6 "
                              f"reaches it at delta={delta!r} over {steps} steps (ε grows without bound as the "
                              f"target shrinks); use a larger target_epsilon")
-    z = calibrate_dp_mechanism(fresh_rdp, event_of, eps, delta,
-                               bracket_interval=ExplicitBracketInterval(lo, hi), tol=tol / 4)
+    z = _calibration.calibrate_dp_mechanism(fresh_rdp, event_of, eps, delta,
+                                            bracket_interval=_calibration.ExplicitBracketInterval(lo, hi), tol=tol / 4)
     if eps_of(fresh_rdp, z) > eps:  # Brent returns a value within tol; make it feasible
         z += tol / 4
     if accountant == "rdp":
@@ -461,8 +480,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
         lo *= 0.8
         if lo < 1e-3:
             raise ValueError(f"could not bracket the PLD noise multiplier for target_epsilon={target_epsilon!r}")
-    zp = calibrate_dp_mechanism(fresh_pld, event_of, eps, delta,
-                                bracket_interval=ExplicitBracketInterval(lo, z_rdp), tol=tol / 2)
+    zp = _calibration.calibrate_dp_mechanism(fresh_pld, event_of, eps, delta,
+                                             bracket_interval=_calibration.ExplicitBracketInterval(lo, z_rdp), tol=tol / 2)
     if eps_of(fresh_pld, zp) > eps:
         zp = min(zp + tol / 2, z_rdp)
     return float(zp)

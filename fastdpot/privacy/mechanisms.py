@@ -17,10 +17,12 @@ import math
 from typing import Optional, Tuple
 
 import torch
-from dp_accounting import get_sigma_gaussian
 
 from .._validate import check_delta, check_epsilon, check_positive, check_tensor
+from ._lazy import LazyModule
 from .randomness import privacy_randomness
+
+_dp_accounting = LazyModule("dp_accounting")  # imported on first use
 
 __all__ = ["gaussian_mechanism_sigma", "ldp_gaussian_sigma", "clip_rows", "normalize_rows", "project_l1_ball",
            "gaussian_projection_mechanism", "laplace_local_mechanism", "gaussian_local_mechanism"]
@@ -56,7 +58,7 @@ def gaussian_mechanism_sigma(epsilon: float, delta: float, sensitivity: float) -
     classic = math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
     if epsilon <= 1.0:
         return classic * sensitivity
-    analytic = float(get_sigma_gaussian(epsilon, delta))
+    analytic = float(_dp_accounting.get_sigma_gaussian(epsilon, delta))
     return max(classic, analytic) * sensitivity
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence, Tuple
 
-from scipy.optimize import minimize_scalar
-from scipy.special import hyp1f1
-from scipy.stats import norm
-
 from .._validate import check_choice, check_delta, check_int, check_positive, check_probability
+from ._lazy import LazyModule
+
+# scipy.optimize / scipy.stats cost about 1 s to import: imported on first use
+_optimize = LazyModule("scipy.optimize")
+_special = LazyModule("scipy.special")
+_stats = LazyModule("scipy.stats")
 
 __all__ = ["sliced_sensitivity", "sliced_sensitivity_sq", "orthogonal_sliced_sensitivity", "split_delta",
            "projection_mechanism_epsilon", "CLT_MIN_PROJECTIONS", "BOUNDS"]
@@ -34,9 +36,9 @@ def _chernoff_w(k: int, d: int, log_inv_delta: float) -> float:
     decides how tight it is, never whether it holds.
     """
     def w_of(t):
-        return (k * math.log(hyp1f1(0.5, d / 2.0, t)) + log_inv_delta) / t
+        return (k * math.log(_special.hyp1f1(0.5, d / 2.0, t)) + log_inv_delta) / t
 
-    res = minimize_scalar(w_of, bounds=(1e-6, 600.0), method="bounded", options={"xatol": 1e-10})
+    res = _optimize.minimize_scalar(w_of, bounds=(1e-6, 600.0), method="bounded", options={"xatol": 1e-10})
     return float(min(w_of(float(res.x)), w_of(1.0)))
 
 
@@ -59,7 +61,7 @@ def sliced_sensitivity_sq(num_projections: int, dim: int, delta: float, bound: s
         if k < CLT_MIN_PROJECTIONS:
             raise ValueError(f"num_projections must be >= {CLT_MIN_PROJECTIONS} for bound='clt' (the CLT "
                              f"approximation of DP-SWD is only stated for k > 30), got {k}; use bound='bernstein'")
-        z = float(norm.isf(delta))  # z_{1-δ}
+        z = float(_stats.norm.isf(delta))  # z_{1-δ}
         w = mean + (z / d) * math.sqrt(2.0 * k * (d - 1) / (d + 2))
     # ‖(x - x')Θᵀ‖² never exceeds k‖x - x'‖² (each |θ_jᵀu| <= ‖u‖), so w can be capped at k.
     return float(min(w, float(k)))
