@@ -12,7 +12,8 @@ from .flow import ClassConditionalFlow, DPSlicedWassersteinFlow, NonFinitePartic
 from . import privacy  # noqa: F401,E402  the privacy core (accounting, budgets, samplers, mechanisms)
 from .privacy import (BudgetExceededError, FixedSizeSampler, PoissonSampler, PrivacyAccountant,  # noqa: F401,E402
                       PrivacyBudget, calibrate_noise_multiplier, sliced_sensitivity)
-# op "sinkhorn" (keops, reference); the function stays fastdpot.sinkhorn.sinkhorn so the submodule is not shadowed
+# op "sinkhorn" (fastdpot.ops.sinkhorn: keops, reference); its function stays fastdpot.sinkhorn.sinkhorn
+# (re-exported there), not imported here, so the submodule fastdpot.sinkhorn is not shadowed
 from .sinkhorn import SinkhornLoss, entropic_wasserstein, semi_debiased_sinkhorn_loss  # noqa: F401,E402
 
 # The main job (`fastdpot flow`: data loaders, auto-encoders, metrics, pipeline, CLI) is not imported with the

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fastdpot import BackendUnavailableError
-from fastdpot._dispatch import available_backends, dispatch
+from fastdpot._dispatch import available_backends
 from fastdpot.reference.sinkhorn import (DenseSoftmin, entropic_ot_gaussians, epsilon_schedule, sinkhorn_fixed_epsilon,
                                         softmin_dense, sqdist_dense)
 from fastdpot.sinkhorn import (TENSORIZED_MAX_SIZE_CPU, SinkhornLoss, class_conditional, custom_cost,
@@ -103,9 +103,9 @@ def test_keops_mixture_cost_matches_tensorized():
 
 
 def test_auto_dispatch_by_size():
-    assert dispatch("sinkhorn", "auto", "cpu", size=100 * 100)[0] == "reference"
+    assert select_backend(100, 100, 2, "cpu") == "reference"
     if keops_ok:
-        assert dispatch("sinkhorn", "auto", "cpu", size=TENSORIZED_MAX_SIZE_CPU + 1)[0] == "keops"
+        assert select_backend(TENSORIZED_MAX_SIZE_CPU + 1, 1, 2, "cpu") == "keops"
         # high dimension: auto stays dense (one matmul per cost matrix beats re-evaluating d-dim costs)
         assert select_backend(2100, 2100, 40) == "reference" and select_backend(2100, 2100, 2) == "keops"
         assert select_backend(600, 600, 2) == "reference"
@@ -345,7 +345,7 @@ def test_dense_softmin_gradcheck():
 def test_keops_sqdist_softmin_estimate_and_fallback(dtype, tol):
     # the floored Sum reduction used with an estimate of the result equals the plain log-sum-exp, whether the
     # estimate is close, or so far off (either way) that every row, or some rows, go through the exact fallback
-    from fastdpot.sinkhorn import _sqdist_lse_keops
+    from fastdpot.ops.sinkhorn import _sqdist_lse_keops
 
     x, y, _, _ = _clouds(N=41, M=29, dtype=dtype, seed=14, weights=False)
     h = torch.randn(29, generator=torch.Generator().manual_seed(15), dtype=F64).to(dtype)
@@ -371,7 +371,7 @@ def test_keops_sqdist_softmin_estimate_and_fallback(dtype, tol):
 
 @needs_keops
 def test_keops_sqdist_softmin_gradcheck():
-    from fastdpot.sinkhorn import _SqDistSoftminKeOps
+    from fastdpot.ops.sinkhorn import _SqDistSoftminKeOps
 
     x, y, _, _ = _clouds(N=9, M=7, seed=16, weights=False)
     h = torch.randn(7, generator=torch.Generator().manual_seed(17), dtype=F64)

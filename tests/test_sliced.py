@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import fastdpot
-from fastdpot import _dispatch
 from fastdpot import sliced as S
 from fastdpot._ext import cpp_status
+from fastdpot.ops import sliced_wasserstein as op
 from fastdpot.reference.sliced import quantile_levels
 from fastdpot.reference.sliced import sliced_wasserstein as ref_sw
 
@@ -137,8 +137,8 @@ def test_cpu_chunking_does_not_change_result(monkeypatch):
                                    backend="cpu", return_noise=True)
     g_full = torch.autograd.grad(full[0], y)[0]
     # force chunks of a few directions that do not divide k
-    monkeypatch.setattr(S, "_CHUNK_BYTES", (211 + 150) * 8 * 4 * 4)
-    assert S._chunk_size(211, 150, 23, 8, 4) == 4
+    monkeypatch.setattr(op, "_CHUNK_BYTES", (211 + 150) * 8 * 4 * 4)
+    assert op._chunk_size(211, 150, 23, 8, 4) == 4
     part = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th,
                                    secure_mode=False, generator=torch.Generator().manual_seed(5),
                                    backend="cpu", return_noise=True)
@@ -199,8 +199,7 @@ def test_identity_symmetry_permutation(backend):
 
 
 def test_auto_backend_choice():
-    name, _ = _dispatch.dispatch("sliced_wasserstein", "auto", device_type="cpu", size=100)
-    assert name == ("cpu" if HAS_CPP else "reference")
+    assert op.select_backend(60, 40, "cpu") == ("cpu" if HAS_CPP else "reference")
 
 
 # ------------------------------------------------------------------------------------------------------------

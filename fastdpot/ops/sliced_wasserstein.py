@@ -1,0 +1,314 @@
+"""Op ``"sliced_wasserstein"``: the (noisy) sliced Wasserstein distance SW_p^p of two point clouds along given
+directions, its validated entry point :func:`sliced_wasserstein` and its backends.
+
+The losses of :mod:`fastdpot.sliced` (argument aliases, privacy randomness, clipping, the sketch release, the
+modules) call :func:`sliced_wasserstein`; it checks its arguments (:func:`check_inputs`), draws the directions when
+none are given (:func:`random_projections`) and dispatches (:mod:`fastdpot._dispatch`).
+
+Backends (signature ``fn(x, y, projections, p, noise_std, seed, return_noise)``):
+
+* ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` (pure torch, autograd), noise drawn in
+  float64 from a ``torch.Generator`` seeded with ``seed`` and cast;
+* ``cpu`` — ``csrc/sliced.cpp``: projections by torch's BLAS per chunk of directions, then one fused C++ pass per
+  direction (Philox noise, radix argsort with 32-bit indices, quantile matching, gradient scattered through the
+  permutation), OpenMP over directions, GIL released. The gradient w.r.t. x and y is computed *during* the forward
+  (it is a by-product of the sorts) and saved as (N, d) + (M, d) tensors: that is less memory than saving the
+  permutations ((N + M)·k 32-bit indices, 400 MB at N = M = 10⁵, k = 500) and costs no second sort pass;
+* ``triton`` — ``kernels/dpswd.py`` (:func:`fastdpot.ops._triton.register_triton`: imported on first use), the
+  ``auto`` choice on CUDA.
+
+``backend="auto"``: ``cpu`` for CPU tensors when the extension is built, ``triton`` on CUDA, else ``reference``.
+
+References:
+    Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021; Bonneel et al.,
+    "Sliced and Radon Wasserstein barycenters", JMIV 2015.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from .. import _dispatch
+from .._ext import cpp_status, load_cpp
+from .._validate import (check_choice, check_generator, check_int, check_nonnegative, check_same_dim, check_seed,
+                         check_tensor, check_unit_rows)
+from ..reference import sliced as _ref
+from ._triton import register_triton
+
+__all__ = ["sliced_wasserstein", "check_inputs", "random_projections", "select_backend", "GradientInForward",
+           "SlicedWassersteinCPU"]
+
+OP = "sliced_wasserstein"
+_DTYPES = (torch.float32, torch.float64)
+# bytes of (kc, N + M) scratch per chunk of directions in the cpu backend: memory O((N + M)(d + kc))
+_CHUNK_BYTES = 64 * 2 ** 20
+
+
+# ------------------------------------------------------------------------------------------------------------
+# backends
+# ------------------------------------------------------------------------------------------------------------
+@_dispatch.register(OP, "reference")
+def _sw_reference(x, y, projections, p, noise_std, seed, return_noise):
+    noise_x = noise_y = None
+    if noise_std > 0 or return_noise:
+        from ..privacy.randomness import PrivacyRandomness
+
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(int(seed))
+        src = PrivacyRandomness(False, gen)  # keyed by the release's (secret, in secure mode) seed
+        k = projections.shape[0]
+        # float64 wide-tail draws then a cast (never float32 randn, capped at 5.77σ)
+        noise_x = (src.normal((x.shape[0], k), device=x.device) * noise_std).to(x.dtype)
+        noise_y = (src.normal((y.shape[0], k), device=x.device) * noise_std).to(x.dtype)
+    loss = _ref.sliced_wasserstein(x, y, projections, p=p, noise_x=noise_x, noise_y=noise_y)
+    if return_noise:
+        return loss, noise_x, noise_y
+    return loss
+
+
+def _chunk_size(n, m, k, itemsize, buffers):
+    per_dir = (n + m) * itemsize * buffers
+    return max(1, min(k, _CHUNK_BYTES // per_dir))
+
+
+class GradientInForward(torch.autograd.Function):
+    """Base of the fused DP-SW autograd Functions (cpu, triton): their forward computes dloss/dx and dloss/dy
+    alongside the loss and saves them with ``ctx.save_for_backward(grad_x, grad_y)`` (None for a side that needs
+    no gradient); backward scales them by the upstream gradient. Forward arguments:
+    (x, y, projections, p, noise_std, seed, return_noise). No double backward."""
+
+    @staticmethod
+    def backward(ctx, grad_out, *unused):
+        grad_x, grad_y = ctx.saved_tensors
+        gx = grad_out * grad_x if grad_x is not None else None
+        gy = grad_out * grad_y if grad_y is not None else None
+        return gx, gy, None, None, None, None, None
+
+
+class SlicedWassersteinCPU(GradientInForward):
+    """Autograd wrapper of the fused C++ kernel (``cpu`` backend).
+
+    The exact gradient w.r.t. ``x`` and ``y`` (a sub-gradient at tied projected values, the one of the stable
+    sort) is computed in the forward pass and saved; backward multiplies it by the upstream gradient.
+    Caveats: no gradient flows to ``projections`` (use the ``reference`` backend for that), and double backward is
+    not supported (the saved gradient is treated as a constant).
+    """
+
+    @staticmethod
+    def forward(ctx, x, y, projections, p, noise_std, seed, return_noise):
+        mod = load_cpp("sliced")
+        kern = mod.sw_chunk_f32 if x.dtype == torch.float32 else mod.sw_chunk_f64
+        n, m, d = x.shape[0], y.shape[0], x.shape[1]
+        k = projections.shape[0]
+        gx_needed, gy_needed = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_grad = gx_needed or gy_needed
+        xd, yd, th = x.detach(), y.detach(), projections.detach()
+        itemsize = x.element_size()
+        kc = _chunk_size(n, m, k, itemsize, 2 + int(need_grad) + 2 * int(bool(return_noise)))
+        grad_x = torch.zeros(n, d, dtype=x.dtype) if gx_needed else None
+        grad_y = torch.zeros(m, d, dtype=x.dtype) if gy_needed else None
+        noise_x = torch.empty(n, k, dtype=x.dtype) if return_noise else None
+        noise_y = torch.empty(m, k, dtype=x.dtype) if return_noise else None
+        total = 0.0
+        gxb = gyb = nxb = nyb = None
+        for j0 in range(0, k, kc):
+            th_c = th[j0:j0 + kc]
+            c = th_c.shape[0]
+            px = torch.mm(th_c, xd.T)  # (c, N) contiguous, torch BLAS
+            pyv = torch.mm(th_c, yd.T)
+            if gx_needed and (gxb is None or gxb.shape[0] != c):
+                gxb = torch.empty(c, n, dtype=x.dtype)
+            if gy_needed and (gyb is None or gyb.shape[0] != c):
+                gyb = torch.empty(c, m, dtype=x.dtype)
+            if return_noise and (nxb is None or nxb.shape[0] != c):
+                nxb = torch.empty(c, n, dtype=x.dtype)
+                nyb = torch.empty(c, m, dtype=x.dtype)
+            losses = kern(px.numpy(), pyv.numpy(), int(p), float(noise_std), int(seed), int(j0), 1.0 / k,
+                          gxb.numpy() if gx_needed else None, gyb.numpy() if gy_needed else None,
+                          nxb.numpy() if return_noise else None, nyb.numpy() if return_noise else None)
+            total += float(losses.sum())
+            if gx_needed:
+                grad_x.addmm_(gxb.T, th_c)
+            if gy_needed:
+                grad_y.addmm_(gyb.T, th_c)
+            if return_noise:
+                noise_x[:, j0:j0 + c] = nxb.T
+                noise_y[:, j0:j0 + c] = nyb.T
+        ctx.save_for_backward(grad_x, grad_y)
+        loss = torch.tensor(total / k, dtype=x.dtype)
+        if return_noise:
+            ctx.mark_non_differentiable(noise_x, noise_y)
+            return loss, noise_x, noise_y
+        return loss
+
+
+def _cpu_available():
+    ok, err = cpp_status("sliced")
+    if ok:
+        return True, None
+    return False, (f"{err}; build it with `FASTDPOT_EXT=sliced python setup.py build_ext --inplace` "
+                   "or `pip install -e .`")
+
+
+@_dispatch.register(OP, "cpu", available=_cpu_available)
+def _sw_cpu(x, y, projections, p, noise_std, seed, return_noise):
+    if x.device.type != "cpu" or y.device.type != "cpu" or projections.device.type != "cpu":
+        raise ValueError(f"backend 'cpu' needs CPU tensors, got x on {x.device}, y on {y.device}")
+    if projections.requires_grad:
+        raise ValueError("backend 'cpu' gives no gradient w.r.t. projections; use backend='reference' "
+                         "or pass projections.detach()")
+    out = SlicedWassersteinCPU.apply(x.contiguous(), y.contiguous(), projections.contiguous(), p, noise_std,
+                                     seed, return_noise)
+    return tuple(out) if return_noise else out
+
+
+_dispatch.set_auto(OP, "cpu", [("cpu", 0)])
+register_triton(OP, "dpswd", "sliced_wasserstein_triton")  # kernels/dpswd.py, imported on first use
+
+
+# ------------------------------------------------------------------------------------------------------------
+# entry point
+# ------------------------------------------------------------------------------------------------------------
+def random_projections(num_projections: int, dim: int, generator: Optional[torch.Generator] = None,
+                       dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """k directions uniform on the sphere S^{d-1}: normalised standard Gaussian rows (float64 draws).
+
+    ``generator``: a ``torch.Generator`` (``None``: torch's global one) or a
+    :class:`fastdpot.privacy.randomness.PrivacyRandomness` (the directions of a private release).
+
+    Shape:
+        -> (k, d) with k = ``num_projections``, d = ``dim``.
+
+    Raises:
+        ValueError: ``num_projections`` or ``dim`` not an integer >= 1.
+    """
+    k = check_int(num_projections, "num_projections")
+    d = check_int(dim, "dim")
+    check_generator(generator)
+    if device is None:
+        device = generator.device if isinstance(generator, torch.Generator) else "cpu"
+    if generator is not None and not isinstance(generator, torch.Generator):  # a PrivacyRandomness (private Θ)
+        theta = generator.normal((k, d), dtype=torch.float64, device=device)
+    else:
+        theta = torch.randn(k, d, generator=generator, dtype=torch.float64, device=device)
+    return (theta / theta.norm(dim=1, keepdim=True)).to(dtype)
+
+
+def check_inputs(x: torch.Tensor, y: torch.Tensor, p: int = 2, num_projections: Optional[int] = None,
+                 projections: Optional[torch.Tensor] = None, generator=None,
+                 names: Sequence[str] = ("x", "y")) -> torch.Tensor:
+    """The op's argument checks; returns the directions: ``projections`` checked and cast to x's dtype, or, when
+    None, ``num_projections`` directions drawn by :func:`random_projections` from ``generator``.
+
+    ``names`` are the names of x and y in the error messages. Raises ValueError as :func:`sliced_wasserstein`.
+    """
+    xname, yname = names
+    check_tensor(x, xname, ndim=2, dtypes=_DTYPES)
+    check_tensor(y, yname, ndim=2, dtypes=_DTYPES)
+    if x.dtype != y.dtype:
+        raise ValueError(f"{xname} and {yname} must have the same dtype, got {x.dtype} and {y.dtype}")
+    if x.device != y.device:
+        raise ValueError(f"{xname} and {yname} must be on the same device, got {x.device} and {y.device}")
+    d = check_same_dim(x, y, xname, yname)
+    check_choice(p, "p", (1, 2))
+    if max(x.shape[0], y.shape[0]) >= 2 ** 32:
+        raise ValueError(f"N and M must be < 2**32, got {x.shape[0]} and {y.shape[0]}")
+    if projections is None:
+        if num_projections is None:
+            raise ValueError("one of num_projections or projections must be given (num_projections has the alias "
+                             "n_projections), got neither")
+        return random_projections(num_projections, d, generator=generator, dtype=x.dtype, device=x.device)
+    check_tensor(projections, "projections", ndim=2, dtypes=_DTYPES)
+    if projections.shape[1] != d:
+        raise ValueError(f"projections must have shape (k, d) = (k, {d}), got {tuple(projections.shape)}")
+    if num_projections is not None and num_projections != projections.shape[0]:
+        raise ValueError(f"num_projections={num_projections!r} disagrees with projections of shape "
+                         f"{tuple(projections.shape)}")
+    check_unit_rows(projections, "projections")
+    if projections.device != x.device:
+        raise ValueError(f"projections must be on {x.device}, got {projections.device}")
+    return projections.to(x.dtype)
+
+
+def _dispatch_for(n, m, device_type, backend):
+    return _dispatch.dispatch(OP, backend, device_type=device_type, size=n + m)
+
+
+def select_backend(n: int, m: int, device_type: str = "cpu", backend: str = "auto") -> str:
+    """The backend :func:`sliced_wasserstein` runs for N = ``n`` and M = ``m`` points on ``device_type`` ("cpu",
+    "cuda"): the ``auto`` rule of the module doc, or ``backend`` itself when it is available.
+
+    Raises:
+        ValueError: unknown backend name.
+        BackendUnavailableError: an explicitly requested backend is not available.
+    """
+    return _dispatch_for(n, m, device_type, backend)[0]
+
+
+def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, projections: Optional[torch.Tensor] = None, p: int = 2,
+                       noise_std: float = 0.0, seed: Optional[int] = 0, return_noise: bool = False,
+                       backend: str = "auto", *, num_projections: Optional[int] = None, generator=None,
+                       names: Sequence[str] = ("x", "y")):
+    r"""Op ``"sliced_wasserstein"``: Monte-Carlo SW_p^p of x and y along k directions, with optional Gaussian
+    noise on every projected value (the DP-SW mechanism of Rakotomamonjy & Ralaivola, ICML 2021), validated, then
+    computed by the chosen backend.
+
+    .. math::
+        \frac1k \sum_{j=1}^k W_p^p\Big(\frac1N\sum_i\delta_{\theta_j^\top x_i + v_{ij}},
+        \frac1M\sum_i\delta_{\theta_j^\top y_i + v'_{ij}}\Big),\quad v, v' \sim \mathcal N(0, \sigma^2)
+
+    with 1-D W_p^p computed by sorting (N ≠ M: the merged quantile levels {i/N} ∪ {j/M}). This is the op without
+    the losses' conventions: no clipping, no privacy randomness policy, no aliases; use
+    :func:`fastdpot.sliced.sliced_wasserstein` and :func:`fastdpot.sliced.dp_sliced_wasserstein`.
+
+    Args:
+        x: (N, d) float32 / float64.
+        y: (M, d), same dtype and device as x.
+        projections: (k, d) directions with unit-norm rows, or None: ``num_projections`` directions drawn from
+            ``generator`` (:func:`random_projections`).
+        p: 1 or 2.
+        noise_std: σ >= 0 of the noise added to every projected value of both sides (0: no noise).
+        seed: key of the noise streams, an integer in [0, 2**63); None: drawn by ``generator.seed()`` after the
+            directions (``generator`` a :class:`fastdpot.privacy.randomness.PrivacyRandomness`).
+        return_noise: also return the noise added, (N, k) and (M, k), so the reference can replay the run.
+        backend: "auto", "reference", "cpu", "triton".
+        num_projections: k, when ``projections`` is None (must agree with it otherwise).
+        generator: None, a ``torch.Generator`` or a ``PrivacyRandomness``: the source of the drawn directions.
+        names: the names of x and y in error messages.
+
+    Shape:
+        x (N, d), y (M, d), projections (k, d) -> 0-d tensor [, noise_x (N, k), noise_y (M, k)].
+
+    Returns:
+        the loss, differentiable w.r.t. x and y (not w.r.t. ``projections`` on the cpu and triton backends); with
+        ``return_noise`` a tuple (loss, noise_x, noise_y).
+
+    Raises:
+        ValueError: bad shapes / dtypes / non-finite or empty input, a tensor on an unsupported device (meta), N or
+            M >= 2**32, p not in {1, 2}, projections not (k, d) with unit rows (tolerance
+            :func:`fastdpot._validate.unit_norm_tolerance`), neither ``num_projections`` nor ``projections``, σ < 0,
+            a bad seed, an unknown backend, a loss that overflows the dtype.
+        BackendUnavailableError: an explicitly requested backend is not available.
+    """
+    theta = check_inputs(x, y, p, num_projections, projections, generator, names)
+    noise_std = check_nonnegative(noise_std, "noise_std")
+    if seed is None:
+        if generator is None or isinstance(generator, torch.Generator):
+            raise ValueError("seed=None draws the noise key from generator, which must then be a PrivacyRandomness, "
+                             f"got {generator!r}")
+        seed = generator.seed()
+    seed = check_seed(seed, "seed")
+    _, fn = _dispatch_for(x.shape[0], y.shape[0], x.device.type, backend)
+    return _check_overflow(fn(x, y, theta, p, noise_std, seed, bool(return_noise)), x.dtype)
+
+
+def _check_overflow(loss, dtype):
+    """A non-finite loss from finite inputs means the distances overflowed the dtype: say so."""
+    value = loss[0] if isinstance(loss, tuple) else loss
+    if not bool(torch.isfinite(value.detach()).all()):
+        raise ValueError(f"the sliced Wasserstein loss overflows {dtype} (max {torch.finfo(dtype).max:.3g}): the "
+                         f"inputs' projected distances raised to the power p are too large for the dtype; rescale "
+                         f"the data or use float64")
+    return loss
+
