@@ -20,7 +20,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._validate import check_choice, check_int, check_tensor
+from .._validate import check_choice, check_int, check_tensor
 
 __all__ = ["fid", "inception_features", "feature_statistics", "real_statistics", "frechet_distance",
            "downstream_accuracy", "cnn_accuracy", "CLASSIFIERS"]

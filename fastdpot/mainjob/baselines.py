@@ -18,8 +18,8 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from ._validate import check_delta, check_epsilon, check_int, check_positive, check_tensor
-from .privacy import clip_rows, gaussian_mechanism_sigma, normalize_rows
+from .._validate import check_delta, check_epsilon, check_int, check_positive, check_tensor
+from ..privacy import clip_rows, gaussian_mechanism_sigma, normalize_rows
 
 __all__ = ["moments_sensitivity", "dp_class_gaussians", "sample_class_gaussians", "public_only_samples",
            "particles_per_class"]
@@ -115,7 +115,7 @@ def dp_class_gaussians(latents: torch.Tensor, labels: torch.Tensor, epsilon: flo
             raise ValueError(f"centers must be ({C}, {latents.shape[1]}), got {tuple(centers.shape)}")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    from .privacy.randomness import privacy_randomness
+    from ..privacy.randomness import privacy_randomness
 
     rng = privacy_randomness(secure_mode, generator)
     d = latents.shape[1]
@@ -196,7 +196,8 @@ def public_only_samples(public_latents: torch.Tensor, public_labels: Optional[to
 def stage_baseline(cfg, ae: Dict, num_particles: int, seed: int, centers: Optional[torch.Tensor] = None,
                    clip_radius: Optional[float] = None) -> Dict:
     """The pipeline's generation stage for ``cfg.method`` in ("gaussian", "public") (same keys as
-    :func:`fastdpot.pipeline.stage_flow`: ``samples``, ``sample_labels``, ``epsilon``, ``privacy``, ``resumed``).
+    :func:`fastdpot.mainjob.flow_stage.stage_flow`: ``samples``, ``sample_labels``, ``epsilon``, ``privacy``,
+    ``resumed``).
 
     "gaussian" bounds the rows as the flow would (unit sphere, or ``centers`` and ``clip_radius`` with
     ``cfg.center == "public"``) and needs labels; "public" uses ``ae["public_latents"]`` only (ε = 0).

@@ -1,6 +1,6 @@
 """Command line: ``fastdpot flow [options]`` (also ``python -m fastdpot flow``) — the main job.
 
-Runs :func:`fastdpot.pipeline.run_pipeline` and writes ``runs/<name>/{samples.png, metrics.json, privacy.md}``.
+Runs :func:`fastdpot.mainjob.pipeline.run_pipeline` and writes ``runs/<name>/{samples.png, metrics.json, privacy.md}``.
 """
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .flow import INIT_KINDS
-    from .pipeline import PipelineConfig
+    """The ``fastdpot`` parser with its ``flow`` subcommand; the defaults are :class:`PipelineConfig`'s."""
+    from ..flow import INIT_KINDS
+    from .config import PipelineConfig
 
     d = PipelineConfig()  # one set of defaults, shared with the Python API
     p = argparse.ArgumentParser(prog="fastdpot", description="fastdpot command line")
@@ -138,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``fastdpot flow`` with ``argv`` (default: ``sys.argv[1:]``) and print the headline metrics; returns the
+    exit status (0 on success, 2 on a bad configuration or missing data)."""
     args = build_parser().parse_args(argv)
     if args.command != "flow":  # pragma: no cover - argparse enforces the choice
         raise SystemExit(f"unknown command {args.command!r}")
@@ -167,7 +170,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "inf" if math.isinf(args.epsilon) else f"{args.epsilon:g}", args.seed, "_quick" if args.quick else "")
     run_dir = os.path.join(args.runs_dir, name)
     if args.distributed:
-        from . import distributed_jobs as distributed
+        from . import distributed_stage as distributed
 
         _, rank = distributed.init_from_env(args.device, timeout_s=args.dist_timeout)
         if rank != 0:  # the other ranks only move their shards of the flow stage(s)

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from ._validate import check_choice, check_int, check_positive
+from .._validate import check_choice, check_int, check_positive
 
 __all__ = ["ConvAutoEncoder", "DCGANAutoEncoder", "AutoEncoderConfig", "build_autoencoder", "train_autoencoder",
            "encode", "decode", "default_cache_dir", "data_hash"]

@@ -52,9 +52,11 @@ class ImageData:
 
     @property
     def num_classes(self) -> int:
+        """C = largest label + 1 (0 without labels)."""
         return 0 if self.labels is None else int(self.labels.max().item()) + 1
 
     def subset(self, index: torch.Tensor) -> "ImageData":
+        """The images (and labels) at ``index``, same name and class names."""
         return ImageData(self.images[index], None if self.labels is None else self.labels[index], self.name,
                          self.class_names)
 

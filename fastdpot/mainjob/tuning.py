@@ -8,10 +8,10 @@ parts —
 * a stand-in private part S′ that plays the private data: the full private pipeline (flow or baseline) runs on it at
   the target (ε, δ), exactly as it would on the real private part.
 
-Each grid point is one :func:`fastdpot.pipeline.run_pipeline` call on (P′, S′, H); the table ranks the points by a
-score measured on H. Neither the real private part nor the real test set is read, so the choice costs no privacy
-and does not overfit the reported numbers; the real test set is then used once, by the final ``fastdpot flow`` run
-with the chosen settings.
+Each grid point is one :func:`fastdpot.mainjob.pipeline.run_pipeline` call on (P′, S′, H); the table ranks the
+points by a score measured on H. Neither the real private part nor the real test set is read, so the choice costs no
+privacy and does not overfit the reported numbers; the real test set is then used once, by the final
+``fastdpot flow`` run with the chosen settings.
 
 Example::
 
@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from ._validate import check_int
+from .._validate import check_int
 from .pipeline import PipelineConfig, run_pipeline, stage_data
 
 __all__ = ["tuning_split", "parse_grid", "parse_settings", "run_tuning", "main"]
@@ -44,12 +44,12 @@ def tuning_split(public, seed: int = 0, holdout_size: Optional[int] = None,
     """Split the public part P into held-out H, stand-in public P′ and stand-in private S′ (disjoint, seeded).
 
     Args:
-        public: :class:`fastdpot.data.ImageData`, the real run's public part (never its private part).
+        public: :class:`fastdpot.mainjob.data.ImageData`, the real run's public part (never its private part).
         seed: seed of the split (recorded in the table).
         holdout_size: |H| (default: a third of P). standin_public_size: |P′| (default: half of the rest).
 
     Returns:
-        the ``data`` dict of :func:`fastdpot.pipeline.run_pipeline`: ``public`` = P′, ``private`` = S′,
+        the ``data`` dict of :func:`fastdpot.mainjob.pipeline.run_pipeline`: ``public`` = P′, ``private`` = S′,
         ``test`` = H, ``dataset`` (name + ":tuning"), and the three index tensors into P.
 
     Raises:
@@ -88,7 +88,7 @@ def _value(text: str):
 def parse_grid(specs: Sequence[str]) -> Dict[str, List[Any]]:
     """``["step_size=0.1,0.3", "release=points,sketch"]`` -> ``{"step_size": [0.1, 0.3], ...}``.
 
-    Keys must be :class:`fastdpot.pipeline.PipelineConfig` fields; values are parsed as None / bool / inf / int /
+    Keys must be :class:`fastdpot.mainjob.config.PipelineConfig` fields; values are parsed as None / bool / inf / int /
     float / string.
 
     Raises:
