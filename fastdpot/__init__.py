@@ -16,11 +16,14 @@ from .privacy import (BudgetExceededError, FixedSizeSampler, PoissonSampler, Pri
 # (re-exported there), not imported here, so the submodule fastdpot.sinkhorn is not shadowed
 from .sinkhorn import SinkhornLoss, entropic_wasserstein, semi_debiased_sinkhorn_loss  # noqa: F401,E402
 
-# The main job (`fastdpot flow`: data loaders, auto-encoders, metrics, pipeline, CLI) is not imported with the
-# package: it is loaded on first use, so `import fastdpot` costs only the library (PEP 562 module __getattr__).
-_LAZY = {"data": (".data", None), "metrics": (".metrics", None), "pipeline": (".pipeline", None),
-         "autoencoder": (".autoencoder", None), "cli": (".cli", None),
-         "PipelineConfig": (".pipeline", "PipelineConfig"), "run_pipeline": (".pipeline", "run_pipeline")}
+# The main job (`fastdpot flow`: data loaders, auto-encoders, metrics, pipeline, CLI; the package fastdpot.mainjob)
+# is not imported with the package: it is loaded on first use, so `import fastdpot` costs only the library (PEP 562
+# module __getattr__). fastdpot.data, .metrics, .pipeline, .autoencoder and .cli are its old import paths (thin
+# modules that re-export fastdpot.mainjob's).
+_LAZY = {"mainjob": (".mainjob", None), "data": (".data", None), "metrics": (".metrics", None),
+         "pipeline": (".pipeline", None), "autoencoder": (".autoencoder", None), "cli": (".cli", None),
+         "PipelineConfig": (".mainjob.config", "PipelineConfig"),
+         "run_pipeline": (".mainjob.pipeline", "run_pipeline")}
 
 
 def __getattr__(name):

@@ -1,7 +1,7 @@
-"""``python -m fastdpot flow ...`` and the ``fastdpot`` console script."""
+"""``python -m fastdpot flow ...`` and the ``fastdpot`` console script (the main job: :mod:`fastdpot.mainjob.cli`)."""
 import sys
 
-from .cli import main as _main
+from .mainjob.cli import main as _main
 
 
 def main() -> None:

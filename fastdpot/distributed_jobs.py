@@ -1,9 +1,10 @@
-"""Sharded class-conditional flows and the main job's sharded flow stage (``fastdpot flow --distributed``).
+"""Sharded class-conditional flows.
 
 Built on :mod:`fastdpot.distributed` (see docs/distributed.md): :func:`run_class_conditional` runs every class flow
-of a :class:`fastdpot.flow.ClassConditionalFlow` sharded; :func:`init_from_env`, :func:`pipeline_flow`,
-:func:`pipeline_follow` and :func:`pipeline_done` let rank 0 run the pipeline while the other ranks move their
-shards of its flow stage.
+of a :class:`fastdpot.flow.ClassConditionalFlow` sharded; :func:`gather_class_samples` gathers their samples.
+The main job's sharded flow stage (``fastdpot flow --distributed``: :func:`init_from_env`, :func:`pipeline_flow`,
+:func:`pipeline_follow`, :func:`pipeline_done`, ...) lives in :mod:`fastdpot.mainjob.distributed_stage`; its names
+are still reachable here, loaded on first use.
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import torch
 import torch.distributed as dist
 
 from ._validate import check_int
-from .distributed import DPSlicedWassersteinFlow
 
-__all__ = ["gather_class_samples", "init_from_env", "pipeline_done", "pipeline_flow", "pipeline_follow",
-           "pipeline_group", "register_pipeline_group", "run_class_conditional"]
+# the main job's sharded flow stage, moved to fastdpot.mainjob.distributed_stage: loaded on first use (__getattr__)
+_MOVED = ("init_from_env", "pipeline_done", "pipeline_flow", "pipeline_follow", "pipeline_group",
+          "register_pipeline_group")
+__all__ = ["gather_class_samples", "run_class_conditional", *_MOVED]
 
 
 def run_class_conditional(ccf, private_data, labels, steps=None, progress=True, checkpoint_path=None,
@@ -71,75 +73,9 @@ def gather_class_samples(ccf):
     return torch.cat(xs), torch.cat([torch.full((x.shape[0],), c, dtype=torch.long) for c, x in enumerate(xs)])
 
 
-# -- the main job's flow stage, sharded (``fastdpot flow --distributed`` under torchrun) ----------------------
-_PIPELINE = {}
+def __getattr__(name):
+    if name in _MOVED:
+        from .mainjob import distributed_stage
 
-
-def init_from_env(device: str = "cpu", timeout_s: float = 300.0, wait_s: float = 3 * 3600.0):
-    """``torch.distributed.init_process_group`` from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...):
-    NCCL when ``device`` is CUDA, else gloo; ``timeout_s`` bounds every flow collective (a dead or hanging rank
-    is detected within it), ``wait_s`` the wait of ranks > 0 while rank 0 runs the stages before the flow.
-    Registers the group for :func:`pipeline_group`. Returns ``(group, rank)``."""
-    import datetime
-
-    cuda = str(device).startswith("cuda")
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
-    register_pipeline_group(dist.group.WORLD, wait_s)
-    return dist.group.WORLD, dist.get_rank()
-
-
-def register_pipeline_group(group, wait_s: float = 3 * 3600.0):
-    """Make :func:`fastdpot.pipeline.stage_flow` shard its flow over ``group`` (rank 0 of it runs the pipeline,
-    the others :func:`pipeline_follow`); None unregisters. A collective (it creates a gloo group for the wait)."""
-    import datetime
-
-    _PIPELINE.clear()
-    if group is not None:
-        _PIPELINE["group"] = group
-        _PIPELINE["wait"] = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=wait_s))
-
-
-def pipeline_group():
-    """The process group of ``fastdpot flow --distributed`` (None when not distributed)."""
-    return _PIPELINE.get("group")
-
-
-def pipeline_flow(make_cond: bool, args, kwargs):
-    """Rank 0 of the pipeline: send the flow's arguments to the other ranks, build it sharded."""
-    from .flow import ClassConditionalFlow
-
-    box = [(make_cond, args, {k: v for k, v in kwargs.items() if k != "generator"})]
-    dist.broadcast_object_list(box, src=0, group=_PIPELINE["wait"])
-    cls = ClassConditionalFlow if make_cond else DPSlicedWassersteinFlow
-    return cls(*args, **kwargs, process_group=_PIPELINE["group"])
-
-
-def pipeline_done():
-    """Rank 0 of the pipeline: tell the other ranks that no flow stage follows."""
-    dist.broadcast_object_list([None], src=0, group=_PIPELINE["wait"])
-
-
-def pipeline_follow() -> int:
-    """Ranks > 0 of the pipeline: for every flow stage of rank 0 (one per flow seed), receive the flow's
-    arguments, build the same sharded flow, run it (private data None) and take part in gathering the samples,
-    until :func:`pipeline_done`. Returns the number of flow stages followed."""
-    from .flow import ClassConditionalFlow
-
-    done = 0
-    while True:
-        box = [None]
-        dist.broadcast_object_list(box, src=0, group=_PIPELINE["wait"])
-        if box[0] is None:
-            return done
-        make_cond, args, kwargs = box[0]
-        cls = ClassConditionalFlow if make_cond else DPSlicedWassersteinFlow
-        flow = cls(*args, **kwargs, generator=torch.Generator().manual_seed(0), process_group=_PIPELINE["group"])
-        if make_cond:
-            flow.run(None, None, progress=False)
-            gather_class_samples(flow)
-        else:
-            flow.run(None, progress=False)
-            flow.gather_particles()
-        done += 1
+        return getattr(distributed_stage, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

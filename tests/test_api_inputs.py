@@ -314,7 +314,7 @@ def test_env_report_has_no_keops_cuda_notice_on_a_cpu_machine():
 def test_cli_flow_help_gives_every_option_one_help_text_and_one_default():
     import argparse
 
-    from fastdpot.cli import build_parser
+    from fastdpot.mainjob.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["flow"]
@@ -333,8 +333,10 @@ def _public_members_without_docstring():
     import inspect
 
     modules = ["fastdpot", "fastdpot.sliced", "fastdpot.sinkhorn", "fastdpot.flow", "fastdpot.privacy",
-               "fastdpot.dpswgen", "fastdpot.dp_sinkhorn", "fastdpot.baselines", "fastdpot.ldp",
-               "fastdpot.autoencoder", "fastdpot.tuning", "fastdpot.audit"]
+               "fastdpot.dpswgen", "fastdpot.dp_sinkhorn", "fastdpot.ldp", "fastdpot.audit",
+               "fastdpot.mainjob.baselines", "fastdpot.mainjob.autoencoder", "fastdpot.mainjob.tuning",
+               "fastdpot.mainjob.pipeline", "fastdpot.mainjob.metrics", "fastdpot.mainjob.data",
+               "fastdpot.mainjob.cli", "fastdpot.mainjob.distributed_stage"]
     seen, missing = set(), []
     for name in modules:
         mod = importlib.import_module(name)

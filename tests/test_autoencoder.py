@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from fastdpot.autoencoder import (AutoEncoderConfig, ConvAutoEncoder, DCGANAutoEncoder, data_hash, decode, encode,
-                                  train_autoencoder)
-from fastdpot.data import load_digits
+from fastdpot.mainjob.autoencoder import (AutoEncoderConfig, ConvAutoEncoder, DCGANAutoEncoder, data_hash, decode,
+                                          encode, train_autoencoder)
+from fastdpot.mainjob.data import load_digits
 
 
 @pytest.mark.parametrize("size", [28, 32])

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from fastdpot.baselines import (dp_class_gaussians, moments_sensitivity, particles_per_class, public_only_samples,
-                                sample_class_gaussians)
-from fastdpot.metrics import cnn_accuracy, downstream_accuracy
+from fastdpot.mainjob.baselines import (dp_class_gaussians, moments_sensitivity, particles_per_class,
+                                        public_only_samples, sample_class_gaussians)
+from fastdpot.mainjob.metrics import cnn_accuracy, downstream_accuracy
 from fastdpot.privacy import gaussian_mechanism_sigma
 
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from fastdpot.data import (FASHION_MNIST_DIR, ImageData, load_celeba_folder, load_dataset, load_digits,
-                           load_fashion_mnist, load_lfw_subset, load_mnist_format, public_private_split, read_idx)
-from fastdpot.data.datasets import load_fashion_mnist_available
+from fastdpot.mainjob.data import (FASHION_MNIST_DIR, ImageData, load_celeba_folder, load_dataset, load_digits,
+                                   load_fashion_mnist, load_lfw_subset, load_mnist_format, public_private_split,
+                                   read_idx)
+from fastdpot.mainjob.data.datasets import load_fashion_mnist_available
 
 
 def _write_idx(path, arr, type_code, compress=False):

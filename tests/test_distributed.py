@@ -162,8 +162,8 @@ def _scn_ckpt(rank, world, arg):
 def _scn_pipeline(rank, world, arg):
     """The main job's flow stage sharded as `fastdpot flow --distributed` runs it: rank 0 runs stage_flow on the
     latents, the other ranks follow."""
-    from fastdpot import distributed_jobs as distributed
-    from fastdpot.pipeline import PipelineConfig, stage_flow
+    from fastdpot.mainjob import distributed_stage as distributed
+    from fastdpot.mainjob.pipeline import PipelineConfig, stage_flow
 
     distributed.register_pipeline_group(dist.group.WORLD, wait_s=60)
     if rank != 0:

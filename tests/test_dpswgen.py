@@ -10,7 +10,7 @@ from fastdpot.sliced import dp_sliced_wasserstein_noise_std
 
 def _fashion_latents(n_public=5000, n_private=30000, dim=8):
     """Fashion-MNIST rows: a PCA 'encoder' fitted on a disjoint public part, latents on the unit sphere."""
-    from fastdpot.data.datasets import load_fashion_mnist
+    from fastdpot.mainjob.data.datasets import load_fashion_mnist
 
     try:
         imgs, _ = load_fashion_mnist("train")

@@ -216,8 +216,9 @@ def test_private_mode_bad_labels_change_nothing():
 def test_main_job_label_private_mode_publishes_nothing_from_class_counts(monkeypatch):
     """stage_flow with labels='private' on two label vectors with the same n and different class sizes: the
     privacy record and privacy.md are identical and name the relation; the per-class mode's record differs."""
-    import fastdpot.pipeline as pl
-    from fastdpot import cli
+    import fastdpot.mainjob.pipeline as pl
+    from fastdpot.mainjob import cli
+    from fastdpot.mainjob.report import _privacy_md
 
     seen = {}
     monkeypatch.setattr(pl, "run_pipeline", lambda cfg, *a, **kw: seen.setdefault("cfg", cfg) and {})
@@ -235,8 +236,8 @@ def test_main_job_label_private_mode_publishes_nothing_from_class_counts(monkeyp
                                 epsilon=10.0 if mode == "private" else math.inf).resolved()
         for name, lab in (("a", lab_a), ("b", lab_b)):
             fl = pl.stage_flow(cfg, lat, lab, 30, progress=False, public_labels=pub, seed=3)
-            text = pl._privacy_md(cfg, dict(privacy=fl["privacy"], dataset="synthetic", n_public=90, n_private=120,
-                                            latent_dim=4, epsilon=fl["epsilon"]))
+            text = _privacy_md(cfg, dict(privacy=fl["privacy"], dataset="synthetic", n_public=90, n_private=120,
+                                         latent_dim=4, epsilon=fl["epsilon"]))
             out[mode, name] = fl, text
     (fa, ta), (fb, tb) = out["private", "a"], out["private", "b"]
     assert fa["privacy"] == fb["privacy"] and ta == tb and fa["epsilon"] == fb["epsilon"]

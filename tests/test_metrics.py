@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from fastdpot import metrics as M
-from fastdpot.data import load_digits, to_float
+from fastdpot.mainjob import metrics as M
+from fastdpot.mainjob.data import load_digits, to_float
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from fastdpot import cli
-from fastdpot.data import load_digits
-from fastdpot.data.datasets import load_fashion_mnist, load_fashion_mnist_available
-from fastdpot.pipeline import (PipelineConfig, calibrate_spread, samples_grid, stage_autoencoder, stage_data,
-                               stage_decode, stage_flow)
+from fastdpot.mainjob import cli
+from fastdpot.mainjob.data import load_digits
+from fastdpot.mainjob.data.datasets import load_fashion_mnist, load_fashion_mnist_available
+from fastdpot.mainjob.pipeline import (PipelineConfig, calibrate_spread, samples_grid, stage_autoencoder,
+                                       stage_data, stage_decode, stage_flow)
 
 
 def _write_idx(path, arr):
@@ -243,7 +243,7 @@ def test_init_cli_records_it_and_old_run_folders_resume(idx_dir, tmp_path):
 
 
 def test_public_centers_are_public_class_means_and_median_radius():
-    from fastdpot.pipeline import public_centers
+    from fastdpot.mainjob.flow_stage import public_centers
 
     g = torch.Generator().manual_seed(0)
     z = torch.nn.functional.normalize(torch.randn(300, 6, generator=g), dim=1)
@@ -269,7 +269,7 @@ def test_public_centers_are_public_class_means_and_median_radius():
 
 
 def test_centered_flow_clips_to_r_and_adds_the_centres_back(idx_dir, tmp_path):
-    from fastdpot.pipeline import public_centers
+    from fastdpot.mainjob.flow_stage import public_centers
 
     cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, num_particles=30, center="public",
                          replayable_noise=True).resolved()  # the translation check replays the noise
@@ -332,7 +332,8 @@ def test_center_cli_and_privacy_md(idx_dir, tmp_path):
 def test_sketch_release_reaches_the_flows_and_privacy_md(monkeypatch):
     # fast: the CLI's options reach PipelineConfig; stage_flow on small synthetic latents builds sketch flows
     # whose privacy record and privacy.md text name the release
-    import fastdpot.pipeline as pl
+    import fastdpot.mainjob.pipeline as pl
+    from fastdpot.mainjob.report import _privacy_md
 
     seen = {}
     monkeypatch.setattr(pl, "run_pipeline", lambda cfg, *a, **kw: seen.setdefault("cfg", cfg) and {})
@@ -344,14 +345,14 @@ def test_sketch_release_reaches_the_flows_and_privacy_md(monkeypatch):
     fl = stage_flow(cfg, lat, None, 20, progress=False)  # one flow (no labels): one noise calibration
     assert fl["flow"].config["release"] == "sketch" and fl["flow"].config["num_bins"] == 4
     assert fl["privacy"]["release"] == "sketch" and fl["privacy"]["num_bins"] == 4
-    text = pl._privacy_md(cfg, dict(privacy=fl["privacy"], dataset="synthetic", n_public=0, n_private=120,
-                                    latent_dim=4, epsilon=fl["epsilon"]))
+    text = _privacy_md(cfg, dict(privacy=fl["privacy"], dataset="synthetic", n_public=0, n_private=120,
+                                 latent_dim=4, epsilon=fl["epsilon"]))
     assert "sliced quantile sketch" in text and "L = 4 rank bins" in text and "Y Θᵀ + V" not in text
     cfg0 = PipelineConfig(release="points", epochs=1.0, batch_size=20, latent_dim=4).resolved()
     fl0 = stage_flow(cfg0, lat, None, 20, progress=False)
     assert fl0["flow"].config["release"] == "points" and fl0["privacy"]["release"] == "points"
-    assert "Y Θᵀ + V" in pl._privacy_md(cfg0, dict(privacy=fl0["privacy"], dataset="synthetic", n_public=0,
-                                                   n_private=120, latent_dim=4, epsilon=fl0["epsilon"]))
+    assert "Y Θᵀ + V" in _privacy_md(cfg0, dict(privacy=fl0["privacy"], dataset="synthetic", n_public=0,
+                                                n_private=120, latent_dim=4, epsilon=fl0["epsilon"]))
     assert fl["epsilon"] == fl0["epsilon"]  # the same z, Δ and sampler: the same ε
     with pytest.raises(SystemExit):
         cli.main(["flow", "--release", "bins"])
@@ -411,7 +412,7 @@ def test_gaussian_baseline_flow_seeds_and_public_size_cli(idx_dir, tmp_path):
 
 
 def test_public_only_and_seeded_flow_stages(idx_dir, tmp_path):
-    from fastdpot.baselines import stage_baseline
+    from fastdpot.mainjob.baselines import stage_baseline
 
     cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, method="public").resolved()
     data = stage_data(cfg)

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from fastdpot.data import ImageData
-from fastdpot.pipeline import PipelineConfig
-from fastdpot.tuning import main, parse_grid, parse_settings, run_tuning, tuning_split
+from fastdpot.mainjob.data import ImageData
+from fastdpot.mainjob.pipeline import PipelineConfig
+from fastdpot.mainjob.tuning import main, parse_grid, parse_settings, run_tuning, tuning_split
 
 
 def _public(n=90):
@@ -45,7 +45,7 @@ def test_parse_grid():
 
 @pytest.mark.slow  # two small pipeline runs with FID (about a minute on 2 cores)
 def test_tiny_sweep_writes_a_ranked_table(tmp_path):
-    from fastdpot.data import load_digits
+    from fastdpot.mainjob.data import load_digits
 
     out = tmp_path / "tune"
     rc = main(["--out", str(out), "--set", "dataset=digits", "--set", "quick=true", "--set", "fid_samples=4",
@@ -62,7 +62,7 @@ def test_tiny_sweep_writes_a_ranked_table(tmp_path):
 
 
 def test_grid_combinations_that_are_not_settings_are_skipped_and_listed(tmp_path, monkeypatch):
-    import fastdpot.tuning as tuning
+    import fastdpot.mainjob.tuning as tuning
 
     ran = []
 
