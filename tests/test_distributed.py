@@ -169,7 +169,7 @@ def _scn_pipeline(rank, world, arg):
     if rank != 0:
         return dict(followed=distributed.pipeline_follow())
     cfg = PipelineConfig(dataset="digits", quick=True, epsilon=10.0, replayable_noise=True, num_particles=20,
-                         latent_dim=4).resolved()
+                         latent_dim=4, labels="public").resolved()  # the sharded main job runs the per-class flows
     g = torch.Generator().manual_seed(0)
     lat = torch.randn(300, 4, generator=g)
     lat = lat / lat.norm(dim=1, keepdim=True)

@@ -224,7 +224,8 @@ def test_main_job_label_private_mode_publishes_nothing_from_class_counts(monkeyp
     monkeypatch.setattr(pl, "run_pipeline", lambda cfg, *a, **kw: seen.setdefault("cfg", cfg) and {})
     assert cli.main(["flow", "--labels", "private", "--label-scale", "2", "--no-progress"]) == 0
     assert seen["cfg"].labels == "private" and seen["cfg"].label_scale == 2.0
-    assert pl.PipelineConfig().labels == "public"
+    assert pl.PipelineConfig().resolved().labels == "private"  # secure by default
+    assert pl.PipelineConfig(method="gaussian").resolved().labels == "public"
     g = _gen(0)
     lat = torch.nn.functional.normalize(torch.randn(120, 4, generator=g), dim=1)
     lab_a = torch.cat([torch.zeros(70), torch.ones(25), torch.full((25,), 2)]).long()
@@ -257,3 +258,13 @@ def test_private_mode_refuses_a_process_group_clearly():
     with pytest.raises(ValueError, match="process_group is not supported with label_privacy='private'"):
         ClassConditionalFlow(10, 3, 4, 0.5, num_classes=2, process_group=object())
     assert not dist.is_initialized()
+
+
+def test_distributed_main_job_refuses_the_label_private_default(capsys):
+    # the sharded main job runs the per-class flows only: the default (label-private) stops before any work, naming
+    # the flag that states the weaker relation
+    from fastdpot.mainjob import cli
+
+    assert cli.main(["flow", "--distributed", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--labels public" in err and "not sharded" in err

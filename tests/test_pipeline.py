@@ -95,7 +95,7 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
 
 
 def test_stages_non_private(idx_dir, tmp_path):
-    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, epsilon=math.inf, quick=True).resolved()
+    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, epsilon=math.inf, quick=True, labels="public").resolved()
     data = stage_data(cfg)
     assert len(data["public"]) + len(data["private"]) == 200
     assert not set(data["public_index"].tolist()) & set(data["private_index"].tolist())
@@ -201,7 +201,8 @@ def test_uniform_directions_spend_a_tail(idx_dir, tmp_path):
 
 @pytest.mark.parametrize("init", ["gaussian", "sphere", "gaussian_scaled"])
 def test_init_option_reaches_the_flow_and_the_outputs(idx_dir, tmp_path, init):
-    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, init=init, num_particles=30).resolved()
+    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, init=init, num_particles=30,
+                         labels="public").resolved()
     data = stage_data(cfg)
     ae = stage_autoencoder(cfg, data, progress=False, cache_dir=str(tmp_path))
     fl = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False)
@@ -272,7 +273,7 @@ def test_centered_flow_clips_to_r_and_adds_the_centres_back(idx_dir, tmp_path):
     from fastdpot.mainjob.flow_stage import public_centers
 
     cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, num_particles=30, center="public",
-                         replayable_noise=True).resolved()  # the translation check replays the noise
+                         labels="public", replayable_noise=True).resolved()  # the translation check replays the noise
     data = stage_data(cfg)
     ae = stage_autoencoder(cfg, data, progress=False, cache_dir=str(tmp_path))
     assert ae["public_latents"] is not None  # center="public" needs them
@@ -302,7 +303,7 @@ def test_centered_flow_clips_to_r_and_adds_the_centres_back(idx_dir, tmp_path):
 
 
 def test_center_cli_and_privacy_md(idx_dir, tmp_path):
-    assert cli.main(_args(idx_dir, tmp_path, "--center", "public", "--clip-radius", "0.3")) == 0
+    assert cli.main(_args(idx_dir, tmp_path, "--center", "public", "--clip-radius", "0.3", "--labels", "public")) == 0
     run = tmp_path / "runs" / "r"
     m = json.loads((run / "metrics.json").read_text())
     assert m["center"] == "public" and m["clip_radius"] == 0.3
@@ -310,7 +311,7 @@ def test_center_cli_and_privacy_md(idx_dir, tmp_path):
     text = (run / "privacy.md").read_text()
     assert "shifted by the PUBLIC half's mean latent of its class" in text and "r = 0.3" in text
     assert "Δ = 2r (r = 0.3)·sqrt(⌈k/d⌉) = 0.6" in text
-    assert cli.main(_args(idx_dir, tmp_path, "--name", "none")) == 0  # the default: the papers' unit sphere
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "none", "--labels", "public")) == 0  # the papers' unit sphere
     m0 = json.loads((tmp_path / "runs" / "none" / "metrics.json").read_text())
     assert m0["center"] == PipelineConfig().center == "none" and m0["clip_radius"] is None and m0["sensitivity"] == pytest.approx(2.0)
     assert "scaled onto the unit sphere inside the flow step" in (tmp_path / "runs" / "none" / "privacy.md").read_text()
@@ -422,7 +423,7 @@ def test_public_only_and_seeded_flow_stages(idx_dir, tmp_path):
     pub = ae["public_latents"]
     assert all(bool((pub == r).all(1).any()) for r in out["samples"])  # rows of the public half, nothing else
     # the flow's generator seed is an argument: with replayable noise the same seed replays, another seed differs
-    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, replayable_noise=True).resolved()
+    cfg = PipelineConfig(dataset="idx", data_dir=idx_dir, quick=True, replayable_noise=True, labels="public").resolved()
     a = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, seed=5)["samples"]
     b = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, seed=5)["samples"]
     c = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, seed=6)["samples"]

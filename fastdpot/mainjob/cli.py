@@ -61,10 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--latent-dim", type=int, default=None, help="d (default 16 for 28/32 px, 48 for 64 px)")
     f.add_argument("--reg", type=float, default=d.reg, help="entropic regularisation λ (Brownian term)")
     f.add_argument("--unconditional", action="store_true", help="one flow for all classes (ignore labels)")
-    f.add_argument("--labels", default=d.labels, choices=["public", "private"],
-                   help="class-conditional flow: public: one flow per label, labels and class sizes ASSUMED public "
-                        "(neighbours keep their label); private: one flow on [latent, c·onehot(label)], neighbours "
-                        "replace one labelled image with its label free to change (labels and class sizes protected)")
+    f.add_argument("--labels", default=None, choices=["public", "private"],
+                   help="class-conditional flow: private (the flow's default): one flow on [latent, c·onehot(label)], "
+                        "neighbours replace one labelled image with its label free to change (labels and class sizes "
+                        "protected); public (the default of --method gaussian): one flow per label, labels and class "
+                        "sizes ASSUMED public (neighbours keep their label)")
     f.add_argument("--label-scale", type=float, default=d.label_scale,
                    help="c > 0, the length of the label block with --labels private (larger c separates the "
                         "classes but raises the sensitivity sqrt(4r² + 2c²))")
@@ -170,6 +171,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         "inf" if math.isinf(args.epsilon) else f"{args.epsilon:g}", args.seed, "_quick" if args.quick else "")
     run_dir = os.path.join(args.runs_dir, name)
     if args.distributed:
+        if cfg.class_conditional and args.method == "flow" and args.labels in (None, "private"):
+            print("fastdpot flow: error: --distributed shards the per-class flows only; the label-private flow "
+                  "(--labels private, the default) is not sharded yet: pass --labels public (labels and class sizes "
+                  "then ASSUMED public, as privacy.md will say) or --unconditional", file=sys.stderr)
+            return 2
         from . import distributed_stage as distributed
 
         _, rank = distributed.init_from_env(args.device, timeout_s=args.dist_timeout)

@@ -37,7 +37,9 @@ class PipelineConfig:
         num_particles: N (None: the size of the real test set).
         class_conditional: a class-conditional flow when the data are labelled (see ``labels``).
         labels: how the class-conditional flow treats the labels (:class:`fastdpot.flow.ClassConditionalFlow`'s
-            ``label_privacy``). ``"public"`` (default): one flow per label on its partition (parallel composition),
+            ``label_privacy``). ``None`` (default): ``"private"`` for the flow, ``"public"`` for the per-class
+            baselines (``method="gaussian"``, which has no label-private mode). ``"public"``: one flow per label on
+            its partition (parallel composition),
             for neighbours that differ in one image with its label unchanged; the labels and class sizes are
             ASSUMED PUBLIC. ``"private"``: one flow on the rows [latent, c·onehot(label)] in R^{d+C}, for neighbours
             that differ by the replacement of one labelled image, its label free to change (labels and class sizes
@@ -110,7 +112,7 @@ class PipelineConfig:
     epochs: float = 10.0
     num_particles: Optional[int] = None
     class_conditional: bool = True
-    labels: str = "public"
+    labels: Optional[str] = None
     label_scale: float = 1.0
     ae_epochs: int = 10
     ae_max_train: Optional[int] = None
@@ -182,6 +184,8 @@ class PipelineConfig:
         elif c.num_bins is not None:
             raise ValueError(f"num_bins is only used with release='sketch', got num_bins={c.num_bins!r}")
         check_choice(c.method, "method", METHODS)
+        if c.labels is None:  # secure by default: the flow protects the labels; the per-class baseline cannot
+            c.labels = "private" if c.method == "flow" else "public"
         check_choice(c.labels, "labels", ("public", "private"))
         c.label_scale = check_positive(c.label_scale, "label_scale")
         if c.labels == "private" and c.method != "flow":
