@@ -49,7 +49,8 @@ def _args(idx_dir, tmp_path, *extra):
 
 
 def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
-    assert cli.main(_args(idx_dir, tmp_path)) == 0
+    # the per-class flows (--labels public); the default, label-private run: the next test
+    assert cli.main(_args(idx_dir, tmp_path, "--labels", "public")) == 0
     run = tmp_path / "runs" / "r"
     for f in ("samples.png", "metrics.json", "privacy.md", "config.json", "private/flow_checkpoint.pt",
               "private/flows.json"):
@@ -85,13 +86,28 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
 
     assert Image.open(run / "samples.png").size[0] > 50
     # a second call resumes from the checkpoint: the flow takes no further steps, nothing more is spent
-    assert cli.main(_args(idx_dir, tmp_path)) == 0
+    assert cli.main(_args(idx_dir, tmp_path, "--labels", "public")) == 0
     m2 = json.loads((run / "metrics.json").read_text())
     assert m2["flow_resumed"] and m2["autoencoder"]["cached"] and m2["fid_real_stats_cached"]
     assert m2["steps_taken"] == m["steps_taken"] and m2["epsilon_spent"] == pytest.approx(m["epsilon_spent"])
     # another config in the same run folder is refused (the checkpoint belongs to the first one)
-    assert cli.main(_args(idx_dir, tmp_path, "--epsilon", "5")) == 2
+    assert cli.main(_args(idx_dir, tmp_path, "--labels", "public", "--epsilon", "5")) == 2
     assert "different config" in capsys.readouterr().err
+
+
+def test_quick_run_default_is_label_private_and_resumes(idx_dir, tmp_path):
+    # secure by default: one flow on [latent, c·onehot(label)], labels and class sizes protected
+    assert cli.main(_args(idx_dir, tmp_path)) == 0
+    run = tmp_path / "runs" / "r"
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["labels"] == "private" and "label free to change" in m["neighbouring_relation"]
+    assert 0 < m["epsilon_spent"] <= 10.0 + 1e-9 and m["delta"] == 1e-5
+    assert "sample_rates" not in m and "noise_multipliers_per_flow" not in m
+    text = (run / "privacy.md").read_text()
+    assert "ITS LABEL FREE TO CHANGE" in text and "LABEL UNCHANGED" not in text
+    assert cli.main(_args(idx_dir, tmp_path)) == 0  # resumes: nothing more is spent
+    m2 = json.loads((run / "metrics.json").read_text())
+    assert m2["flow_resumed"] and m2["epsilon_spent"] == pytest.approx(m["epsilon_spent"])
 
 
 def test_stages_non_private(idx_dir, tmp_path):
