@@ -37,7 +37,9 @@ import torch.distributed as dist
 from ._ext import load_cpp
 from ._random import draw_seed, random_directions
 from ._validate import check_int
-from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError, _atomic_save, _check_init_kind, _privacy
+from ._checkpoint import atomic_save as _atomic_save
+from ._flow_init import check_init_kind as _check_init_kind
+from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError, _privacy
 from .reference.flow_histogram import _target_at
 
 __all__ = ["DistributedSlicedWassersteinFlow", "RankFailureError", "TorchHistogramPhases", "histogram_reduce",
@@ -416,7 +418,7 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
         head = payload = None
         if self._is_data():
             if self.private:
-                self._spend()
+                self._ledger.spend()
             head, payload = self._release(private_batch)
         self._exchange(head, payload)
         return self._particles
@@ -470,7 +472,7 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
                     go = done < steps and (not self.private or self.can_step())
                     if go:
                         if self.private:
-                            self._spend()  # counted once, on the data rank, before anything is released
+                            self._ledger.spend()  # counted once, on the data rank, before anything is released
                         head, payload = self._release(private_data[sampler.sample()] if sampler is not None
                                                       else private_data)
                 if not self._exchange(head, payload):
@@ -484,8 +486,8 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
                 bar.update(1)
         finally:
             bar.close()
-            if self.private and self._mode is not None:
-                self._flush()
+            if self.private:
+                self._ledger.flush()
         if checkpoint_path is not None:
             self.save(checkpoint_path)
         self._eps_cache = float(self._broadcast(torch.tensor([self.epsilon() if self._is_data() else 0.0],
