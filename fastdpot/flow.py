@@ -59,11 +59,12 @@ from typing import Any, Callable, Dict, Optional, Union
 import torch
 
 from ._checkpoint import CheckpointError  # noqa: F401  (raised by load; re-exported)
+from ._flow_checkpoint import FlowCheckpointing
 from ._flow_config import accounting_event, flow_config, resolve_batch
-from ._flow_init import INIT_KINDS, check_init_kind as _check_init_kind, draw_init  # noqa: F401  (re-exported)
-from ._flow_run import STOP_REASONS, FlowRunResult, progress_postfix, report_run  # noqa: F401  (re-exported)
+from ._flow_init import INIT_KINDS, draw_init  # noqa: F401  (re-exported)
+from ._flow_run import STOP_REASONS, FlowRunResult  # noqa: F401  (re-exported)
 from ._random import make_generator, random_directions
-from ._validate import check_int, check_tensor
+from ._validate import check_tensor
 from .ops.flow_step import flow_step  # noqa: F401  (the op; re-exported: fastdpot.flow.flow_step)
 
 __all__ = ["DPSlicedWassersteinFlow", "ClassConditionalFlow", "NonFiniteParticlesError", "flow_step", "draw_init",
@@ -80,7 +81,7 @@ def _privacy():
     return privacy
 
 
-class DPSlicedWassersteinFlow:
+class DPSlicedWassersteinFlow(FlowCheckpointing):
     """Differentially private sliced-Wasserstein particle flow (DPSWflow-r / DPSWflow), Sebag et al., TMLR.
 
     Each step: draw k unit directions Θ (fresh, or k of a fixed pool), project the particles and the private batch,
@@ -457,135 +458,15 @@ class DPSlicedWassersteinFlow:
             TypeError: ``checkpoint_path`` not a str or os.PathLike.
             NonFiniteParticlesError: see :meth:`step` (the last checkpoint written stays intact).
         """
-        from ._progress import progress_bar as tqdm  # bounded redraw rate, no per-step redraw off a terminal
+        from ._flow_run import run_flow
 
-        self._check_batch(private_data, "private_data")
-        n = private_data.shape[0]
-        c = self._config
-        sampled = c["batch_size"] is not None or c["sample_rate"] is not None
-        if steps is None:
-            if c["steps"] is None:
-                raise ValueError("steps is required: this flow has no planned number of steps")
-            steps = c["steps"] - self._step
-        else:
-            steps = check_int(steps, "steps", 0)
-        if checkpoint_every is not None:
-            checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
-        if checkpoint_path is not None:  # before any step is spent
-            from ._checkpoint import check_checkpoint_path
-
-            checkpoint_path = check_checkpoint_path(checkpoint_path)
-        if sampled:
-            self._bind("sampled", n)
-            sampler = _privacy().FixedSizeSampler(n, self._bound_batch, generator=self._rng)
-        else:  # non-private flow without a batch size: the whole data set every step
-            self._bind("full", None)
-            sampler = None
-        bar = tqdm(total=steps, disable=not progress, desc="DP-SW flow" if self.private else "SW flow")
-        start, stop = self._step, "completed"
-        if steps == 0 and self.private and not self.can_step():  # nothing left to run: say why
-            stop = "budget" if self._step < c["steps"] else "planned_steps"
-        try:
-            for it in range(steps):
-                if self.private:
-                    if not self.can_step():  # planned T reached, or the next step would exceed the ε budget
-                        stop = "budget" if self._step < c["steps"] else "planned_steps"
-                        break
-                    self._ledger.spend()  # counted before the batch is drawn
-                batch = private_data if sampler is None else private_data[sampler.sample().to(private_data.device)]
-                self._take_step(batch, spent=True)
-                if callback is not None:
-                    callback(self)
-                if checkpoint_path is not None and checkpoint_every is not None and self._step % checkpoint_every == 0:
-                    self.save(checkpoint_path)
-                if progress:
-                    bar.update(1)
-                    bar.set_postfix(**progress_postfix(self, progress_epsilon))
-        finally:
-            bar.close()
-            if self.private:
-                self._ledger.flush()
-        if checkpoint_path is not None:
-            self.save(checkpoint_path)
-        self.last_run = report_run(self, steps, self._step - start, stop, progress_epsilon)
-        return self._particles
+        return run_flow(self, private_data, steps, progress, checkpoint_path, checkpoint_every, callback,
+                        progress_epsilon)
 
     @property
     def stop_reason(self) -> Optional[str]:
         """Why the last :meth:`run` stopped (see :class:`FlowRunResult`); None before any run."""
         return None if self.last_run is None else self.last_run.stop_reason
-
-    # -- checkpointing (fastdpot._flow_checkpoint) ------------------------------------------------------------
-    def state_dict(self) -> Dict[str, Any]:
-        """Everything needed to resume: config, particles, generator state, step counter, accounting.
-
-        Secure mode: ``generator`` is the public generator's state (it drew the initial particles); the privacy
-        draws came from the OS and nothing of them is stored. Replayable mode: ``generator`` is the state of the
-        privacy source itself, so the state dict (and every checkpoint) is a private artefact: keep it with the
-        private data, never with the published outputs.
-
-        The accounting keys (``noise_multiplier``, ``accountant``, ``budget``) are those of the flow's
-        :class:`fastdpot.privacy.PrivacyLedger`; ``mode``, ``bound_n``, ``bound_batch`` give its event.
-        """
-        from ._flow_checkpoint import flow_state_dict
-
-        return flow_state_dict(self)
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` of a flow with the same config (resume a run).
-
-        Atomic: the whole state — config, particles of shape (N, d), generator state, step counter in [0, T], mode,
-        bound n, noise multiplier, accountant and budget (whose step counts must equal the step counter) — is
-        checked before anything is assigned; on any error this flow is unchanged.
-
-        Raises:
-            ValueError: a key missing or invalid (the message names it), a config that does not match this flow's,
-                or accounting missing from the state of a private flow that has taken steps (it would reset the ε
-                spent).
-        """
-        from ._flow_checkpoint import check_flow_state
-
-        (self._particles, gen_state, self._step, self._pool, self._last_drift_norm, self._mode, self._bound_n,
-         self._bound_batch, ledger) = check_flow_state(self, state)
-        self._generator.set_state(gen_state)
-        if self.private:
-            self._ledger = ledger
-
-    def save(self, path: str) -> None:
-        """``torch.save`` of :meth:`state_dict`, written atomically (a crash never corrupts the last checkpoint).
-
-        Raises:
-            TypeError, ValueError: ``path`` not a path, a directory, or not writable (checked before writing).
-        """
-        from ._checkpoint import atomic_save
-
-        atomic_save(self.state_dict(), path)
-
-    @classmethod
-    def from_state_dict(cls, state: Dict[str, Any], *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
-        """A new flow rebuilt from :meth:`state_dict` (its config, particles, step counter and accounting).
-
-        Raises:
-            ValueError: not a flow's state dict (a ``ClassConditionalFlow`` one included), or any check of
-                :meth:`load_state_dict`.
-        """
-        from ._flow_checkpoint import flow_from_state_dict
-
-        return flow_from_state_dict(cls, state, device=device, backend=backend)
-
-    @classmethod
-    def load(cls, path: str, *, device="cpu", backend="auto") -> "DPSlicedWassersteinFlow":
-        """Rebuild a flow from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles).
-
-        Raises:
-            FileNotFoundError: no file at ``path``.
-            fastdpot.flow.CheckpointError: ``path`` is a directory, or the file is truncated / garbage / another
-                kind of checkpoint (the message names the file; a ValueError).
-            ValueError: the state fails a check of :meth:`load_state_dict`.
-        """
-        from ._flow_checkpoint import load_flow
-
-        return load_flow(cls, path, device=device, backend=backend)
 
 
 # the class signature is __init__'s (inspect would otherwise show __new__'s (*args, **kwargs))
