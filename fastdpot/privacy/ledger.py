@@ -210,7 +210,7 @@ class PrivacyLedger:
         z, ev = self.noise_multiplier, dict(self.event, **self._tail_kw())
         if self.budget.can_spend(z, num_steps=limit, **ev):
             return limit
-        return self.budget.max_steps(z, limit=limit, **ev)
+        return 0 if limit == 1 else self.budget.max_steps(z, limit=limit, **ev)
 
     def _plan(self):
         left = self.steps - self.steps_spent
