@@ -21,7 +21,8 @@ Privacy guarantee (what the code enforces, and what it assumes)
   the T draws of Θ; :func:`fastdpot.privacy.split_delta`, default ``δ_acc = δ/2``, ``δ_tail = δ/(2T)``); ε is the
   accountant's ε at ``δ_acc`` after the steps taken. The flow refuses to take more than T private steps (the δ
   split would no longer hold), and with ``target_epsilon`` a :class:`fastdpot.privacy.PrivacyBudget` refuses a
-  step that would exceed it before anything is released.
+  step that would exceed it before anything is released. This bookkeeping is the flow's
+  :class:`fastdpot.privacy.PrivacyLedger` (``flow.ledger``), which counts every step before its release.
 * ``directions="orthogonal"``: each step's k directions are ``⌈k/d⌉`` blocks of orthonormal rows (Haar-random
   rotations; every direction still marginally uniform). Then ``Δ = 2·radius·sqrt(⌈k/d⌉)`` holds for every draw
   (:func:`fastdpot.privacy.orthogonal_sliced_sensitivity`): no tail, ``δ_tail = 0`` and the accountant gets all of
