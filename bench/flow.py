@@ -40,7 +40,7 @@ def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0)
     def setup():
         import torch
 
-        import fastdpot.flow  # noqa: F401  (imports and extension loading are not part of the measurement)
+        import fastdpot.ops.flow_step  # noqa: F401  (imports and extension loading are not part of the measurement)
 
         g = torch.Generator().manual_seed(0)
         x = torch.randn(n, d, generator=g)
@@ -49,7 +49,7 @@ def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0)
         return dict(x=x, y=y, th=th, seed=[0])
 
     def forward(s):
-        from fastdpot.flow import flow_step
+        from fastdpot.ops.flow_step import flow_step
 
         s["seed"][0] += 1
         mode, q = quantiles if isinstance(quantiles, tuple) else (quantiles, None)  # ("histogram", bins)
@@ -69,7 +69,7 @@ def sketch_step_case(impl, n, m, d, k, num_bins=5, quantiles="exact", step_size=
     def setup():
         import torch
 
-        import fastdpot.flow  # noqa: F401
+        import fastdpot.ops.flow_step  # noqa: F401
 
         g = torch.Generator().manual_seed(0)
         x = torch.randn(n, d, generator=g)
@@ -79,7 +79,7 @@ def sketch_step_case(impl, n, m, d, k, num_bins=5, quantiles="exact", step_size=
         return dict(x=x, th=th, sketch=(table, levels), seed=[0])
 
     def forward(s):
-        from fastdpot.flow import flow_step
+        from fastdpot.ops.flow_step import flow_step
 
         s["seed"][0] += 1
         new, drift, _ = flow_step(s["x"], None, s["th"], noise_std=0.0, step_size=step_size, seed=s["seed"][0],

@@ -70,7 +70,7 @@ def _inputs(n, m, d, k, device, seed=0):
 
 
 def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):
-    from fastdpot.flow import flow_step
+    from fastdpot.ops.flow_step import flow_step
 
     backend = "triton" if impl.startswith("triton") else "reference"
     quantiles = "histogram" if impl.endswith("_hist") else "exact"

@@ -14,7 +14,7 @@ import torch
 def profile_mode(n, d, k, quantiles, steps):
     from torch.profiler import ProfilerActivity, profile
 
-    from fastdpot.flow import flow_step as fn
+    from fastdpot.ops.flow_step import flow_step
 
     from .gpu_flow import M_PRIVATE, NUM_BINS, _inputs
 
@@ -22,11 +22,11 @@ def profile_mode(n, d, k, quantiles, steps):
     kw = dict(noise_std=0.5, step_size=1.0, reg=1e-3, seed=1234, quantiles=quantiles,
               num_quantiles=NUM_BINS if quantiles == "histogram" else None, backend="triton")
     for _ in range(2):
-        fn(x, y, th, **kw)
+        flow_step(x, y, th, **kw)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            fn(x, y, th, **kw)
+            flow_step(x, y, th, **kw)
         torch.cuda.synchronize()
     print(f"== {quantiles}: N={n} d={d} k={k}, {steps} steps (device time per step below is total / {steps})")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60))

@@ -20,7 +20,7 @@ import argparse
 
 import torch
 
-from fastdpot.flow import flow_step
+from fastdpot.ops.flow_step import flow_step
 from fastdpot.reference.flow_histogram import histogram_levels
 
 

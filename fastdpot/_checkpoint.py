@@ -15,8 +15,8 @@ from typing import Any, Iterable, Optional
 
 import torch
 
-__all__ = ["CheckpointError", "check_checkpoint_path", "load_checkpoint", "require_state", "state_int",
-           "state_float", "state_choice"]
+__all__ = ["CheckpointError", "check_checkpoint_path", "atomic_save", "load_checkpoint", "require_state",
+           "state_int", "state_float", "state_choice"]
 
 
 class CheckpointError(ValueError):
@@ -61,6 +61,28 @@ def check_checkpoint_path(path, name: str = "checkpoint_path") -> str:
     elif not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"{name}={path!r} is not writable: cannot create folders in {probe!r}")
     return path
+
+
+def atomic_save(obj, path) -> None:
+    """``torch.save`` of ``obj`` to ``path`` through a temporary file in the same folder, then ``os.replace``: the
+    previous checkpoint stays intact until the new one is complete (a crash never corrupts it).
+
+    Raises:
+        TypeError, ValueError: as :func:`check_checkpoint_path` (checked before writing).
+    """
+    path = check_checkpoint_path(path, "path")
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_ckpt_", suffix=".pt")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # the previous checkpoint stays intact until the new one is complete
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def load_checkpoint(path, what: str) -> Any:

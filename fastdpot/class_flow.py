@@ -13,7 +13,8 @@ import torch
 
 from ._random import draw_seed, make_generator
 from ._validate import check_choice, check_int, check_positive, check_tensor
-from .flow import INIT_KINDS, DPSlicedWassersteinFlow, _atomic_save
+from ._checkpoint import atomic_save as _atomic_save
+from .flow import INIT_KINDS, DPSlicedWassersteinFlow
 
 __all__ = ["ClassConditionalFlow"]
 

@@ -26,9 +26,7 @@ smoothing / Brownian / initial normals than the non-distributed flow (same laws)
 """
 from __future__ import annotations
 
-import glob
 import math
-import os
 from typing import Callable, Optional
 
 import torch
@@ -37,7 +35,9 @@ import torch.distributed as dist
 from ._ext import load_cpp
 from ._random import draw_seed, random_directions
 from ._validate import check_int
-from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError, _atomic_save, _check_init_kind, _privacy
+from ._distributed_checkpoint import ShardedCheckpointing
+from ._flow_init import check_init_kind as _check_init_kind
+from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError, _privacy
 from .reference.flow_histogram import _target_at
 
 __all__ = ["DistributedSlicedWassersteinFlow", "RankFailureError", "TorchHistogramPhases", "histogram_reduce",
@@ -173,11 +173,7 @@ def histogram_transport(s, lo, hi, num_bins, num_particles, all_reduce, phases=N
     return ph.levels(s, lo, hi, c, num_particles)
 
 
-def _ckpt_files(path: str, rank: int, world: int):
-    return os.path.join(path, "main.pt"), os.path.join(path, f"shard-{rank:05d}-of-{world:05d}-step")
-
-
-class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
+class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWassersteinFlow):
     """:class:`fastdpot.flow.DPSlicedWassersteinFlow` with its N particles sharded over a process group.
 
     Build it as ``DPSlicedWassersteinFlow(..., process_group=pg)`` on EVERY rank with the same arguments (checked
@@ -416,7 +412,7 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
         head = payload = None
         if self._is_data():
             if self.private:
-                self._spend()
+                self._ledger.spend()
             head, payload = self._release(private_batch)
         self._exchange(head, payload)
         return self._particles
@@ -470,7 +466,7 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
                     go = done < steps and (not self.private or self.can_step())
                     if go:
                         if self.private:
-                            self._spend()  # counted once, on the data rank, before anything is released
+                            self._ledger.spend()  # counted once, on the data rank, before anything is released
                         head, payload = self._release(private_data[sampler.sample()] if sampler is not None
                                                       else private_data)
                 if not self._exchange(head, payload):
@@ -484,8 +480,8 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
                 bar.update(1)
         finally:
             bar.close()
-            if self.private and self._mode is not None:
-                self._flush()
+            if self.private:
+                self._ledger.flush()
         if checkpoint_path is not None:
             self.save(checkpoint_path)
         self._eps_cache = float(self._broadcast(torch.tensor([self.epsilon() if self._is_data() else 0.0],
@@ -504,88 +500,3 @@ class DistributedSlicedWassersteinFlow(DPSlicedWassersteinFlow):
         if delta is not None and delta != self._config["delta"]:
             raise ValueError(f"the accountant lives on rank {self.data_rank}; ask it for delta={delta!r}")
         return 0.0 if self._eps_cache is None else self._eps_cache
-
-    # -- checkpoints --------------------------------------------------------------------------------------
-    def save(self, path: str) -> None:
-        """Write a checkpoint to the FOLDER ``path`` (a collective). Every rank writes its shard
-        ``shard-<rank>-of-<W>-step<S>.pt``; after a barrier the data rank writes ``main.pt`` (config, world size,
-        step S, accountant, its generator state), atomically; after a second barrier older shard files are
-        removed. ``main.pt`` always names a step whose shards are complete, so a rank that dies at any point leaves
-        the last checkpoint intact. Replayable mode: the files are private artefacts (see the base class)."""
-        main, prefix = _ckpt_files(path, self.rank, self.world_size)
-        S = self._step
-        _atomic_save(dict(rank=self.rank, world_size=self.world_size, step=S, shard=self._shard,
-                          particles=self._particles.detach().cpu().clone(), last_drift_norm=self._last_drift_norm),
-                     f"{prefix}{S:09d}.pt")
-        self._collective(dist.barrier) if self.world_size > 1 else None
-        if self._is_data():
-            state = self.state_dict()
-            state.pop("particles")
-            state.update(world_size=self.world_size, data_rank=self.data_rank)
-            _atomic_save(state, main)
-        self._collective(dist.barrier) if self.world_size > 1 else None
-        for f in glob.glob(f"{glob.escape(prefix)}*.pt"):
-            if not f.endswith(f"{S:09d}.pt"):
-                os.remove(f)
-
-    @classmethod
-    def from_state_dict(cls, state, *, device="cpu", backend="auto"):
-        """Not for sharded flows: build the flow on every rank, then :meth:`load_checkpoint`.
-
-        Raises:
-            TypeError: always.
-        """
-        raise TypeError("a sharded flow resumes with flow.load_checkpoint(folder) after building it on every rank")
-
-    @classmethod
-    def load(cls, path, *, device="cpu", backend="auto"):
-        """Not for sharded flows (see :meth:`from_state_dict`). Raises: TypeError: always."""
-        cls.from_state_dict(None)
-
-    def load_checkpoint(self, path: str) -> int:
-        """Resume from the folder ``path`` written by :meth:`save` (a collective; only the data rank reads
-        ``main.pt``, each rank reads its own shard). Returns the step resumed at.
-
-        Raises:
-            ValueError (on EVERY rank, nothing changed or released): no checkpoint, a different config, world size
-                or data rank than the checkpoint's, a missing or inconsistent shard.
-        """
-        main, prefix = _ckpt_files(path, self.rank, self.world_size)
-        meta, state = None, None
-        if self._is_data():
-            if not os.path.exists(main):
-                meta = f"no checkpoint at {main}"
-            else:
-                state = torch.load(main, weights_only=False)
-                meta = dict(config=state["config"], world_size=state["world_size"], step=state["step"],
-                            data_rank=state["data_rank"])
-        meta = self._broadcast_object(meta)
-        err = ""
-        if isinstance(meta, str):
-            err = meta
-        elif meta["world_size"] != self.world_size:
-            err = (f"the checkpoint was written by {meta['world_size']} ranks, this run has {self.world_size}; "
-                   f"resume with the same world size")
-        elif meta["config"] != self._config or meta["data_rank"] != self.data_rank:
-            diff = sorted(k for k in self._config if meta["config"].get(k) != self._config[k])
-            err = f"the checkpoint's config differs from this flow's (keys {diff}, data_rank {meta['data_rank']})"
-        shard = None
-        if not err:
-            f = f"{prefix}{int(meta['step']):09d}.pt"
-            if not os.path.exists(f):
-                err = f"missing shard file {f}"
-            else:
-                shard = torch.load(f, weights_only=False)
-                if tuple(shard["shard"]) != tuple(self._shard) or shard["step"] != meta["step"] or \
-                        not bool(torch.isfinite(shard["particles"]).all()):
-                    err = f"shard file {f} does not match rank {self.rank}'s shard {self._shard}"
-        self._agree(err, "", errors=True)
-        if self._is_data():
-            state["particles"] = shard["particles"]
-            self.load_state_dict(state)
-        else:
-            self._particles = shard["particles"].clone().to(self.device)
-            self._step = int(shard["step"])
-        self._last_drift_norm = float(shard["last_drift_norm"])
-        return self._step
-

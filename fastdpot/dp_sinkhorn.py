@@ -7,8 +7,9 @@ Privacy argument, as enforced by :func:`train_dp_sinkhorn`:
   generated rows G that enter OT_ε(G, real); the generator update is post-processing of Ĝ (the latents, labels
   and the debiasing rows are drawn from a generator independent of the data);
 * real batches are Poisson subsamples (:class:`~fastdpot.privacy.PoissonSampler`, rate q) and every step is
-  recorded as a Poisson-subsampled Gaussian (add/remove neighbours) *before* the release, through
-  :class:`~fastdpot.privacy.PrivacyBudget` -- the run stops when the next step would exceed (ε, δ);
+  recorded as a Poisson-subsampled Gaussian (add/remove neighbours) *before* the release, in the run's
+  :class:`~fastdpot.privacy.PrivacyLedger` through its :class:`~fastdpot.privacy.PrivacyBudget` -- the run stops
+  when the next step would exceed (ε, δ);
 * sensitivity of Ĝ to one real record. ∂L/∂G is not a sum of per-record terms: adding or removing one record
   changes every row. With ``clipping="joint"`` (the whole (B, D) gradient clipped to Frobenius norm C, as the
   authors' code does) the two neighbouring outputs lie in a ball of radius C, so Δ = 2C and σ = z·2C -- the
@@ -36,8 +37,7 @@ import torch
 from torch import nn
 
 from ._validate import check_choice, check_int, check_nonnegative, check_positive, check_probability, check_tensor
-from .privacy import BudgetExceededError, PoissonSampler, PrivacyAccountant, PrivacyBudget
-from .privacy import calibrate_noise_multiplier
+from .privacy import BudgetExceededError, PoissonSampler, PrivacyBudget, PrivacyLedger
 from .privacy.randomness import PrivacyRandomness, privacy_randomness
 from .sinkhorn import class_conditional, semi_debiased_sinkhorn_loss, sinkhorn, squared_euclidean_l1
 
@@ -247,8 +247,10 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, config: Option
                       progress: bool = False) -> DPSinkhornResult:
     """Train a class-conditional generator with DP-Sinkhorn until the (ε, δ) budget refuses the next step.
 
-    Every step: Poisson batch of the private data (rate q = expected_batch_size/n) → ``budget.spend`` (raises
-    inside, caught: training stops, nothing released) → one :func:`dp_sinkhorn_step` → Adam update.
+    Every step: Poisson batch of the private data (rate q = expected_batch_size/n) → the step recorded in the
+    run's :class:`~fastdpot.privacy.PrivacyLedger` (through ``budget``: a refusal stops training, nothing released)
+    → one :func:`dp_sinkhorn_step` → Adam update. ``budget`` (default: a new ``PrivacyBudget(cfg.target_epsilon,
+    cfg.delta)`` with a ``cfg.accountant`` accountant) may be shared: its earlier releases count.
 
     Shape: images (n, 1, 28, 28) or (n, 784) float in [0, 1]; labels (n,) in [0, num_classes).
 
@@ -270,12 +272,12 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, config: Option
     q = check_probability(cfg.expected_batch_size / n, "expected_batch_size / n")
     check_probability(cfg.ratio, "ratio", low_open=False)
     steps = check_int(cfg.max_steps, "max_steps")
-    if budget is None:
-        budget = PrivacyBudget(cfg.target_epsilon, cfg.delta, PrivacyAccountant(cfg.accountant))
-    z = cfg.noise_multiplier
-    if z is None:
-        z = calibrate_noise_multiplier(budget.epsilon, budget.delta, q, steps, accountant=cfg.accountant)
-    z = check_positive(z, "noise_multiplier")
+    # deterministic sensitivity: all of δ to the accountant; "spent" tails: ε at the budget's δ minus any tails a
+    # shared budget already holds. Without cfg.noise_multiplier, z is calibrated at bind for max_steps releases.
+    ledger = PrivacyLedger(cfg.delta if budget is None else budget.delta, steps, delta_tail=0.0, tails="spent",
+                           target_epsilon=cfg.target_epsilon if budget is None else None, budget=budget,
+                           noise_multiplier=cfg.noise_multiplier, accountant=cfg.accountant)
+    z = ledger.bind(q, "poisson")
 
     g = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # parameter initialisation only (data-independent)
@@ -288,7 +290,7 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, config: Option
     sampler = PoissonSampler(n, q, generator=rng)
     B = check_int(cfg.generated_batch_size, "generated_batch_size")
     res = DPSinkhornResult(gen, cfg, z, z * cfg.clip_norm * sensitivity_factor(cfg.clipping, B), 0,
-                           0.0, budget.delta, False)
+                           0.0, ledger.delta, False)
     t0 = time.time()
     it = range(steps)
     if progress:
@@ -298,7 +300,7 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, config: Option
     for _ in it:
         idx = sampler.sample()
         try:
-            res.epsilon = budget.spend(z, q, sampling="poisson")
+            ledger.record()  # the step's release, recorded before it is computed
         except BudgetExceededError:
             res.stopped_by_budget = True
             break
@@ -309,8 +311,8 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, config: Option
         res.released_norms.append(norm)
         res.steps += 1
     else:
-        res.stopped_by_budget = not budget.can_spend(z, q, sampling="poisson")
-    res.epsilon = budget.epsilon_spent if res.steps else 0.0
+        res.stopped_by_budget = not ledger.max_steps(1)
+    res.epsilon = ledger.epsilon() if res.steps else 0.0
     res.seconds = time.time() - t0
     gen.eval()
     return res

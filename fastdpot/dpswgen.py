@@ -2,10 +2,11 @@
 
 Each training step releases ``X_b Θᵀ + V`` for a fresh batch X_b of B private rows, drawn uniformly without
 replacement (:class:`fastdpot.privacy.FixedSizeSampler`, a new subset every step, never a replayed epoch), rows
-clipped to ``radius`` inside the loss, fresh directions Θ and fresh noise N(0, σ²). Every release is recorded in a
-:class:`fastdpot.privacy.PrivacyBudget` *before* it happens (substitution neighbours, RDP for sampling without
-replacement, δ split between the accountant and the per-step sensitivity tail over Θ); training stops when the
-next release would exceed the target ε, and the ε actually spent is reported.
+clipped to ``radius`` inside the loss, fresh directions Θ and fresh noise N(0, σ²). Every release is recorded in the
+run's :class:`fastdpot.privacy.PrivacyLedger` (through its :class:`fastdpot.privacy.PrivacyBudget`) *before* it
+happens (substitution neighbours, RDP for sampling without replacement, δ split between the accountant and the
+per-step sensitivity tail over Θ, the tails of the releases made charged to δ); training stops when the next release
+would exceed the target ε, and the ε actually spent is reported.
 """
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
         Rakotomamonjy & Ralaivola, ICML 2021 (DP-SWD, Prop. 2); Sebag et al., TMLR (DPSWgen baseline, Table 1);
         dp-accounting ``SampledWithoutReplacementDpEvent``.
     """
-    from .privacy import FixedSizeSampler, PrivacyAccountant, PrivacyBudget
+    from .privacy import FixedSizeSampler, PrivacyLedger
 
     check_tensor(private_data, "private_data", dtypes=(torch.float32, torch.float64))
     eps_name = "epsilon" if target_epsilon is None else "target_epsilon"  # errors name what the caller passed
@@ -220,13 +221,12 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
                        delta_tail=delta_tail, sample_rate=B / n, steps=T, batch_size=B, dataset_size=n,
                        num_projections=num_projections, dim=d, radius=radius, bound=bound, epsilon=epsilon,
                        delta=delta, accountant=accountant, calibrated=False)
-    if private:
-        z = details["noise_multiplier"]
-        budget = PrivacyBudget(epsilon, delta, PrivacyAccountant(accountant))
-        spend_kw = dict(sampling="without_replacement", dataset_size=n, batch_size=B,
-                        delta_tail=details["delta_tail"])
+    if private:  # the budget checks ε at δ minus the tails of the releases recorded so far ("spent" tails)
+        ledger = PrivacyLedger(delta, T, delta_tail=details["delta_tail"], tails="spent", target_epsilon=epsilon,
+                               noise_multiplier=details["noise_multiplier"], accountant=accountant)
+        ledger.bind(B / n, "without_replacement", dataset_size=n, batch_size=B)
     else:
-        sigma, details, budget, z = 0.0, dict(noise_multiplier=0.0, note="epsilon=inf: non-private run"), None, 0.0
+        sigma, details, ledger = 0.0, dict(noise_multiplier=0.0, note="epsilon=inf: non-private run"), None
 
     from .privacy.randomness import PrivacyRandomness
 
@@ -249,13 +249,11 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
     bar = progress_bar(total=T, desc="DPSWgen" if private else "SWgen", disable=not progress)
     while done < T:
         if private and allowed == 0:
-            want = min(block, T - done)
-            if not budget.can_spend(z, B / n, want, **spend_kw):
-                want = budget.max_steps(z, B / n, limit=want, **spend_kw)
-                if want == 0:
-                    stopped = True
-                    break
-            budget.spend(z, B / n, want, **spend_kw)
+            want = ledger.max_steps(min(block, T - done))  # what the budget accepts of the next block
+            if want == 0:
+                stopped = True
+                break
+            ledger.record(want)  # the block's releases, recorded before any of them happens
             allowed = want
         idx = sampler.sample()
         x = flat[idx]
@@ -276,8 +274,9 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
             print(f"[dpswgen] step {done}/{T} loss {losses[-1]:.4f}", flush=True)
 
     bar.close()
-    eps_spent = budget.epsilon_spent if private else math.inf
+    eps_spent = ledger.epsilon() if private else math.inf
     if private:
+        budget = ledger.budget
         details = dict(details, delta_accountant_final=budget.delta_accountant,
                        delta_tail_spent=budget.delta_tail_spent, steps_recorded=budget.steps)
     return DPSWgenResult(generator=net, epsilon=eps_spent, delta=delta, target_epsilon=epsilon, steps=done,

@@ -202,7 +202,7 @@ class LabelledRowsFlow(DPSlicedWassersteinFlow):
             if self._config["directions"] == "orthogonal":
                 self._sensitivity = p.orthogonal_sliced_sensitivity(k, D, diameter=diam)
             else:
-                self._sensitivity = p.sliced_sensitivity(k, D, self._delta_tail, bound=self._config["bound"],
+                self._sensitivity = p.sliced_sensitivity(k, D, self.delta_split[1], bound=self._config["bound"],
                                                          diameter=diam)
 
     @property

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-import fastdpot.flow as F
+import fastdpot.ops.flow_step as F  # the op module (flow_step, its backends, _CPU_MAX_CHUNK)
 import fastdpot.flow_histogram as H
 from fastdpot._ext import BackendUnavailableError
 from fastdpot.reference.flow_histogram import flow_step_histogram, histogram_levels

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats
 
-import fastdpot.flow as flow_mod
+import fastdpot.ops.flow_step as flow_op  # the op module: its cpu backend reads cpp_status
 from fastdpot.dp_sinkhorn import sanitize_image_gradient
 from fastdpot.flow import ClassConditionalFlow, DPSlicedWassersteinFlow, flow_step
 from fastdpot.privacy import (FixedSizeSampler, PoissonSampler, clip_rows, gaussian_local_mechanism,
@@ -152,7 +152,7 @@ def test_flow_reference_private_noise_uses_the_wide_source(planted, quantiles, m
     # Python source)
     for be in ["reference", "auto"]:
         if be == "auto":
-            monkeypatch.setattr(flow_mod, "cpp_status", lambda name: (False, "extension missing (test)"))
+            monkeypatch.setattr(flow_op, "cpp_status", lambda name: (False, "extension missing (test)"))
         _, _, noise = flow_step(x, yp, th, backend=be, **kw)
         torch.testing.assert_close(noise["private"], torch.full((5, 4), 0.5 * PLANTED))
 

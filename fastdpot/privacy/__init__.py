@@ -6,6 +6,7 @@ method splits δ. Accounting is delegated to Google's dp-accounting (PLD and RDP
 from .._random import make_generator
 from .accounting import ACCOUNTANTS, SAMPLINGS, PrivacyAccountant, calibrate_noise_multiplier
 from .budget import BudgetExceededError, PrivacyBudget
+from .ledger import PrivacyLedger
 from .mechanisms import (clip_rows, gaussian_local_mechanism, gaussian_mechanism_sigma,
                          gaussian_projection_mechanism, laplace_local_mechanism, ldp_gaussian_sigma,
                          normalize_rows, project_l1_ball)
@@ -18,7 +19,7 @@ from .sensitivity import (CLT_MIN_PROJECTIONS, orthogonal_sliced_sensitivity, pr
 __all__ = [
     "make_generator",
     "PrivacyAccountant", "calibrate_noise_multiplier", "ACCOUNTANTS", "DEFAULT_ORDERS", "SAMPLINGS",
-    "PrivacyBudget", "BudgetExceededError",
+    "PrivacyBudget", "BudgetExceededError", "PrivacyLedger",
     "clip_rows", "normalize_rows", "project_l1_ball", "gaussian_mechanism_sigma", "ldp_gaussian_sigma",
     "gaussian_projection_mechanism", "laplace_local_mechanism", "gaussian_local_mechanism",
     "PoissonSampler", "FixedSizeSampler", "PrivacyRandomness",
