@@ -60,6 +60,9 @@ class ShardedCheckpointing:
         """Not for sharded flows (see :meth:`from_state_dict`). Raises: TypeError: always."""
         cls.from_state_dict(None)
 
+    def _state_rows(self) -> int:
+        return self._shard[1] - self._shard[0]  # the data rank's state carries its own shard's particles
+
     def load_checkpoint(self, path: str) -> int:
         """Resume from the folder ``path`` written by :meth:`save` (a collective; only the data rank reads
         ``main.pt``, each rank reads its own shard). Returns the step resumed at.

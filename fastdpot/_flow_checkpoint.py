@@ -68,6 +68,10 @@ class FlowCheckpointing:
         if self.private:
             self._ledger = ledger
 
+    def _state_rows(self) -> int:
+        """Rows of ``state['particles']``: all N here; a sharded flow's state holds its shard."""
+        return self._config["num_particles"]
+
     def _check_state(self, state) -> tuple:
         """Validate a :meth:`state_dict` against this flow; return the values to assign ``(particles, generator
         state, step, pool, last_drift_norm, mode, bound_n, bound_batch, ledger)`` (nothing is assigned here;
@@ -82,9 +86,9 @@ class FlowCheckpointing:
         parts = state["particles"]
         if not isinstance(parts, torch.Tensor) or not parts.is_floating_point():
             raise ValueError(f"state['particles'] must be a floating-point tensor, got {type(parts).__name__}")
-        if tuple(parts.shape) != (c["num_particles"], c["dim"]):
-            raise ValueError(f"state['particles'] must have shape ({c['num_particles']}, {c['dim']}), got "
-                             f"{tuple(parts.shape)}")
+        rows = self._state_rows()
+        if tuple(parts.shape) != (rows, c["dim"]):
+            raise ValueError(f"state['particles'] must have shape ({rows}, {c['dim']}), got {tuple(parts.shape)}")
         check_finite_tensor(parts, "state['particles']")
         gen_state = generator_state(state["generator"])
         step = state_int(state["step"], "step", 0, c["steps"] if self.private else None)

@@ -125,9 +125,11 @@ class ClassConditionalFlow:
         if not isinstance(secure_mode, bool):
             raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
         # validate flow_kwargs now (target_epsilon=-1, accountant='bogus', an unknown keyword ...), not at run():
-        # a throwaway 2-particle class flow checks them exactly as the class flows will
+        # a throwaway 2-particle class flow checks them exactly as the class flows will (in one process: a sharded
+        # throwaway would need a particle per rank and collectives; the process group is checked by the class flows)
+        local = {key: v for key, v in flow_kwargs.items() if key != "process_group"}
         DPSlicedWassersteinFlow(2, self.dim, self.num_projections, self.step_size, init="gaussian",
-                                generator=torch.Generator(), secure_mode=False, **flow_kwargs)
+                                generator=torch.Generator(), secure_mode=False, **local)
         self.secure_mode = secure_mode
         self._generator = make_generator() if generator is None else generator
         self.flows: List[DPSlicedWassersteinFlow] = []

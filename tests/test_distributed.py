@@ -357,7 +357,7 @@ def test_kill_a_rank_then_resume_to_the_same_particles_and_epsilon(tmp_path):
     assert torch.load(os.path.join(ck, "main.pt"), weights_only=False)["step"] == 2
     resumed = _ok(_spawn(tmp_path, 2, "ckpt", ("resume", ck)))
     for r in range(2):
-        assert resumed[r]["steps"] == 6
+        assert resumed[r]["steps"] == 6, resumed[r]
         torch.testing.assert_close(resumed[r]["full"], full[r]["full"], rtol=0, atol=0)
         assert resumed[r]["eps"] == full[r]["eps"] > 0
 
