@@ -32,19 +32,18 @@ from typing import Callable, Optional
 import torch
 import torch.distributed as dist
 
-from ._ext import load_cpp
 from ._random import draw_seed, random_directions
 from ._validate import check_int
 from ._distributed_checkpoint import ShardedCheckpointing
 from ._flow_init import check_init_kind as _check_init_kind
 from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError, _privacy
-from .reference.flow_histogram import _target_at
+from .distributed_phases import (CppHistogramPhases, TorchHistogramPhases, histogram_reduce,  # noqa: F401
+                                 histogram_transport, keyed_normals, transport_move)
 
-__all__ = ["DistributedSlicedWassersteinFlow", "RankFailureError", "TorchHistogramPhases", "histogram_reduce",
-           "histogram_transport", "transport_move",
-           "keyed_normals", "shard_range"]
+__all__ = ["DistributedSlicedWassersteinFlow", "RankFailureError", "TorchHistogramPhases", "CppHistogramPhases",
+           "histogram_reduce", "histogram_transport", "transport_move", "keyed_normals", "shard_range"]
 
-_STREAM_SMOOTH, _STREAM_BROWNIAN, _STREAM_INIT = 0, 1, 2
+from .distributed_phases import _STREAM_BROWNIAN, _STREAM_INIT, _STREAM_SMOOTH  # noqa: E402,F401
 
 
 class RankFailureError(RuntimeError):
@@ -67,110 +66,6 @@ def shard_range(num_particles: int, world_size: int, rank: int):
     base, rem = divmod(n, w)
     start = r * base + min(r, rem)
     return start, start + base + (1 if r < rem else 0)
-
-
-def keyed_normals(seed: int, stream: int, start: int, rows: int, cols: int,
-                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Standard normals of rows ``start .. start+rows-1`` of an infinite (·, cols) matrix keyed by (seed, stream):
-    entry (i, j) is the Philox normal number ``i·cols + j`` of that stream (``csrc/flow_normal.h``), whatever shard
-    asks for it. These draws protect nothing (particle smoothing noise, Brownian term, initial particles).
-
-    Shape:
-        returns (rows, cols) in ``dtype``.
-
-    Raises:
-        BackendUnavailableError: the C++ extension ``fastdpot._C_flow`` is not built.
-    """
-    if rows * cols == 0:
-        return torch.empty(rows, cols, dtype=dtype)
-    mod, a = load_cpp("flow"), (int(seed), int(stream), int(start) * int(cols), int(rows) * int(cols), True)
-    try:
-        fast, _ = mod._normals(*a, False)  # without the double-precision reference copy
-    except TypeError:  # an extension built before `reference=` existed
-        fast, _ = mod._normals(*a)
-    return torch.from_numpy(fast).reshape(rows, cols).to(dtype)
-
-
-class TorchHistogramPhases:
-    """The three phases of a sharded histogram step, in torch (the fused C++ phases can replace them one by one).
-
-    Phase 1, ``project``: s = xΘᵀ + noise and its per-direction (lo, hi); phase 2, ``counts``: the (k, bins)
-    histogram of s on the GLOBAL [lo, hi]; phase 3, ``update``: each entry's level u through the GLOBAL counts
-    (``levels``: the piecewise-linear CDF of :func:`fastdpot.reference.flow_histogram.histogram_levels`), the
-    target quantile at u, the drift (s − T)Θ/k and the Euler--Maruyama update. The all-reduces sit between the
-    phases (:func:`histogram_reduce`). Shapes: x (n, d), theta (k, d), s (n, k), lo/hi (k,), counts (k, bins)
-    int64; ``target`` is ``("points", sorted (B, k))`` or ``("sketch", table (k, L), levels (L,))``.
-    """
-
-    def project(self, x, theta, noise):
-        s = x @ theta.t()
-        if noise is not None:
-            s = s + noise
-        return s, s.amin(0), s.amax(0)
-
-    @staticmethod
-    def _bins(s, lo, hi, num_bins):
-        width = (hi - lo) / num_bins
-        width = torch.where(width > 0, width, torch.ones_like(width))
-        t = ((s - lo) / width).clamp(0, num_bins)
-        return t, t.to(torch.int64).clamp(max=num_bins - 1)
-
-    def counts(self, s, lo, hi, num_bins):
-        _, b = self._bins(s, lo, hi, num_bins)
-        c = torch.zeros(s.shape[1], num_bins, dtype=torch.int64)
-        c.scatter_add_(1, b.t().cpu(), torch.ones_like(b.t().cpu()))
-        return c
-
-    def levels(self, s, lo, hi, counts, num_particles):
-        t, b = self._bins(s, lo, hi, counts.shape[1])
-        counts = counts.to(s.device)
-        below = torch.cumsum(counts, dim=1) - counts
-        cnt = counts.gather(1, b.t()).t().to(s.dtype)
-        blw = below.gather(1, b.t()).t().to(s.dtype)
-        return (blw + (t - b.to(t.dtype)) * cnt) / num_particles
-
-    def update(self, x, s, theta, lo, hi, counts, num_particles, target, step_size, brownian_scale, brownian):
-        return transport_move(x, s, theta, self.levels(s, lo, hi, counts, num_particles), target, step_size,
-                              brownian_scale, brownian)
-
-
-def transport_move(x, s, theta, u, target, step_size, brownian_scale=0.0, brownian=None):
-    """Target quantiles at levels u (n, k), drift ``(s − T)Θ/k`` and ``x − h·drift + brownian_scale·ξ``.
-    Returns ``(new (n, d), drift (n, d))``."""
-    if target[0] == "points":
-        tq = _target_at(target[1].to(x.device, x.dtype), u.to(x.dtype))
-    else:
-        from .reference.flow_sketch import table_quantiles
-
-        tq = table_quantiles(target[1].to(x.device), target[2].to(x.device), u.double()).to(x.dtype)
-    drift = (s - tq) @ theta / theta.shape[0]
-    new = x - step_size * drift
-    if brownian is not None:
-        new = new + brownian_scale * brownian
-    return new, drift
-
-
-def histogram_reduce(s, lo, hi, num_bins, all_reduce, phases=None):
-    """The GLOBAL ``(lo, hi, counts)`` of the sharded projections from the local ``s`` (n_local, k) and its
-    local extremes: one all-reduce (MAX) of the 2k values (hi, −lo), then one (SUM) of the (k, bins) counts.
-    ``all_reduce(tensor, op)`` reduces in place (world size 1: identity)."""
-    ph = phases or TorchHistogramPhases()
-    k = s.shape[1]
-    ext = torch.cat([hi, -lo]).double()
-    all_reduce(ext, dist.ReduceOp.MAX)
-    hi, lo = ext[:k].to(s.dtype), (-ext[k:]).to(s.dtype)
-    c = ph.counts(s, lo, hi, num_bins)
-    all_reduce(c, dist.ReduceOp.SUM)
-    return lo, hi, c
-
-
-def histogram_transport(s, lo, hi, num_bins, num_particles, all_reduce, phases=None):
-    """Levels u (n_local, k) of the local projections ``s`` (with local extremes ``lo``, ``hi`` (k,)) through the
-    GLOBAL histogram CDF (:func:`histogram_reduce`, then ``levels``). Equal to
-    :func:`fastdpot.reference.flow_histogram.histogram_levels` of the concatenated shards."""
-    ph = phases or TorchHistogramPhases()
-    lo, hi, c = histogram_reduce(s, lo, hi, num_bins, all_reduce, ph)
-    return ph.levels(s, lo, hi, c, num_particles)
 
 
 class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWassersteinFlow):
@@ -212,7 +107,7 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
         self._comm = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
         self._shard = None
         self._eps_cache = None
-        self.phases = TorchHistogramPhases()  # the C++ phases (csrc/flow_histogram.cpp) can replace it
+        self.phases = TorchHistogramPhases()  # the fused C++ passes replace it below where they apply
         if kwargs.get("variant", "resample") != "resample":
             raise ValueError("a sharded flow supports variant='resample' only")
         if kwargs.get("quantiles", "exact") == "grid":
@@ -223,6 +118,8 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
                     f" data_rank={data_rank}", "the flow's arguments")
         super().__init__(*args, **kwargs)
         c = self._config
+        if c["quantiles"] == "histogram" and CppHistogramPhases.applies(self.backend, self.device, self._particles):
+            self.phases = CppHistogramPhases()
         if c["quantiles"] == "exact" and c["num_particles"] * c["num_projections"] > self._gather_limit:
             raise ValueError(f"quantiles='exact' on a sharded flow all-gathers the N·k = "
                              f"{c['num_particles'] * c['num_projections']} projections every step (> "
@@ -326,17 +223,18 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
         n_loc, d = x.shape
         k = theta.shape[0]
         th = theta.to(x.device, dt)
-        noise = None
-        if sigma > 0:
-            noise = keyed_normals(noise_seed, _STREAM_SMOOTH, start, n_loc, k, dt).to(x.device) * sigma
-        s, lo, hi = self.phases.project(x, th, noise)
         N, h = c["num_particles"], c["step_size"]
-        br = keyed_normals(noise_seed, _STREAM_BROWNIAN, start, n_loc, d, dt).to(x.device) if c["reg"] > 0 else None
-        scale = math.sqrt(2.0 * c["reg"] * h)
         if c["quantiles"] == "histogram":
-            lo, hi, cnt = histogram_reduce(s, lo, hi, c["num_quantiles"], self._all_reduce, self.phases)
-            new, drift = self.phases.update(x, s, th, lo, hi, cnt, N, target, h, scale, br)
+            new, drift = self.phases.histogram_step(x, th, target, sigma, noise_seed, start, c["num_quantiles"], N,
+                                                    h, c["reg"], self._all_reduce)
         else:  # exact: the global rank from the all-gathered projections (stable, by global index)
+            noise = None
+            if sigma > 0:
+                noise = keyed_normals(noise_seed, _STREAM_SMOOTH, start, n_loc, k, dt).to(x.device) * sigma
+            s = x @ th.t() if noise is None else x @ th.t() + noise
+            br = (keyed_normals(noise_seed, _STREAM_BROWNIAN, start, n_loc, d, dt).to(x.device) if c["reg"] > 0
+                  else None)
+            scale = math.sqrt(2.0 * c["reg"] * h)
             full = self._gather_rows(s) if self.world_size > 1 else s
             order = torch.argsort(full.t().contiguous(), dim=1, stable=True)
             ranks = torch.empty_like(order)

@@ -308,7 +308,8 @@ def test_sharded_step_equals_the_reference_step(world1, quantiles):
     y = torch.randn(9, 3, generator=g, dtype=torch.float64)
     f = DPSlicedWassersteinFlow(13, 3, 4, 0.7, reg=0.05, quantiles=quantiles,
                                 num_quantiles=6 if quantiles == "histogram" else None, init=x0,
-                                process_group=dist.group.WORLD)
+                                process_group=dist.group.WORLD, backend="reference")  # the torch phases
+    assert type(f.phases).__name__ == "TorchHistogramPhases"
     theta = f._theta(11).double()
     f._local_step(theta, ("points", torch.sort(y @ theta.t(), dim=0).values), 0.3, 99)
     nx = keyed_normals(99, 0, 0, 13, 4, torch.float64) * 0.3
@@ -319,6 +320,47 @@ def test_sharded_step_equals_the_reference_step(world1, quantiles):
         want, _ = ref_flow.flow_step(x0, y, theta, nx, None, 0.7, reg=0.05, brownian=br)
     torch.testing.assert_close(f.particles, want, rtol=1e-12, atol=1e-12)
     assert f.steps_taken == 1
+
+
+@pytest.mark.parametrize("sketch", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sharded_histogram_step_on_the_cpp_passes_equals_the_reference(world1, dtype, sketch):
+    # on CPU the cpu backend runs the fused C++ passes (csrc/flow_histogram.cpp) between the all-reduces; with their
+    # draws replayed, the step is the reference histogram step (points target or sketch table)
+    pytest.importorskip("fastdpot._C_flow_histogram")
+    from fastdpot import flow_histogram as fh
+    from fastdpot.reference.flow_histogram import flow_step_histogram
+    from fastdpot.reference.flow_sketch import flow_step_sketch
+
+    g = torch.Generator().manual_seed(2)
+    x0 = torch.randn(70, 3, generator=g, dtype=torch.float64)  # two 64-particle blocks, the second partial
+    y = torch.randn(9, 3, generator=g, dtype=torch.float64)
+    f = DPSlicedWassersteinFlow(70, 3, 4, 0.7, reg=0.05, quantiles="histogram", num_quantiles=6, init=x0.to(dtype),
+                                process_group=dist.group.WORLD)
+    assert type(f.phases).__name__ == "CppHistogramPhases"
+    theta = f._theta(11).double()
+    if sketch:
+        levels = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
+        table = torch.sort(torch.randn(4, 3, generator=g, dtype=torch.float64), dim=1).values
+        target = ("sketch", table, levels)
+    else:
+        target = ("points", torch.sort(y @ theta.t(), dim=0).values)
+    f._local_step(theta, target, 0.3, 99)
+    x, th = x0.to(dtype), theta.to(dtype)
+    _, _, nx = fh.histogram_minmax(x, th, noise_std=0.3, seed=99, return_noise=True)
+    lo, hi = fh.histogram_minmax(x, th, noise_std=0.3, seed=99)
+    cnt = fh.histogram_counts(x, th, lo, hi, 6, noise_std=0.3, seed=99)
+    kw = dict(sketch=(table, levels)) if sketch else dict(target=target[1].t().to(dtype).contiguous())
+    _, _, br = fh.histogram_update(x, th, lo, hi, cnt, noise_std=0.3, seed=99, step_size=0.7, reg=0.05,
+                                   return_noise=True, **kw)
+    if sketch:
+        want, _ = flow_step_sketch(x0, table, levels, theta, nx.double(), 0.7, reg=0.05, brownian=br.double(),
+                                   quantiles="histogram", num_quantiles=6)
+    else:
+        want, _ = flow_step_histogram(x0, y, theta, nx.double(), None, 0.7, reg=0.05, brownian=br.double(),
+                                      num_bins=6)
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(f.particles.double(), want, **tol)
 
 
 def test_bad_arguments_of_a_sharded_flow(world1):
