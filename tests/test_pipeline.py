@@ -336,7 +336,7 @@ def test_center_cli_and_privacy_md(idx_dir, tmp_path):
     old = json.loads(cfg_path.read_text())
     del old["center"], old["clip_radius"]
     cfg_path.write_text(json.dumps(old))
-    assert cli.main(_args(idx_dir, tmp_path, "--name", "none", "--center", "none")) == 0
+    assert cli.main(_args(idx_dir, tmp_path, "--name", "none", "--center", "none", "--labels", "public")) == 0
     assert json.loads((tmp_path / "runs" / "none" / "metrics.json").read_text())["flow_resumed"]
     with pytest.raises(SystemExit):
         cli.main(["flow", "--center", "private"])
