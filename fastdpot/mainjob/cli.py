@@ -62,10 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--reg", type=float, default=d.reg, help="entropic regularisation λ (Brownian term)")
     f.add_argument("--unconditional", action="store_true", help="one flow for all classes (ignore labels)")
     f.add_argument("--labels", default=None, choices=["public", "private"],
-                   help="class-conditional flow: private (the flow's default): one flow on [latent, c·onehot(label)], "
-                        "neighbours replace one labelled image with its label free to change (labels and class sizes "
-                        "protected); public (the default of --method gaussian): one flow per label, labels and class "
-                        "sizes ASSUMED public (neighbours keep their label)")
+                   help="class-conditional flow: private: one flow on [latent, c·onehot(label)], neighbours replace "
+                        "one labelled image with its label free to change (labels and class sizes protected); public: "
+                        "one flow per label, labels and class sizes ASSUMED public (neighbours keep their label) "
+                        "(default: private with --method flow, public with --method gaussian)")
     f.add_argument("--label-scale", type=float, default=d.label_scale,
                    help="c > 0, the length of the label block with --labels private (larger c separates the "
                         "classes but raises the sensitivity sqrt(4r² + 2c²))")
