@@ -32,7 +32,7 @@ import torch.distributed as dist
 from ._ext import load_cpp
 from .reference.flow_histogram import _target_at
 
-__all__ = ["TorchHistogramPhases", "CppHistogramPhases", "histogram_reduce", "histogram_transport", "transport_move",
+__all__ = ["TorchHistogramPhases", "CppHistogramPhases", "reduce_extremes", "histogram_reduce", "histogram_transport", "transport_move",
            "keyed_normals"]
 
 _STREAM_SMOOTH, _STREAM_BROWNIAN, _STREAM_INIT = 0, 1, 2
@@ -139,11 +139,7 @@ class CppHistogramPhases:
 
         kw = dict(noise_std=float(sigma), seed=int(seed), index_offset=int(start))
         x, theta = x.contiguous(), theta.contiguous()
-        lo, hi = fh.histogram_minmax(x, theta, **kw)
-        k = theta.shape[0]
-        ext = torch.cat([hi, -lo]).double()
-        all_reduce(ext, dist.ReduceOp.MAX)
-        hi, lo = ext[:k].to(x.dtype), (-ext[k:]).to(x.dtype)
+        lo, hi = reduce_extremes(*fh.histogram_minmax(x, theta, **kw), all_reduce)
         counts = fh.histogram_counts(x, theta, lo, hi, num_bins, **kw)
         all_reduce(counts, dist.ReduceOp.SUM)
         if target[0] == "points":
@@ -169,15 +165,21 @@ def transport_move(x, s, theta, u, target, step_size, brownian_scale=0.0, browni
     return new, drift
 
 
+def reduce_extremes(lo, hi, all_reduce):
+    """The GLOBAL per-direction ``(lo, hi)`` (k,) from a rank's local ones: one all-reduce (MAX) of the 2k values
+    (hi, −lo) in float64 (exact for float32/64 extremes), returned in ``lo``'s dtype."""
+    k = lo.shape[0]
+    ext = torch.cat([hi, -lo]).double()
+    all_reduce(ext, dist.ReduceOp.MAX)
+    return (-ext[k:]).to(lo.dtype), ext[:k].to(lo.dtype)
+
+
 def histogram_reduce(s, lo, hi, num_bins, all_reduce, phases=None):
     """The GLOBAL ``(lo, hi, counts)`` of the sharded projections from the local ``s`` (n_local, k) and its
     local extremes: one all-reduce (MAX) of the 2k values (hi, −lo), then one (SUM) of the (k, bins) counts.
     ``all_reduce(tensor, op)`` reduces in place (world size 1: identity)."""
     ph = phases or TorchHistogramPhases()
-    k = s.shape[1]
-    ext = torch.cat([hi, -lo]).double()
-    all_reduce(ext, dist.ReduceOp.MAX)
-    hi, lo = ext[:k].to(s.dtype), (-ext[k:]).to(s.dtype)
+    lo, hi = reduce_extremes(lo, hi, all_reduce)
     c = ph.counts(s, lo, hi, num_bins)
     all_reduce(c, dist.ReduceOp.SUM)
     return lo, hi, c

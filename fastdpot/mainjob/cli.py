@@ -145,6 +145,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "flow":  # pragma: no cover - argparse enforces the choice
         raise SystemExit(f"unknown command {args.command!r}")
+    from .config import resolve_labels
     from .pipeline import PipelineConfig, run_pipeline
 
     cfg = PipelineConfig(dataset=args.dataset, data_dir=args.data_dir, celeba_dir=args.celeba_dir,
@@ -171,7 +172,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "inf" if math.isinf(args.epsilon) else f"{args.epsilon:g}", args.seed, "_quick" if args.quick else "")
     run_dir = os.path.join(args.runs_dir, name)
     if args.distributed:
-        if cfg.class_conditional and args.method == "flow" and args.labels in (None, "private"):
+        if cfg.class_conditional and cfg.method == "flow" and resolve_labels(cfg.labels, cfg.method) == "private":
             print("fastdpot flow: error: --distributed shards the per-class flows only; the label-private flow "
                   "(--labels private, the default) is not sharded yet: pass --labels public (labels and class sizes "
                   "then ASSUMED public, as privacy.md will say) or --unconditional", file=sys.stderr)

@@ -18,6 +18,15 @@ METHODS = ("flow", "gaussian", "public")
 DEFAULT_NUM_BINS = 5  # L of the default sketch release: chosen by the public-only sweep (docs/mainjob/tuning.md)
 
 
+def resolve_labels(labels: Optional[str], method: str) -> Optional[str]:
+    """The label mode a config runs: ``labels`` itself, or for None (the default) ``"private"`` for the flow (secure
+    by default: labels and class sizes protected) and ``"public"`` for the per-class baselines, which have no
+    label-private mode."""
+    if labels is None:
+        return "private" if method == "flow" else "public"
+    return labels
+
+
 @dataclass
 class PipelineConfig:
     """Settings of one run (defaults: Sebag et al., TMLR, Fashion-MNIST DPSWflow-r at (ε, δ) = (10, 1e-5), except the
@@ -184,8 +193,7 @@ class PipelineConfig:
         elif c.num_bins is not None:
             raise ValueError(f"num_bins is only used with release='sketch', got num_bins={c.num_bins!r}")
         check_choice(c.method, "method", METHODS)
-        if c.labels is None:  # secure by default: the flow protects the labels; the per-class baseline cannot
-            c.labels = "private" if c.method == "flow" else "public"
+        c.labels = resolve_labels(c.labels, c.method)
         check_choice(c.labels, "labels", ("public", "private"))
         c.label_scale = check_positive(c.label_scale, "label_scale")
         if c.labels == "private" and c.method != "flow":

@@ -49,12 +49,9 @@ def _relation(name: str):
 
 # dp-accounting's default orders, extended below 1.1 and up to 4096 (cf. TF-privacy / DP-Sinkhorn: 1.25..4096).
 # (a module attribute computed on first access, see __getattr__ below: it needs dp-accounting's list)
+@lru_cache(maxsize=None)
 def _default_orders() -> Tuple[float, ...]:
-    orders = globals().get("_DEFAULT_ORDERS")
-    if orders is None:
-        orders = globals()["_DEFAULT_ORDERS"] = tuple(
-            [1.01, 1.02, 1.05] + list(_rdp_accountant.DEFAULT_RDP_ORDERS) + [2048, 4096])
-    return orders
+    return tuple([1.01, 1.02, 1.05] + list(_rdp_accountant.DEFAULT_RDP_ORDERS) + [2048, 4096])
 
 
 def __getattr__(name):  # PEP 562: DEFAULT_ORDERS without importing dp-accounting at import time
