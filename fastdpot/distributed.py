@@ -37,7 +37,7 @@ from ._validate import check_int
 from ._distributed_checkpoint import ShardedCheckpointing
 from ._flow_init import check_init_kind as _check_init_kind
 from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError, _privacy
-from .distributed_phases import (CppHistogramPhases, TorchHistogramPhases, histogram_reduce,  # noqa: F401
+from .distributed_phases import (CppHistogramPhases, TorchHistogramPhases, histogram_phases, histogram_reduce,  # noqa: F401
                                  histogram_transport, keyed_normals, transport_move)
 
 __all__ = ["DistributedSlicedWassersteinFlow", "RankFailureError", "TorchHistogramPhases", "CppHistogramPhases",
@@ -118,8 +118,8 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
                     f" data_rank={data_rank}", "the flow's arguments")
         super().__init__(*args, **kwargs)
         c = self._config
-        if c["quantiles"] == "histogram" and CppHistogramPhases.applies(self.backend, self.device, self._particles):
-            self.phases = CppHistogramPhases()
+        if c["quantiles"] == "histogram":  # the fused C++ passes where they apply (BackendUnavailableError when
+            self.phases = histogram_phases(self.backend, self.device, self._particles)  # "cpu" is asked but missing)
         if c["quantiles"] == "exact" and c["num_particles"] * c["num_projections"] > self._gather_limit:
             raise ValueError(f"quantiles='exact' on a sharded flow all-gathers the N·k = "
                              f"{c['num_particles'] * c['num_projections']} projections every step (> "

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from ._ext import load_cpp
 from .reference.flow_histogram import _target_at
 
-__all__ = ["TorchHistogramPhases", "CppHistogramPhases", "reduce_extremes", "histogram_reduce", "histogram_transport", "transport_move",
+__all__ = ["TorchHistogramPhases", "CppHistogramPhases", "histogram_phases", "reduce_extremes", "histogram_reduce", "histogram_transport", "transport_move",
            "keyed_normals"]
 
 _STREAM_SMOOTH, _STREAM_BROWNIAN, _STREAM_INIT = 0, 1, 2
@@ -147,6 +147,24 @@ class CppHistogramPhases:
         else:
             tg = dict(sketch=(target[1], target[2]))
         return fh.histogram_update(x, theta, lo, hi, counts, step_size=step_size, reg=reg, **tg, **kw)
+
+
+def histogram_phases(backend: str, device, particles: torch.Tensor):
+    """The phases of a sharded histogram step, chosen as the single-process step chooses its kernel: the fused C++
+    passes where :meth:`CppHistogramPhases.applies`, else the torch phases.
+
+    Raises:
+        BackendUnavailableError: ``backend="cpu"`` asked for explicitly on CPU while the compiled histogram module
+            is missing (the message names the build command), as :func:`fastdpot.flow.flow_step` does; ``"auto"``
+            falls back to the torch phases.
+    """
+    if CppHistogramPhases.applies(backend, device, particles):
+        return CppHistogramPhases()
+    if backend == "cpu" and torch.device(device).type == "cpu":
+        from .flow_histogram import require_available
+
+        require_available()
+    return TorchHistogramPhases()
 
 
 def transport_move(x, s, theta, u, target, step_size, brownian_scale=0.0, brownian=None):

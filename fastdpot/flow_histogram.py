@@ -34,7 +34,7 @@ import torch
 from ._ext import cpp_status, load_cpp
 from ._validate import check_int, check_nonnegative, check_positive, check_tensor
 
-__all__ = ["available", "histogram_minmax", "histogram_counts", "private_targets", "histogram_update",
+__all__ = ["available", "require_available", "histogram_minmax", "histogram_counts", "private_targets", "histogram_update",
            "histogram_flow_step"]
 
 _NAME = "flow_histogram"
@@ -43,6 +43,19 @@ _NAME = "flow_histogram"
 def available() -> Tuple[bool, Optional[str]]:
     """(available, reason) of the compiled module ``fastdpot._C_flow_histogram``."""
     return cpp_status(_NAME)
+
+
+def require_available() -> None:
+    """Raise :class:`~fastdpot._ext.BackendUnavailableError` (naming the build command) when the compiled module is
+    missing: what an explicit ``backend="cpu"`` histogram step (single-process or sharded) does instead of falling
+    back to the torch reference."""
+    ok, reason = available()
+    if not ok:
+        from ._ext import BackendUnavailableError
+
+        raise BackendUnavailableError(f"backend 'cpu' for op 'flow_step' (quantiles='histogram') is unavailable: "
+                                      f"{reason}; build it with `FASTDPOT_EXT=flow_histogram python setup.py "
+                                      "build_ext --inplace`")
 
 
 def _mod():

@@ -363,6 +363,19 @@ def test_sharded_histogram_step_on_the_cpp_passes_equals_the_reference(world1, d
     torch.testing.assert_close(f.particles.double(), want, **tol)
 
 
+def test_sharded_histogram_flow_without_the_cpp_module_raises_for_cpu_and_falls_back_for_auto(world1, monkeypatch):
+    # as the single-process step: an explicit backend="cpu" refuses to run the torch phases silently
+    from fastdpot import flow_histogram as fh
+    from fastdpot._ext import BackendUnavailableError
+
+    monkeypatch.setattr(fh, "available", lambda: (False, "ImportError: simulated"))
+    kw = dict(quantiles="histogram", num_quantiles=6, process_group=dist.group.WORLD)
+    with pytest.raises(BackendUnavailableError, match="flow_histogram"):
+        DPSlicedWassersteinFlow(20, 3, 4, 0.5, backend="cpu", **kw)
+    f = DPSlicedWassersteinFlow(20, 3, 4, 0.5, backend="auto", **kw)
+    assert type(f.phases).__name__ == "TorchHistogramPhases"
+
+
 def test_bad_arguments_of_a_sharded_flow(world1):
     with pytest.raises(ValueError, match="grid"):
         _flow(quantiles="grid", num_quantiles=5)

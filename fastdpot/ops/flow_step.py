@@ -24,7 +24,7 @@ import torch
 
 from .. import flow_histogram as _hist
 from .._dispatch import dispatch, register, set_auto
-from .._ext import BackendUnavailableError, cpp_status, load_cpp
+from .._ext import cpp_status, load_cpp
 from .._validate import check_choice, check_int, check_nonnegative, check_positive, check_tensor
 from ..reference import flow as _ref
 from ._triton import register_triton
@@ -258,11 +258,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         raise ValueError("num_quantiles (the number of histogram bins) is required for quantiles='histogram'")
     _, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0])
     if backend == "cpu" and quantiles == "histogram":  # the cpu backend's histogram kernel is its own module
-        ok, reason = _histogram_available()
-        if not ok:
-            raise BackendUnavailableError(f"backend 'cpu' for op 'flow_step' (quantiles='histogram') is unavailable: "
-                                          f"{reason}; build it with `FASTDPOT_EXT=flow_histogram python setup.py "
-                                          "build_ext --inplace`")
+        _hist.require_available()
     extra = {} if sketch is None else dict(sketch=sketch)  # backends without sketch mode keep their signature
     return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
               reg=float(reg), seed=int(seed), quantiles=quantiles, num_quantiles=num_quantiles,
