@@ -275,7 +275,11 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
 
     @property
     def sensitivity(self) -> Optional[float]:
-        """Δ = 2·radius·sqrt(w(k, δ_tail)) of one step's release (None for the non-private flow)."""
+        """Δ, the ℓ2 sensitivity of one step's release on projected values (None for the non-private flow).
+
+        Rows of diameter D (2·radius; sqrt(4r² + 2c²) for labelled rows) give Δ = D·sqrt(⌈k/d⌉) with orthogonal
+        directions and D·sqrt(w(k, δ_tail)) with uniform ones (:func:`fastdpot.privacy.orthogonal_sliced_sensitivity`,
+        :func:`fastdpot.privacy.sliced_sensitivity`)."""
         return self._sensitivity
 
     @property
@@ -303,12 +307,12 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
     def _bind(self, mode: str, n: Optional[int]):
         """Fix the sampling at the first step (and, for a private flow, bind the ledger: calibrate z for a
         target ε)."""
-        if self._mode is None:
+        if self._mode is None:  # nothing is committed until the ledger has bound (a failed calibration or a
+            bound = (n, self._resolve_batch(n)) if mode == "sampled" else (self._bound_n, self._bound_batch)
+            if self.private:     # bad batch leaves the flow unbound, so the caller can fix it and retry)
+                self._ledger.bind(**accounting_event(mode, *bound))
             self._mode = mode
-            if mode == "sampled":
-                self._bound_n, self._bound_batch = n, self._resolve_batch(n)
-            if self.private:
-                self._ledger.bind(**accounting_event(mode, self._bound_n, self._bound_batch))
+            self._bound_n, self._bound_batch = bound
         elif mode != self._mode:
             raise ValueError(f"this flow's privacy accounting was bound to {self._mode!r} steps "
                              f"({'run()' if self._mode == 'sampled' else 'step()'}); mixing run() and step() is "

@@ -155,6 +155,17 @@ def test_target_epsilon_calibrates_and_spends_the_budget():
     assert f.steps_taken == T
 
 
+def test_a_failed_first_run_binds_nothing_and_can_be_retried():
+    # a batch larger than the data (or a calibration that fails) must not leave the flow half-bound
+    f = DPSlicedWassersteinFlow(32, 8, 16, 1.0, target_epsilon=4.0, batch_size=40, steps=5,
+                                secure_mode=False, generator=_gen(10))
+    with pytest.raises(ValueError, match="batch size"):
+        f.run(torch.randn(20, 8, generator=_gen(11)), progress=False)
+    assert f.steps_taken == 0 and f.noise_multiplier is None and f.epsilon() == 0.0
+    f.run(torch.randn(200, 8, generator=_gen(12)), progress=False)  # the retry binds n = 200, B = 40
+    assert f.steps_taken == 5 and 0 < f.epsilon() <= 4.0
+
+
 def test_budget_stops_the_run_before_exceeding():
     n, B, T, z = 300, 60, 40, 2.0
     data = torch.randn(n, 8, generator=_gen(9))
