@@ -218,8 +218,16 @@ class ClassConditionalFlow:
             if checkpoint_path is not None and checkpoint_every is not None and _flow.steps_taken % checkpoint_every == 0:
                 self.save(checkpoint_path)
 
-        for c, flow in enumerate(self.flows):
-            part = private_data[labels.to(private_data.device) == c]
+        parts = [private_data[labels.to(private_data.device) == c] for c in range(len(self.flows))]
+        for c, (flow, part) in enumerate(zip(self.flows, parts)):  # every class's batch before any class steps
+            fc = flow._config
+            if flow._mode is None and (fc["batch_size"] is not None or fc["sample_rate"] is not None):
+                try:
+                    flow._resolve_batch(part.shape[0])
+                except ValueError as err:
+                    raise ValueError(f"class {c} has {part.shape[0]} private rows: {err}; lower batch_size (or "
+                                     "num_bins), or use label_privacy='private'") from None
+        for c, (flow, part) in enumerate(zip(self.flows, parts)):
             if progress:  # nothing computed from the private class size n_c
                 print(f"class {c} of {len(self.flows)}", flush=True)
             flow.run(part, steps=steps, progress=progress, callback=ckpt, progress_epsilon=False)

@@ -314,6 +314,17 @@ def test_class_conditional_flow(tmp_path):
     assert loaded.epsilon() == cc.epsilon()
 
 
+def test_class_conditional_flow_checks_every_class_batch_before_any_step():
+    data, lab = _mixture(600, seed=4)
+    lab[lab == 2] = 1
+    lab[:30] = 2  # class 2 is tiny: 30 rows < B = 50
+    cc = ClassConditionalFlow(90, 2, 8, 1.0, radius=4.0, batch_size=50, steps=5, noise_multiplier=1.0,
+                              secure_mode=False, generator=_gen(5), label_privacy="public")
+    with pytest.raises(ValueError, match="class 2 has 30 private rows"):
+        cc.run(data, lab, progress=False)
+    assert all(f.steps_taken == 0 and f.epsilon() == 0.0 for f in cc.flows)  # nothing released
+
+
 def test_class_conditional_particles_as_given():
     data, lab = _mixture(600, seed=6)
     cc = ClassConditionalFlow(0 + 2, 2, 4, 1.0, particles_per_class=[5, 7, 9], radius=4.0,
