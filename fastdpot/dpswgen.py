@@ -135,8 +135,8 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
         bound: sensitivity bound over Θ: "chernoff" (default, proven), "bernstein" or "clt" (approximation).
         accountant: "rdp" (sampling without replacement is accounted with RDP).
         noise_std: σ to use instead of the calibrated one (training then stops when the budget refuses a step).
-        generator: torch.Generator of the latents (public draws); with ``secure_mode=False`` also of the batches,
-            directions and noise keys (replayable run).
+        generator: torch.Generator of the initial weights and the latents (public draws); with ``secure_mode=False``
+            also of the batches, directions and noise keys (a replayable run: same seed, same losses and weights).
         secure_mode: True (default): batches, directions and noise keys come from the operating system (secret,
             never stored, not replayable). False: from ``generator`` (no guarantee against anyone who holds its
             seed).
@@ -196,14 +196,17 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
         raise ValueError(f"num_bins must be at most batch_size={B}, got {num_bins}")
     flat = private_data.reshape(n, -1)
     d = flat.shape[1]
-    if model == "mlp":
-        if private_data.dim() != 2:
-            raise ValueError(f"private_data must be (n, d) for model='mlp', got shape {tuple(private_data.shape)}")
-        net = MLPGenerator(latent_dim, d)
-    else:
-        if private_data.dim() != 4:
-            raise ValueError(f"private_data must be (n, C, H, W) for model='conv', got {tuple(private_data.shape)}")
-        net = ConvGenerator(latent_dim, private_data.shape[1:])
+    if model == "mlp" and private_data.dim() != 2:
+        raise ValueError(f"private_data must be (n, d) for model='mlp', got shape {tuple(private_data.shape)}")
+    if model != "mlp" and private_data.dim() != 4:
+        raise ValueError(f"private_data must be (n, C, H, W) for model='conv', got {tuple(private_data.shape)}")
+    if generator is None:
+        generator = torch.Generator()
+        generator.seed()
+    init_seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):  # the initial weights from `generator`, not the global RNG
+        torch.manual_seed(init_seed)
+        net = MLPGenerator(latent_dim, d) if model == "mlp" else ConvGenerator(latent_dim, private_data.shape[1:])
     net = net.to(private_data.dtype)
 
     if private and noise_std is None:
@@ -232,9 +235,6 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
 
     if not isinstance(secure_mode, bool):
         raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
-    if generator is None:
-        generator = torch.Generator()
-        generator.seed()
     rng = PrivacyRandomness(True) if secure_mode else PrivacyRandomness(False, generator)
     sampler = FixedSizeSampler(n, B, generator=rng)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
