@@ -323,11 +323,11 @@ def evaluate_generator(gen: ConditionalDCGANGenerator, test_images: torch.Tensor
                        num_samples: int = 2000, fid_samples: int = 1000, seed: int = 1,
                        metrics: Tuple[str, ...] = ("fid", "logreg", "mlp")) -> Dict[str, float]:
     """FID (generated vs real test images) and downstream accuracy (classifiers trained on generated labelled
-    samples, tested on real test data) through :mod:`fastdpot.metrics`.
+    samples, tested on real test data) through :mod:`fastdpot.mainjob.metrics`.
 
     Shape: test_images (m, 1, 28, 28) in [0, 1], test_labels (m,). Returns {"fid", "logreg", "mlp", counts}.
     """
-    from . import metrics as M
+    from .mainjob import metrics as M
 
     g = torch.Generator().manual_seed(seed)
     gen.eval()
@@ -349,7 +349,7 @@ def main(argv=None):
     import argparse
     import json
 
-    from .data.datasets import load_fashion_mnist, to_float
+    from .mainjob.data.datasets import load_fashion_mnist, to_float
 
     p = argparse.ArgumentParser(description="DP-Sinkhorn on Fashion-MNIST (class-conditional DCGAN generator)")
     p.add_argument("--epsilon", type=float, default=10.0)
