@@ -4,6 +4,10 @@
   (C→3, k3 s1 p1), (3→32, k4 s2 p1), (32→32, k3 s1 p1), (32→32, k3 s1 p1) with ReLU, linear 8192→d;
   decoder linear d→8192, reshape (32, 16, 16), three convs with ×2 upsampling, final conv, sigmoid.
   28 px inputs are zero-padded to 32 px and the output is cropped back.
+* :class:`BatchNormConvAutoEncoder` (``arch="convbn"``, the main job's default for 28/32 px) — two stride-2 convs
+  down to a (4w, H/4, W/4) map with batch normalisation, linear to d; the decoder mirrors it with two stride-2
+  transposed convs (DCGAN-style, Radford et al. 2016, at MNIST size). On the public half of Fashion-MNIST it
+  reconstructs held-out images with a lower error and FID than the DPSWflow AE at the same d (docs/mainjob/tuning.md).
 * :class:`DCGANAutoEncoder` — DCGAN encoder/decoder (Radford et al. 2016) for 64 px images.
 
 Latents are normalised to the unit sphere S^{d-1}, so two private latents differ by at most 2 in ℓ2 norm — the
@@ -28,7 +32,7 @@ import torch.nn.functional as F
 
 from .._validate import check_choice, check_int, check_positive
 
-__all__ = ["ConvAutoEncoder", "DCGANAutoEncoder", "AutoEncoderConfig", "build_autoencoder", "train_autoencoder",
+__all__ = ["ConvAutoEncoder", "BatchNormConvAutoEncoder", "DCGANAutoEncoder", "AutoEncoderConfig", "build_autoencoder", "train_autoencoder",
            "encode", "decode", "default_cache_dir", "data_hash"]
 
 
@@ -93,6 +97,64 @@ class ConvAutoEncoder(nn.Module):
         return self.decode(self.encode(x))
 
 
+class BatchNormConvAutoEncoder(nn.Module):
+    """Batch-normalised conv auto-encoder for (n, C, 28|32, 28|32) images in [0, 1] with unit-sphere latents.
+
+    Encoder: conv (C→w, k3 s1), conv (w→2w, k4 s2), conv (2w→4w, k4 s2), each with batch norm and ReLU, then linear
+    4w·(H/4)² → d and scaling onto the unit sphere. Decoder: linear d → (4w, H/4, H/4), batch norm + ReLU, transposed
+    conv (4w→2w, k4 s2), conv (2w→2w, k3), transposed conv (2w→w, k4 s2), each with batch norm and ReLU, conv
+    (w→C, k3), sigmoid. About as many multiply-adds per image as :class:`ConvAutoEncoder` (w = 32).
+
+    Shape:
+        encode: (n, C, H, W) -> (n, d) with rows of norm 1; decode: (n, d) -> (n, C, H, W) in [0, 1].
+
+    Raises:
+        ValueError: ``image_size`` not 28 or 32, ``channels``, ``latent_dim`` (< 2) or ``width`` not positive.
+
+    References:
+        Radford, Metz, Chintala, "Unsupervised representation learning with deep convolutional GANs", ICLR 2016
+        (strided convs, batch normalisation), at 28/32 px.
+    """
+
+    def __init__(self, channels: int = 1, image_size: int = 28, latent_dim: int = 16, width: int = 32):
+        super().__init__()
+        check_int(channels, "channels")
+        check_choice(image_size, "image_size", (28, 32))
+        check_int(latent_dim, "latent_dim", minimum=2)
+        w = check_int(width, "width")
+        self.channels, self.image_size, self.latent_dim, self.width = channels, image_size, latent_dim, w
+        self.side = image_size // 4
+        flat = 4 * w * self.side ** 2
+
+        def block(conv, c):
+            return [conv, nn.BatchNorm2d(c), nn.ReLU(inplace=True)]
+
+        self.enc = nn.Sequential(
+            *block(nn.Conv2d(channels, w, 3, 1, 1), w),
+            *block(nn.Conv2d(w, 2 * w, 4, 2, 1), 2 * w),          # H/2
+            *block(nn.Conv2d(2 * w, 4 * w, 4, 2, 1), 4 * w),      # H/4
+            nn.Flatten(), nn.Linear(flat, latent_dim))
+        self.fc = nn.Linear(latent_dim, flat)
+        self.dec = nn.Sequential(
+            nn.BatchNorm2d(4 * w), nn.ReLU(inplace=True),
+            *block(nn.ConvTranspose2d(4 * w, 2 * w, 4, 2, 1), 2 * w),  # H/2
+            *block(nn.Conv2d(2 * w, 2 * w, 3, 1, 1), 2 * w),
+            *block(nn.ConvTranspose2d(2 * w, w, 4, 2, 1), w),          # H
+            nn.Conv2d(w, channels, 3, 1, 1), nn.Sigmoid())
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Latents on the unit sphere: images (n, C, H, W) in [0, 1] -> (n, d), rows of norm 1."""
+        return _sphere(self.enc(x))
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Images from latents: (n, d) -> (n, C, H, W) in [0, 1]."""
+        return self.dec(self.fc(z).view(-1, 4 * self.width, self.side, self.side))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Reconstruction ``decode(encode(x))``: (n, C, H, W) -> (n, C, H, W)."""
+        return self.decode(self.encode(x))
+
+
 class DCGANAutoEncoder(nn.Module):
     """DCGAN-style auto-encoder for (n, C, 64, 64) images in [0, 1] with unit-sphere latents.
 
@@ -139,10 +201,13 @@ class DCGANAutoEncoder(nn.Module):
         return self.decode(self.encode(x))
 
 
+ARCHS = ("conv", "convbn", "dcgan")
+
+
 @dataclass
 class AutoEncoderConfig:
     """Architecture and training settings; every field enters the cache key."""
-    arch: str = "conv"          # "conv" (28/32 px) or "dcgan" (64 px)
+    arch: str = "conv"          # "conv" or "convbn" (28/32 px), "dcgan" (64 px)
     latent_dim: int = 8
     epochs: int = 5
     batch_size: int = 128
@@ -158,7 +223,7 @@ class AutoEncoderConfig:
         Raises:
             ValueError: a field out of its range (the message names it).
         """
-        check_choice(self.arch, "arch", ("conv", "dcgan"))
+        check_choice(self.arch, "arch", ARCHS)
         check_int(self.latent_dim, "latent_dim", minimum=2)
         check_int(self.epochs, "epochs")
         check_int(self.batch_size, "batch_size")
@@ -174,6 +239,8 @@ def build_autoencoder(config: AutoEncoderConfig, channels: int, image_size: int)
     config.validate()
     if config.arch == "conv":
         return ConvAutoEncoder(channels, image_size, config.latent_dim)
+    if config.arch == "convbn":
+        return BatchNormConvAutoEncoder(channels, image_size, config.latent_dim)
     return DCGANAutoEncoder(channels, image_size, config.latent_dim)
 
 

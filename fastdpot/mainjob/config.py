@@ -54,6 +54,8 @@ class PipelineConfig:
             that differ by the replacement of one labelled image, its label free to change (labels and class sizes
             protected; C is taken from the public half's labels; nothing computed from private class counts is
             used or published). label_scale: c > 0 for ``"private"`` (public; Δ = sqrt(4r² + 2c²)·sqrt(⌈k/(d+C)⌉)).
+        ae_arch: the auto-encoder (:mod:`fastdpot.mainjob.autoencoder`): ``"conv"`` (the DPSWflow code's AE) or
+            ``"convbn"`` for 28/32 px images, ``"dcgan"`` for 64 px; None: the default for the image size.
         ae_epochs, ae_max_train: auto-encoder training (public half only).
         fid_samples: generated images in FID; fid_real: real test images in FID (their statistics are cached).
         seed: master seed of the public work (split, auto-encoder, the flows' initial particles, evaluation);
@@ -123,6 +125,7 @@ class PipelineConfig:
     class_conditional: bool = True
     labels: Optional[str] = None
     label_scale: float = 1.0
+    ae_arch: Optional[str] = None
     ae_epochs: int = 10
     ae_max_train: Optional[int] = None
     fid_samples: int = 2000
@@ -169,6 +172,10 @@ class PipelineConfig:
         check_int(c.batch_size, "batch_size")
         check_positive(c.epochs, "epochs")
         check_int(c.ae_epochs, "ae_epochs")
+        if c.ae_arch is not None:
+            from .autoencoder import ARCHS
+
+            check_choice(c.ae_arch, "ae_arch", ARCHS)
         check_int(c.fid_samples, "fid_samples", 2)
         check_int(c.fid_real, "fid_real", 2)
         check_int(c.checkpoint_every, "checkpoint_every")

@@ -69,7 +69,7 @@ def stage_autoencoder(cfg: PipelineConfig, data: Dict[str, Any], progress: bool 
         ``recon_mse`` (mean squared reconstruction error on up to 1000 test images).
     """
     arch, d = _ae_defaults(data["public"].images)
-    d = cfg.latent_dim or d
+    arch, d = cfg.ae_arch or arch, cfg.latent_dim or d
     ae_cfg = AutoEncoderConfig(arch=arch, latent_dim=d, epochs=cfg.ae_epochs, seed=cfg.seed,
                                max_train=cfg.ae_max_train)
     model, info = train_autoencoder(data["public"].images, ae_cfg, cache_dir=cache_dir, device=cfg.device,
