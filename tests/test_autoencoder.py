@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from fastdpot.mainjob.autoencoder import (AutoEncoderConfig, ConvAutoEncoder, DCGANAutoEncoder, data_hash, decode,
-                                          encode, train_autoencoder)
+from fastdpot.mainjob.autoencoder import (AutoEncoderConfig, BatchNormConvAutoEncoder, ConvAutoEncoder,
+                                          DCGANAutoEncoder, build_autoencoder, data_hash, decode, encode,
+                                          train_autoencoder)
 from fastdpot.mainjob.data import load_digits
 
 
@@ -15,8 +16,37 @@ def test_conv_autoencoder_shapes_and_sphere(size):
     z = ae.encode(x)
     assert z.shape == (5, 8)
     torch.testing.assert_close(z.norm(dim=1), torch.ones(5), rtol=1e-6, atol=1e-6)
-    y = ae.decode(z)
+    y = ae.decode(z).detach()
     assert y.shape == (5, 1, size, size) and float(y.min()) >= 0 and float(y.max()) <= 1
+
+
+@pytest.mark.parametrize("size,channels", [(28, 1), (32, 3)])
+def test_batchnorm_conv_autoencoder_shapes_sphere_and_config(size, channels):
+    torch.manual_seed(0)
+    ae = build_autoencoder(AutoEncoderConfig(arch="convbn", latent_dim=8), channels, size).eval()
+    assert isinstance(ae, BatchNormConvAutoEncoder)
+    z = ae.encode(torch.rand(4, channels, size, size))
+    assert z.shape == (4, 8)
+    torch.testing.assert_close(z.norm(dim=1), torch.ones(4), rtol=1e-6, atol=1e-6)
+    y = ae.decode(z).detach()
+    assert y.shape == (4, channels, size, size) and float(y.min()) >= 0 and float(y.max()) <= 1
+    with pytest.raises(ValueError, match="image_size"):
+        BatchNormConvAutoEncoder(image_size=64)
+    with pytest.raises(ValueError, match="width"):
+        BatchNormConvAutoEncoder(width=0)
+
+
+def test_batchnorm_conv_autoencoder_trains_on_public_digits(tmp_path):
+    imgs = load_digits("train").images[:256]
+    x = imgs.float() / 255
+    torch.manual_seed(1)
+    untrained = BatchNormConvAutoEncoder(1, 28, 8).eval()
+    mse0 = float(((decode(untrained, encode(untrained, imgs)) - x) ** 2).mean())
+    model, info = train_autoencoder(imgs, AutoEncoderConfig(arch="convbn", latent_dim=8, epochs=3, batch_size=32,
+                                                            seed=1), cache_dir="", progress=False)
+    assert not model.training and info["key"].startswith("ae_convbn_d8_")
+    mse1 = float(((decode(model, encode(model, imgs)) - x) ** 2).mean())
+    assert mse1 < 0.75 * mse0
 
 
 def test_dcgan_autoencoder_shapes_and_sphere():
