@@ -48,8 +48,9 @@ def stage_data(cfg: PipelineConfig) -> Dict[str, Any]:
 def _ae_defaults(images: torch.Tensor) -> Tuple[str, int]:
     """(arch, latent d) by image size: 28/32 px: the batch-normalised conv AE (``"convbn"``) with d = 16 — chosen on
     the public half (docs/mainjob/tuning.md: against the DPSWflow code's conv AE at the same d its held-out
-    reconstructions score FID 71.5 against 112.7, and the label-private flow in its latent space FID 171 against 201,
-    CNN 70.1 % against 67.4 %); d = 16 rather than the papers' 8 (docs/mainjob/README.md);
+    reconstructions score FID 70.3 against 112.7, scripts/ae_public_recon.py, and the label-private flow in its
+    latent space FID 171 against 201, CNN 70.1 % against 67.4 %); d = 16 rather than the papers' 8
+    (docs/mainjob/README.md);
     64 px: DCGAN AE, d = 48 (Sebag et al., TMLR)."""
     H = images.shape[-1]
     if H == 64:
