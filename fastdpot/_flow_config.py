@@ -102,6 +102,12 @@ def flow_config(num_particles, dim, num_projections, step_size, reg, noise_multi
     return config, init_scale
 
 
+def is_sampled(config: Dict[str, Any]) -> bool:
+    """Whether ``run()`` samples a batch per step (``batch_size`` or ``sample_rate`` given); else (non-private flows
+    only) every step uses the whole data set."""
+    return config["batch_size"] is not None or config["sample_rate"] is not None
+
+
 def resolve_batch(config: Dict[str, Any], n: int) -> int:
     """The batch size B of a flow with ``config`` on a data set of ``n`` rows (``batch_size``, or
     ``round(sample_rate·n)``).

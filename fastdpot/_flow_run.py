@@ -74,13 +74,14 @@ def run_flow(flow, private_data, steps, progress, checkpoint_path, checkpoint_ev
     """The loop of :meth:`DPSlicedWassersteinFlow.run` (arguments, returns and errors there): bind the sampling,
     then per step count the release in the flow's ledger, sample a fresh batch, take the step, checkpoint."""
     from . import privacy
+    from ._flow_config import is_sampled
     from ._progress import progress_bar as tqdm  # bounded redraw rate, no per-step redraw off a terminal
     from ._validate import check_int
 
     flow._check_batch(private_data, "private_data")
     n = private_data.shape[0]
     c = flow._config
-    sampled = c["batch_size"] is not None or c["sample_rate"] is not None
+    sampled = is_sampled(c)
     if steps is None:
         if c["steps"] is None:
             raise ValueError("steps is required: this flow has no planned number of steps")

@@ -218,10 +218,11 @@ class ClassConditionalFlow:
             if checkpoint_path is not None and checkpoint_every is not None and _flow.steps_taken % checkpoint_every == 0:
                 self.save(checkpoint_path)
 
+        from ._flow_config import is_sampled
+
         parts = [private_data[labels.to(private_data.device) == c] for c in range(len(self.flows))]
         for c, (flow, part) in enumerate(zip(self.flows, parts)):  # every class's batch before any class steps
-            fc = flow._config
-            if flow._mode is None and (fc["batch_size"] is not None or fc["sample_rate"] is not None):
+            if flow._mode is None and is_sampled(flow._config):
                 try:
                     flow._resolve_batch(part.shape[0])
                 except ValueError as err:

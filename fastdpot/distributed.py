@@ -35,10 +35,11 @@ import torch.distributed as dist
 from ._random import draw_seed, random_directions
 from ._validate import check_int
 from ._distributed_checkpoint import ShardedCheckpointing
+from ._flow_config import is_sampled
 from ._flow_init import check_init_kind as _check_init_kind
 from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError, _privacy
-from .distributed_phases import (CppHistogramPhases, TorchHistogramPhases, histogram_phases, histogram_reduce,  # noqa: F401
-                                 histogram_transport, keyed_normals, transport_move)
+from .distributed_phases import (CppHistogramPhases, TorchHistogramPhases, histogram_phases,  # noqa: F401
+                                 histogram_reduce, histogram_transport, keyed_normals, transport_move)
 
 __all__ = ["DistributedSlicedWassersteinFlow", "RankFailureError", "TorchHistogramPhases", "CppHistogramPhases",
            "histogram_reduce", "histogram_transport", "transport_move", "keyed_normals", "shard_range"]
@@ -339,7 +340,7 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
                 if steps is None:
                     raise ValueError("steps is required: this flow has no planned number of steps")
                 n = private_data.shape[0]
-                if c["batch_size"] is not None or c["sample_rate"] is not None:
+                if is_sampled(c):
                     self._bind("sampled", n)
                     sampler = _privacy().FixedSizeSampler(n, self._bound_batch, generator=self._rng)
                 else:

@@ -32,8 +32,8 @@ import torch.distributed as dist
 from ._ext import load_cpp
 from .reference.flow_histogram import _target_at
 
-__all__ = ["TorchHistogramPhases", "CppHistogramPhases", "histogram_phases", "reduce_extremes", "histogram_reduce", "histogram_transport", "transport_move",
-           "keyed_normals"]
+__all__ = ["TorchHistogramPhases", "CppHistogramPhases", "histogram_phases", "reduce_extremes", "histogram_reduce",
+           "histogram_transport", "transport_move", "keyed_normals"]
 
 _STREAM_SMOOTH, _STREAM_BROWNIAN, _STREAM_INIT = 0, 1, 2
 

@@ -307,9 +307,11 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
     def _bind(self, mode: str, n: Optional[int]):
         """Fix the sampling at the first step (and, for a private flow, bind the ledger: calibrate z for a
         target ε)."""
-        if self._mode is None:  # nothing is committed until the ledger has bound (a failed calibration or a
+        if self._mode is None:
+            # nothing is committed until the ledger has bound: a bad batch or a failed calibration leaves the flow
+            # unbound, so the caller can fix it and retry
             bound = (n, self._resolve_batch(n)) if mode == "sampled" else (self._bound_n, self._bound_batch)
-            if self.private:     # bad batch leaves the flow unbound, so the caller can fix it and retry)
+            if self.private:
                 self._ledger.bind(**accounting_event(mode, *bound))
             self._mode = mode
             self._bound_n, self._bound_batch = bound

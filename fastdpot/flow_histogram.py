@@ -34,8 +34,8 @@ import torch
 from ._ext import cpp_status, load_cpp
 from ._validate import check_int, check_nonnegative, check_positive, check_tensor
 
-__all__ = ["available", "require_available", "histogram_minmax", "histogram_counts", "private_targets", "histogram_update",
-           "histogram_flow_step"]
+__all__ = ["available", "require_available", "histogram_minmax", "histogram_counts", "private_targets",
+           "histogram_update", "histogram_flow_step"]
 
 _NAME = "flow_histogram"
 
@@ -51,11 +51,10 @@ def require_available() -> None:
     back to the torch reference."""
     ok, reason = available()
     if not ok:
-        from ._ext import BackendUnavailableError
+        from ._ext import _CPP_HINT, BackendUnavailableError
 
-        raise BackendUnavailableError(f"backend 'cpu' for op 'flow_step' (quantiles='histogram') is unavailable: "
-                                      f"{reason}; build it with `FASTDPOT_EXT=flow_histogram python setup.py "
-                                      "build_ext --inplace`")
+        raise BackendUnavailableError(f"backend 'cpu' for op 'flow_step' (quantiles='histogram') is unavailable "
+                                      f"({reason}); " + _CPP_HINT.format(name=_NAME))
 
 
 def _mod():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 
-
 from fastdpot.mainjob.autoencoder import AutoEncoderConfig, decode, encode, train_autoencoder
 from fastdpot.mainjob.config import PipelineConfig
 from fastdpot.mainjob.data.datasets import to_float

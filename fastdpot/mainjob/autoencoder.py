@@ -31,6 +31,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from .._validate import check_choice, check_int, check_positive
+from .config import AE_ARCHS
 
 __all__ = ["ConvAutoEncoder", "BatchNormConvAutoEncoder", "DCGANAutoEncoder", "AutoEncoderConfig", "build_autoencoder", "train_autoencoder",
            "encode", "decode", "default_cache_dir", "data_hash"]
@@ -201,9 +202,6 @@ class DCGANAutoEncoder(nn.Module):
         return self.decode(self.encode(x))
 
 
-ARCHS = ("conv", "convbn", "dcgan")
-
-
 @dataclass
 class AutoEncoderConfig:
     """Architecture and training settings; every field enters the cache key."""
@@ -223,7 +221,7 @@ class AutoEncoderConfig:
         Raises:
             ValueError: a field out of its range (the message names it).
         """
-        check_choice(self.arch, "arch", ARCHS)
+        check_choice(self.arch, "arch", AE_ARCHS)
         check_int(self.latent_dim, "latent_dim", minimum=2)
         check_int(self.epochs, "epochs")
         check_int(self.batch_size, "batch_size")

@@ -37,7 +37,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     """The ``fastdpot`` parser with its ``flow`` subcommand; the defaults are :class:`PipelineConfig`'s."""
     from ..flow import INIT_KINDS
-    from .config import PipelineConfig
+    from .config import AE_ARCHS, PipelineConfig
 
     d = PipelineConfig()  # one set of defaults, shared with the Python API
     p = argparse.ArgumentParser(prog="fastdpot", description="fastdpot command line")
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--label-scale", type=float, default=d.label_scale,
                    help="c > 0, the length of the label block with --labels private (larger c separates the "
                         "classes but raises the sensitivity sqrt(4r² + 2c²))")
-    f.add_argument("--ae-arch", choices=("conv", "convbn", "dcgan"), default=d.ae_arch,
+    f.add_argument("--ae-arch", choices=AE_ARCHS, default=d.ae_arch,
                    help="auto-encoder architecture (default: by image size)")
     f.add_argument("--ae-epochs", type=int, default=d.ae_epochs, help="auto-encoder epochs on the public half")
     f.add_argument("--fid-samples", type=int, default=d.fid_samples, help="generated images in FID")

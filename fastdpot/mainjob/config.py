@@ -15,6 +15,7 @@ from .metrics import CLASSIFIERS
 __all__ = ["PipelineConfig", "METHODS", "DEFAULT_NUM_BINS"]
 
 METHODS = ("flow", "gaussian", "public")
+AE_ARCHS = ("conv", "convbn", "dcgan")  # fastdpot.mainjob.autoencoder's architectures
 DEFAULT_NUM_BINS = 5  # L of the default sketch release: chosen by the public-only sweep (docs/mainjob/tuning.md)
 
 
@@ -173,9 +174,7 @@ class PipelineConfig:
         check_positive(c.epochs, "epochs")
         check_int(c.ae_epochs, "ae_epochs")
         if c.ae_arch is not None:
-            from .autoencoder import ARCHS
-
-            check_choice(c.ae_arch, "ae_arch", ARCHS)
+            check_choice(c.ae_arch, "ae_arch", AE_ARCHS)
         check_int(c.fid_samples, "fid_samples", 2)
         check_int(c.fid_real, "fid_real", 2)
         check_int(c.checkpoint_every, "checkpoint_every")
