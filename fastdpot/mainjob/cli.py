@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--classifiers", default=d.classifiers,
                    help="comma-separated downstream classifiers trained on the samples: logreg, mlp, cnn")
     f.add_argument("--cnn-epochs", type=int, default=d.cnn_epochs, help="epochs of the downstream CNN")
+    f.add_argument("--cnn-augment", action=argparse.BooleanOptionalAction, default=d.cnn_augment,
+                   help="train the downstream CNN with shift/flip augmentation")
     f.add_argument("--device", default="cpu", help="cpu or cuda")
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
     f.add_argument("--quick", action="store_true", help="a short run on a small part of the data")
@@ -163,7 +165,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          init_scale=args.init_scale, center=args.center, clip_radius=args.clip_radius,
                          replayable_noise=args.replayable_noise, release=args.release, num_bins=args.num_bins,
                          method=args.method, public_size=args.public_size, flow_seeds=args.flow_seeds,
-                         classifiers=args.classifiers, cnn_epochs=args.cnn_epochs)
+                         classifiers=args.classifiers, cnn_epochs=args.cnn_epochs,
+                         cnn_augment=args.cnn_augment)
     if args.device.startswith("cuda"):
         import torch
 

@@ -109,7 +109,8 @@ class PipelineConfig:
         public_size: number of public training images (the auto-encoder's training set); None: half of them.
         flow_seeds: run the generation stage (flow or baseline) with this many seeds cfg.seed + 1, cfg.seed + 2, …
             on the same data split and auto-encoder; metrics.json reports each seed and their mean / spread.
-        classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``); cnn_epochs: the CNN's.
+        classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``); cnn_epochs: the CNN's;
+            cnn_augment: train the CNN with shift/flip augmentation (:func:`fastdpot.mainjob.metrics.cnn_accuracy`).
     """
     dataset: str = "auto"
     data_dir: Optional[str] = None
@@ -154,6 +155,7 @@ class PipelineConfig:
     flow_seeds: int = 1
     classifiers: str = "logreg,mlp,cnn"
     cnn_epochs: int = 5
+    cnn_augment: bool = False
 
     def resolved(self) -> "PipelineConfig":
         """A copy with the --quick reductions and the data-dependent defaults applied, validated."""
@@ -208,6 +210,8 @@ class PipelineConfig:
             check_int(c.public_size, "public_size")
         check_int(c.flow_seeds, "flow_seeds")
         check_int(c.cnn_epochs, "cnn_epochs")
+        if not isinstance(c.cnn_augment, bool):
+            raise ValueError(f"cnn_augment must be True or False, got {c.cnn_augment!r}")
         names = [v.strip() for v in str(c.classifiers).split(",") if v.strip()]
         for v in names:
             check_choice(v, "classifiers", CLASSIFIERS)
