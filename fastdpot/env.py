@@ -33,6 +33,40 @@ def _cpu_model():
     return platform.processor() or "unknown"
 
 
+def install_location() -> str:
+    """Where pip installed fastdpot, checked against the package this interpreter imports.
+
+    Reads the ``direct_url.json`` of every installed ``fastdpot`` distribution (PEP 610); an editable install whose
+    project folder no longer exists, or that is not the imported package's folder, is named as such — the case of a
+    clone deleted or moved after ``pip install -e`` (re-run ``bash scripts/setup.sh`` in the clone to use)."""
+    import importlib.metadata as md
+    import json
+    from urllib.parse import unquote, urlparse
+
+    import fastdpot
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(fastdpot.__file__)))
+    for dist in md.Distribution.discover(name="fastdpot"):
+        text = dist.read_text("direct_url.json")
+        if not text:
+            continue
+        try:
+            info = json.loads(text)
+        except ValueError:
+            return "pip install record unreadable (direct_url.json)"
+        path = unquote(urlparse(info.get("url", "")).path)
+        if not info.get("dir_info", {}).get("editable"):
+            return f"installed from {path or info.get('url')}"
+        if not os.path.isdir(path):
+            return (f"WARNING: editable install points at {path}, which no longer exists; imports work only from "
+                    f"{here} (run `bash scripts/setup.sh` there)")
+        if os.path.realpath(path) != os.path.realpath(here):
+            return (f"WARNING: editable install points at {path}, but this interpreter imports {here} "
+                    f"(from the working directory)")
+        return f"editable install of {path}"
+    return f"no pip install record; imported from {here}"
+
+
 def report() -> str:
     """The environment report as text."""
     import torch
@@ -42,6 +76,7 @@ def report() -> str:
 
     import_pykeops()  # first, quietly: KeOps' "CUDA libraries not found" notice is noise on a CPU machine
     lines = [f"fastdpot {fastdpot.__version__} ({os.path.dirname(fastdpot.__file__)})",
+             f"install: {install_location()}",
              f"python {sys.version.split()[0]} on {platform.platform()}",
              f"cpu: {_cpu_model()}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",
              f"cuda: {'available: ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'not available'}"]

@@ -153,12 +153,45 @@ def test_env_report_runs():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    for needle in ("fastdpot 0.1.0", "versions:", "torch", "dp_accounting", "compiled extensions:",
+    for needle in ("fastdpot 0.1.0", "install:", "versions:", "torch", "dp_accounting", "compiled extensions:",
                    "triton:", "keops:", "backends per op:", "caches:", "Triton cache"):
         assert needle in text, f"{needle!r} missing from the env report"
     for name in _dispatch.registered_ops():
         if not name.startswith("_test_"):
             assert name in text
+
+
+class _FakeDist:
+    def __init__(self, text):
+        self.text = text
+
+    def read_text(self, name):
+        return self.text if name == "direct_url.json" else None
+
+
+@pytest.mark.parametrize("url, editable, expect", [
+    ("file:///no/such/clone", True, "no longer exists"),
+    ("file://{other}", True, "but this interpreter imports"),
+    ("file://{root}", True, "editable install of"),
+    ("file://{root}", False, "installed from"),
+    (None, None, "no pip install record"),
+])
+def test_env_install_location_flags_a_stale_editable_install(monkeypatch, tmp_path, url, editable, expect):
+    import importlib.metadata as md
+    import json
+
+    from fastdpot import env as env_mod
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(fastdpot.__file__)))
+    if url is None:
+        dists = [_FakeDist(None)]
+    else:
+        info = {"url": url.format(root=root, other=tmp_path), "dir_info": {"editable": editable}}
+        dists = [_FakeDist(None), _FakeDist(json.dumps(info))]
+    monkeypatch.setattr(md.Distribution, "discover", staticmethod(lambda **kw: iter(dists)))
+    text = env_mod.install_location()
+    assert expect in text
+    assert text.startswith("WARNING") == (expect in ("no longer exists", "but this interpreter imports"))
 
 
 # ---------------------------------------------------------------- import cost
