@@ -81,6 +81,10 @@ def test_training_reduces_loss_and_cache_round_trip(tmp_path):
     # the second call with the same data and config loads the cached weights
     again, info2 = train_autoencoder(imgs, cfg, cache_dir=str(tmp_path), progress=False)
     assert info2["cached"] and info2["key"] == info["key"]
+    # one mean BCE per epoch, the last one is train_loss, kept through the cache
+    assert len(info["train_loss_per_epoch"]) == 3 and info["train_loss_per_epoch"][-1] == info["train_loss"]
+    assert info["train_loss_per_epoch"][-1] < info["train_loss_per_epoch"][0]
+    assert info2["train_loss_per_epoch"] == info["train_loss_per_epoch"]
     for (k, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), k
     # other data or another config: another key

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -29,6 +30,8 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 import torch.nn.functional as F
+
+_log = logging.getLogger("fastdpot.mainjob")
 
 from .._validate import check_choice, check_int, check_positive
 from .config import AE_ARCHS
@@ -268,7 +271,9 @@ def train_autoencoder(public_images: torch.Tensor, config: Optional[AutoEncoderC
         progress: show a tqdm bar per epoch.
 
     Returns:
-        (model in eval mode on ``device``, info dict with ``cached``, ``key``, ``train_loss``, ``seconds``).
+        (model in eval mode on ``device``, info dict with ``cached``, ``key``, ``train_loss`` (mean BCE of the last
+        epoch), ``train_loss_per_epoch`` (one mean BCE per epoch; empty for a cache file written before it was kept),
+        ``seconds``). Each epoch's mean BCE is also logged (logger ``fastdpot.mainjob``, INFO).
 
     Raises:
         ValueError: ``public_images`` not a (n, C, H, W) uint8 tensor, or a bad config field.
@@ -292,6 +297,7 @@ def train_autoencoder(public_images: torch.Tensor, config: Optional[AutoEncoderC
         model.load_state_dict(blob["state_dict"])
         model.to(device).eval()
         return model, {"cached": True, "key": key, "path": path, "train_loss": float(blob["train_loss"]),
+                       "train_loss_per_epoch": [float(v) for v in blob.get("train_loss_per_epoch", [])],
                        "seconds": time.perf_counter() - t0}
     g = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed)  # deterministic weight initialisation
@@ -300,7 +306,7 @@ def train_autoencoder(public_images: torch.Tensor, config: Optional[AutoEncoderC
     n = imgs.shape[0]
     total = config.epochs * -(-n // config.batch_size)
     sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total) if config.schedule == "cosine" else None)
-    last = float("nan")
+    last, per_epoch = float("nan"), []
     model.train()
     for epoch in range(config.epochs):
         perm = torch.randperm(n, generator=g)
@@ -319,14 +325,16 @@ def train_autoencoder(public_images: torch.Tensor, config: Optional[AutoEncoderC
             cnt += xb.shape[0]
             bar.set_postfix(bce=f"{tot / cnt:.4f}")
         last = tot / max(cnt, 1)
+        per_epoch.append(last)
+        _log.info("auto-encoder epoch %d/%d: train BCE %.5f", epoch + 1, config.epochs, last)
     model.eval()
     if path:
         os.makedirs(cache_dir, exist_ok=True)
         tmp = path + f".tmp{os.getpid()}"
         torch.save({"state_dict": {k: v.cpu() for k, v in model.state_dict().items()}, "train_loss": last,
-                    "config": asdict(config)}, tmp)
+                    "train_loss_per_epoch": per_epoch, "config": asdict(config)}, tmp)
         os.replace(tmp, path)
-    return model, {"cached": False, "key": key, "path": path, "train_loss": last,
+    return model, {"cached": False, "key": key, "path": path, "train_loss": last, "train_loss_per_epoch": per_epoch,
                    "seconds": time.perf_counter() - t0}
 
 

@@ -176,7 +176,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         num_particles=int(fl["samples"].shape[0]), latent_dim=int(ae["latents"].shape[1]), center=cfg.center,
         clip_radius=radius,
         autoencoder=dict(ae["config"], cached=ae["info"]["cached"], train_bce=ae["info"]["train_loss"],
-                         test_recon_mse=ae["recon_mse"]),
+                         train_bce_per_epoch=ae["info"]["train_loss_per_epoch"], test_recon_mse=ae["recon_mse"]),
         flow_resumed=fl["resumed"], wall_time_s=dict(times, total=round(sum(times.values()), 2)),
         device=cfg.device, torch_threads=torch.get_num_threads(), machine=platform.machine(),
         seeds=per_seed, seed_summary=seed_summary(per_seed))
