@@ -151,3 +151,32 @@ def test_cnn_learns_a_separable_task_and_checks_inputs():
         downstream_accuracy(xtr, ytr, xte, yte, classifiers=("svm",))
     with pytest.raises(ValueError, match="2 classes"):
         cnn_accuracy(xtr, torch.zeros(200, dtype=torch.long), xte, yte)
+
+
+def test_cnn_augmentation_shifts_and_mirrors_each_image_and_still_learns():
+    from fastdpot.mainjob.metrics import _shift_flip
+
+    x = torch.rand(64, 2, 6, 5, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    out = _shift_flip(x, torch.Generator().manual_seed(4), max_shift=2, fill=-1.0)
+    assert out.shape == x.shape
+    flips = 0
+    for i in range(x.shape[0]):   # each image is one of the 5×5 shifts of itself (or of its mirror), filled with -1
+        padded = torch.nn.functional.pad(x[i:i + 1], (2, 2, 2, 2), value=-1.0)[0]
+        cands = [(f, padded[:, dy:dy + 6, dx:dx + 5]) for dy in range(5) for dx in range(5) for f in (False, True)]
+        match = [f for f, c in cands if torch.equal(out[i], c.flip(-1) if f else c)]
+        assert match, i
+        flips += match[0]
+    assert 10 < flips < 54                                       # about half mirrored
+    assert torch.equal(out, _shift_flip(x, torch.Generator().manual_seed(4), max_shift=2, fill=-1.0))
+    # a task that survives shifts and mirroring (bright top vs bottom half) is still learnt with augmentation
+    def blobs_tb(n, seed):
+        x, y = _blobs(n, seed)
+        return x.transpose(-1, -2).contiguous(), y
+    xtr, ytr = blobs_tb(200, 0)
+    xte, yte = blobs_tb(100, 1)
+    assert cnn_accuracy(xtr, ytr, xte, yte, epochs=3, augment=True) >= 0.95
+    from fastdpot.mainjob.config import PipelineConfig
+
+    assert PipelineConfig(cnn_augment=True).resolved().cnn_augment is True
+    with pytest.raises(ValueError, match="cnn_augment"):
+        PipelineConfig(cnn_augment="yes").resolved()
