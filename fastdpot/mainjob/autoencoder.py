@@ -31,13 +31,13 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-_log = logging.getLogger("fastdpot.mainjob")
-
 from .._validate import check_choice, check_int, check_positive
 from .config import AE_ARCHS
 
-__all__ = ["ConvAutoEncoder", "BatchNormConvAutoEncoder", "DCGANAutoEncoder", "AutoEncoderConfig", "build_autoencoder", "train_autoencoder",
-           "encode", "decode", "default_cache_dir", "data_hash"]
+_log = logging.getLogger("fastdpot.mainjob")  # the main job's logger: per-epoch training loss at INFO
+
+__all__ = ["ConvAutoEncoder", "BatchNormConvAutoEncoder", "DCGANAutoEncoder", "AutoEncoderConfig", "build_autoencoder",
+           "train_autoencoder", "encode", "decode", "default_cache_dir", "data_hash"]
 
 
 def default_cache_dir() -> str:

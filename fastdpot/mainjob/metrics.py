@@ -183,8 +183,9 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
     early stopping and no model selection (the test set is only scored once, at the end). Inputs are rescaled to
     [-1, 1]. With ``augment``, every training batch is shifted (each image by its own offset of up to 2 pixels per
     axis, black fill) and mirrored left-right with probability 1/2 — the standard light augmentation of small-image
-    classifiers; test images are never altered. Training is seeded by ``seed`` (initialisation and batch order) and runs in float32 on the CPU; a
-    10 000-image Fashion-MNIST set takes about 10 s per epoch on 2 cores.
+    classifiers; test images are never altered. Training is seeded by ``seed`` (initialisation, batch order and
+    augmentation draws) and runs in float32 on the CPU; a 10 000-image Fashion-MNIST set takes about 10 s per epoch
+    on 2 cores.
 
     Shape:
         train_images (n, C, H, W) in [0, 1], train_labels (n,) int; test_images (m, C, H, W), test_labels (m,).
