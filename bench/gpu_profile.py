@@ -1,7 +1,11 @@
-"""Per-kernel GPU time of one Triton flow step (torch.profiler, CUDA activity): where the step's time goes.
+"""Per-kernel GPU time of one flow step (torch.profiler, CUDA activity): where the step's time goes.
 
-Usage (CUDA machine): ``python -m bench.gpu_profile [--size N,d,k] [--steps 3]``; prints, for exact and histogram
-modes, the kernels sorted by total device time over ``steps`` profiled steps (after two warm-up steps).
+Usage (CUDA machine): ``python -m bench.gpu_profile [--size N,d,k] [--steps 3] [--backend triton|cuda]``; prints,
+for exact and histogram modes, the kernels sorted by total device time over ``steps`` profiled steps (after two
+warm-up steps). ``--stages``: the device time of every stage of one chunk of directions for both GPU backends
+(``triton``: torch.sort + scattered transport; ``cuda``: CUB sorts + rank-order transport + sort back; the histogram
+passes), each timed alone with ``triton.testing.do_bench`` (median), scaled to a whole step, beside a device copy of
+the chunk (the bandwidth anchor). ``--sweep``: projection-kernel variants.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import sys
 import torch
 
 
-def profile_mode(n, d, k, quantiles, steps):
+def profile_mode(n, d, k, quantiles, steps, backend="triton"):
     from torch.profiler import ProfilerActivity, profile
 
     from fastdpot.ops.flow_step import flow_step
@@ -20,7 +24,7 @@ def profile_mode(n, d, k, quantiles, steps):
 
     x, y, th = _inputs(n, M_PRIVATE, d, k, "cuda")
     kw = dict(noise_std=0.5, step_size=1.0, reg=1e-3, seed=1234, quantiles=quantiles,
-              num_quantiles=NUM_BINS if quantiles == "histogram" else None, backend="triton")
+              num_quantiles=NUM_BINS if quantiles == "histogram" else None, backend=backend)
     for _ in range(2):
         flow_step(x, y, th, **kw)
     torch.cuda.synchronize()
@@ -28,7 +32,8 @@ def profile_mode(n, d, k, quantiles, steps):
         for _ in range(steps):
             flow_step(x, y, th, **kw)
         torch.cuda.synchronize()
-    print(f"== {quantiles}: N={n} d={d} k={k}, {steps} steps (device time per step below is total / {steps})")
+    print(f"== {backend} {quantiles}: N={n} d={d} k={k}, {steps} steps (device time per step below is total / "
+          f"{steps})")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60))
 
 
@@ -82,11 +87,110 @@ def sweep_projection(n, d, k):
     print(f"  {'copy of (k,N) (flip)':28s} {ms:8.3f} ms")
 
 
+def stages(n, d, k, per_row=None):
+    """Device time of each stage of one chunk of kc directions (the default chunk), scaled by k / kc to a step.
+
+    In-place stages (the sorts, the in-place transports) are timed on a fresh copy of their input each run; the
+    copy's own time is measured and subtracted. Returns ``{stage: ms per step}`` (also printed)."""
+    from triton.testing import do_bench
+
+    from fastdpot._cuda_prims import CUB, index_bits
+    from fastdpot.kernels import histogram
+    from fastdpot.kernels._common import direction_chunk
+    from fastdpot.kernels.drift import accumulate_drift
+    from fastdpot.kernels.projection_noise import project_noise
+    from fastdpot.kernels.quantile import transport_exact
+
+    from .gpu_flow import M_PRIVATE, NUM_BINS, _inputs
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x, y, th = _inputs(n, M_PRIVATE, d, k, "cuda")
+    kc = direction_chunk(n, k)
+    scale = k / kc
+    buf = project_noise(x, th, 0, kc, 1234, 0.5, None, fast_noise=True).contiguous()
+    src = buf.clone()
+    qs = torch.sort(project_noise(y, th, 0, kc, 99, 0.5), dim=1).values
+    idx32 = torch.empty((kc, n), dtype=torch.int32, device=x.device)
+    drift = torch.zeros((n, d), device=x.device)
+    out = {}
+
+    def bench(name, fn, minus=0.0):
+        fn()
+        torch.cuda.synchronize()
+        ms = do_bench(fn, warmup=10, rep=100, return_mode="median") - minus
+        out[name] = ms * scale
+        print(f"  {name:46s} {ms:9.3f} ms/chunk  {ms * scale:9.3f} ms/step", flush=True)
+        return ms
+
+    print(f"== stages: N={n} d={d} k={k}, chunk kc={kc} ({scale:.2f} chunks per step), median of do_bench")
+    copy = bench("copy of the (kc, N) chunk (anchor)", lambda: buf.copy_(src))
+    bench("project + noise (triton)", lambda: project_noise(x, th, 0, kc, 1234, 0.5, None, out=buf, fast_noise=True))
+    ps, ix64 = torch.sort(src, dim=1)
+    bench("torch.sort (int64 indices, copy)", lambda: torch.sort(src, dim=1))
+    bench("transport, scattered (int64 idx)", lambda: transport_exact(ps, ix64, qs, buf))
+    del ps, ix64
+
+    def cub_fwd():
+        buf.copy_(src)
+        CUB.sort_rows_(buf, idx32, fill_iota=True, per_row=per_row)
+
+    bench("CUB sort fwd (float32 keys, int32 idx)", cub_fwd, copy)
+    CUB.sort_rows_(buf.copy_(src), idx32, fill_iota=True, per_row=per_row)
+    sorted_keys, sorted_idx = buf.clone(), idx32.clone()
+    coef = torch.empty_like(buf)
+    bench("transport, scattered (int32 idx)", lambda: transport_exact(sorted_keys, sorted_idx, qs, coef))
+
+    def rank_transport():
+        buf.copy_(sorted_keys)
+        transport_exact(buf, sorted_idx, qs, buf, rank_order=True)
+
+    bench("transport, rank order (in place)", rank_transport, copy)
+    transport_exact(buf.copy_(sorted_keys), sorted_idx, qs, buf, rank_order=True)
+    ranked = buf.clone()
+
+    def cub_back():
+        buf.copy_(ranked)
+        idx32.copy_(sorted_idx)
+        CUB.sort_rows_(idx32, buf, bits=index_bits(n), fill_iota=False, per_row=per_row)
+
+    bench(f"CUB sort back ({index_bits(n)}-bit index keys)", cub_back, 2 * copy)
+    bench("drift accumulate (triton, tf32x3)", lambda: accumulate_drift(buf, th, 0, drift, 1.0 / k, first=False,
+                                                                     last=False))
+    thc = th[:kc].contiguous()
+    bench("drift accumulate (cuBLAS addmm, ieee fp32)", lambda: drift.addmm_(buf.t(), thc, alpha=1.0 / k))
+    mn, mx = torch.aminmax(src, dim=1)
+    lo, width = histogram.bin_geometry(mn, mx, NUM_BINS)
+    bench("hist: min/max (torch.aminmax)", lambda: torch.aminmax(src, dim=1))
+    hist = CUB.hist_count(src, lo, width, NUM_BINS)
+    bench(f"hist: count ({NUM_BINS} bins, shared memory)", lambda: CUB.hist_count(src, lo, width, NUM_BINS))
+    cum = torch.cumsum(hist, dim=1, dtype=torch.int64) - hist
+
+    def hcoef():
+        buf.copy_(src)
+        CUB.hist_coef_(buf, lo, width, hist, cum, qs)
+
+    bench("hist: transport (in place, shared tables)", hcoef, copy)
+    est_exact = sum(out[key] for key in ("project + noise (triton)", "CUB sort fwd (float32 keys, int32 idx)",
+                                         "transport, rank order (in place)",
+                                         f"CUB sort back ({index_bits(n)}-bit index keys)",
+                                         "drift accumulate (triton, tf32x3)"))
+    est_hist = sum(out[key] for key in ("project + noise (triton)", "hist: min/max (torch.aminmax)",
+                                        f"hist: count ({NUM_BINS} bins, shared memory)",
+                                        "hist: transport (in place, shared tables)",
+                                        "drift accumulate (triton, tf32x3)"))
+    print(f"  sum of the cuda backend's stages per step: exact {est_exact:.2f} ms, histogram {est_hist:.2f} ms")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="10000000,48,128")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--sweep", action="store_true", help="only the projection-kernel variant sweep")
+    ap.add_argument("--stages", action="store_true", help="only the per-stage timing of both GPU backends")
+    ap.add_argument("--per-row", choices=["auto", "yes", "no"], default="auto",
+                    help="--stages: CUB sort mode (one onesweep sort per row, or one segmented sort)")
+    ap.add_argument("--backend", default="triton", help="backend profiled by the default mode (triton, cuda)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench.gpu_profile: no CUDA device; nothing to do")
@@ -95,8 +199,11 @@ def main(argv=None):
     if args.sweep:
         sweep_projection(n, d, k)
         return 0
+    if args.stages:
+        stages(n, d, k, per_row=dict(auto=None, yes=True, no=False)[args.per_row])
+        return 0
     for q in ("exact", "histogram"):
-        profile_mode(n, d, k, q, args.steps)
+        profile_mode(n, d, k, q, args.steps, args.backend)
     return 0
 
 

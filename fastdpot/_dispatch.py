@@ -5,6 +5,8 @@ Each op (``"sliced_wasserstein"``, ``"flow_step"``, ``"sinkhorn"``, ...) maps ba
 * ``reference`` -- pure torch (``fastdpot.reference``), always available, any device;
 * ``cpu``       -- the C++/OpenMP extension ``fastdpot._C_<name>`` (CPU tensors);
 * ``triton``    -- Triton kernels (CUDA tensors; CPU tensors under ``TRITON_INTERPRET=1``);
+* ``cuda``      -- the Triton kernels with the compiled CUDA primitives of ``fastdpot._C_cuda_flow`` (CUB sorts with
+  32-bit indices, shared-memory histograms), CUDA tensors; preferred over ``triton`` on CUDA where it is built;
 * ``keops``     -- pykeops symbolic reductions.
 
 ``backend="auto"`` asks each registered ``auto`` rule (an ordered list of backends per device type, optionally with
@@ -20,7 +22,7 @@ from ._ext import BackendUnavailableError
 
 __all__ = ["BACKENDS", "register", "set_auto", "dispatch", "available_backends", "registered_ops"]
 
-BACKENDS = ("reference", "cpu", "triton", "keops")
+BACKENDS = ("reference", "cpu", "triton", "cuda", "keops")
 
 
 @dataclass

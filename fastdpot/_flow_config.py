@@ -56,8 +56,8 @@ def flow_config(num_particles, dim, num_projections, step_size, reg, noise_multi
         if batch_size is not None and isinstance(batch_size, int) and num_bins > batch_size:
             raise ValueError(f"num_bins must be <= batch_size = {batch_size} (each bin needs a row), got "
                              f"{num_bins}")
-        if backend == "triton" and quantiles != "exact":
-            raise ValueError(f"release='sketch' on the triton backend needs quantiles='exact', got "
+        if backend in ("triton", "cuda") and quantiles != "exact":
+            raise ValueError(f"release='sketch' on the {backend} backend needs quantiles='exact', got "
                              f"{quantiles!r}")
     elif num_bins is not None:
         raise ValueError(f"num_bins is only used with release='sketch', got num_bins={num_bins!r}")

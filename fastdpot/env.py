@@ -93,6 +93,10 @@ def report() -> str:
     for name in names:
         ok, reason = cpp_status(name)
         lines.append(f"  _C_{name:12s} {'loaded' if ok else 'MISSING: ' + str(reason)}")
+    from ._cuda_prims import cuda_status
+
+    ok, reason = cuda_status()
+    lines.append(f"cuda extension (_C_cuda_flow): {'loaded, CUDA device visible' if ok else 'MISSING: ' + str(reason)}")
     ok, reason = triton_status()
     lines.append(f"triton: {'importable' if ok else 'MISSING: ' + str(reason)}"
                  f"{' (TRITON_INTERPRET=1: kernels run on CPU)' if ok and triton_interpret() else ''}")

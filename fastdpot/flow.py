@@ -132,12 +132,12 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
             replayable). False: from ``generator`` (replayable; no guarantee against anyone who holds its seed or a
             checkpoint). Ignored by a non-private flow (everything from ``generator``).
         device: device of the particles.
-        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` for op ``flow_step``.
+        backend: ``"auto"``, ``"reference"``, ``"cpu"``, ``"triton"`` or ``"cuda"`` for op ``flow_step``.
         accountant: accountant kind of :class:`fastdpot.privacy.PrivacyAccountant` (``"rdp"``).
         release: ``"points"`` (default: the B·k noisy projections, the papers' release) or ``"sketch"`` (the
             sliced quantile sketch of the batch, L = ``num_bins`` noisy bin means per direction, isotonic fit, then
             a table target for :func:`flow_step`; same Δ, σ and accounting; no smoothing noise on the particles;
-            see the module docstring). The ``"triton"`` backend supports ``"sketch"`` with ``quantiles="exact"``.
+            see the module docstring). The ``"triton"`` and ``"cuda"`` backends support ``"sketch"`` with ``quantiles="exact"``.
         num_bins: L, 1 <= L <= B, the sketch's bins per direction (required with ``release="sketch"``, unused and
             refused with ``"points"``).
         process_group: None (default: one process), or a ``torch.distributed`` process group: the particles are

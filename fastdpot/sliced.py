@@ -47,7 +47,8 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, num_projections: Option
         p: 1 or 2.
         projections: optional (k, d) directions with unit-norm rows.
         generator: torch.Generator for the directions (global generator when None).
-        backend: "auto" (cpu kernel for CPU tensors when built, else reference), "reference", "cpu", "triton".
+        backend: "auto" (cpu kernel for CPU tensors when built, cuda / triton for CUDA tensors, else reference),
+            "reference", "cpu", "triton", "cuda" (the Triton kernels with CUB sorts, ``fastdpot._C_cuda_flow``).
         n_projections, seed: POT's names (``ot.sliced_wasserstein_distance``), aliases of ``num_projections`` and
             ``generator``; ``seed`` may be an integer (a generator seeded with it) or a ``torch.Generator``.
             Giving a name and its alias together is an error.
@@ -127,7 +128,7 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
             :class:`fastdpot.privacy.randomness.PrivacyRandomness`.
         secure_mode: True (default): directions and the noise key come from the operating system (secret, not
             replayable; a ``torch.Generator`` then raises ValueError).
-        backend: "auto", "reference", "cpu", "triton".
+        backend: "auto", "reference", "cpu", "triton", "cuda".
         return_noise: also return the exact noise added, (M, k) and (N, k), so the reference can replay the run.
         radius: if given, rows of ``private`` with norm > radius are scaled onto the ball of that radius before
             projection (the mechanism's norm bound; ‖x − x'‖ ≤ 2·radius under substitution).

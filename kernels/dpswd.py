@@ -31,7 +31,7 @@ from fastdpot.ops.sliced_wasserstein import GradientInForward
 from .drift import accumulate_drift
 from .projection_noise import project_noise
 
-__all__ = ["SlicedWassersteinTriton", "sliced_wasserstein_triton"]
+__all__ = ["SlicedWassersteinTriton", "sliced_wasserstein_triton", "sliced_wasserstein_cuda"]
 
 
 @triton.jit
@@ -88,13 +88,25 @@ def _w1d_kernel(l_ptr, lidx_ptr, s_ptr, sidx_ptr, gl_ptr, gs_ptr, part_ptr, prm_
         tl.atomic_add(gs_ptr + c * NS + si2, -w2f * g2, mask=mask & split)
 
 
-def _w1d_chunk(px, py, p, need_gx, need_gy):
+def _argsort_rows(v, prims):
+    """(sorted copy, indices) of every row of v: ``torch.sort`` (int64 indices), or the primitive set's radix sort
+    with int32 indices (float32; :mod:`fastdpot._cuda_prims`)."""
+    if prims is None or v.dtype != torch.float32:
+        return torch.sort(v, dim=1)
+    s = v.clone()
+    ix = torch.empty(v.shape, dtype=torch.int32, device=v.device)
+    prims.sort_rows_(s, ix, fill_iota=True)
+    return s, ix
+
+
+def _w1d_chunk(px, py, p, need_gx, need_gy, prims=None):
     """Loss sum over the chunk's directions (float64 scalar tensor) of W_p^p between rows of px (c, N) and
-    py (c, M); fills px / py in place with d loss / d value when the gradient is needed (else leaves garbage)."""
+    py (c, M); fills px / py in place with d loss / d value when the gradient is needed (else leaves garbage).
+    ``prims``: sort with :mod:`fastdpot._cuda_prims` (None: ``torch.sort``)."""
     c, n = px.shape
     m = py.shape[1]
-    sx, ix = torch.sort(px, dim=1)
-    sy, iy = torch.sort(py, dim=1)
+    sx, ix = _argsort_rows(px, prims)
+    sy, iy = _argsort_rows(py, prims)
     if n >= m:
         L, li, S, si, gl, gs, need_gl, need_gs, nl, ns = sx, ix, sy, iy, px, py, need_gx, need_gy, n, m
     else:
@@ -119,7 +131,7 @@ class SlicedWassersteinTriton(GradientInForward):
     """
 
     @staticmethod
-    def forward(ctx, x, y, projections, p, noise_std, seed, return_noise):
+    def forward(ctx, x, y, projections, p, noise_std, seed, return_noise, prims=None):
         xd, yd, th = x.detach(), y.detach(), projections.detach()
         n, d = xd.shape
         m, k = yd.shape[0], th.shape[0]
@@ -139,7 +151,7 @@ class SlicedWassersteinTriton(GradientInForward):
             px = project_noise(xd, th, j0, c, seed_x, noise_std, noise_x, out=bx[:c])
             py = project_noise(yd, th, j0, c, seed_y, noise_std, noise_y, out=by[:c],
                                fast_noise=fast_noise_stream(STREAM_PARTICLES))
-            total += _w1d_chunk(px, py, p, need_gx, need_gy)
+            total += _w1d_chunk(px, py, p, need_gx, need_gy, prims)
             last = j0 + c >= k
             if need_gx:
                 accumulate_drift(px, th, j0, grad_x, 1.0 / k, first=j0 == 0, last=last)
@@ -154,7 +166,7 @@ class SlicedWassersteinTriton(GradientInForward):
 
 
 
-def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise):
+def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise, prims=None):
     """Backend function of op ``"sliced_wasserstein"`` (dispatch contract signature).
 
     Shape: x (N, d) private side (already clipped by the public function), y (M, d), projections (k, d);
@@ -181,5 +193,18 @@ def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_nois
     projections = projections.to(x.dtype)
     check_launchable(x, y, projections)
     with device_guard(x):
-        out = SlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed), bool(return_noise))
+        out = SlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed), bool(return_noise),
+                                            prims)
     return tuple(out) if return_noise else out
+
+
+def sliced_wasserstein_cuda(x, y, projections, p, noise_std, seed, return_noise, prims=None):
+    """Backend function of op ``"sliced_wasserstein"``, backend ``cuda``: :func:`sliced_wasserstein_triton` with the
+    projections of float32 inputs sorted by CUB radix sorts carrying 32-bit indices (``fastdpot._C_cuda_flow``)
+    instead of ``torch.sort``'s int64 indices; same loss, noise and gradients (float64: ``torch.sort``).
+    ``prims``: the primitive set (default :data:`fastdpot._cuda_prims.CUB`; the tests pass
+    :data:`~fastdpot._cuda_prims.TORCH` to run this path on CPU)."""
+    from fastdpot._cuda_prims import CUB
+
+    return sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise,
+                                     CUB if prims is None else prims)

@@ -38,12 +38,13 @@ from .drift import accumulate_drift
 from . import histogram
 from .projection_noise import project_noise
 from .quantile import table_segments, transport_exact, transport_grid, transport_table
+from fastdpot._cuda_prims import MAX_HIST_BINS, index_bits
 
-__all__ = ["flow_step_triton"]
+__all__ = ["flow_step_triton", "flow_step_cuda"]
 
 
 def flow_step_triton(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles,
-                     num_quantiles, return_noise, sketch=None):
+                     num_quantiles, return_noise, sketch=None, prims=None):
     """Backend function of op ``"flow_step"`` (signature of the dispatch contract).
 
     Args:
@@ -60,6 +61,8 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
         sketch: None, or ``(table (k, L), levels (L,))`` with ``private=None``: the target of the particle of rank
             r is the table's piecewise-linear ``Q_j(r/(N-1))`` (``fastdpot.reference.flow_sketch``; evaluated in
             float64). Only ``quantiles="exact"``; no private noise is drawn (``noise["private"]`` is None).
+        prims: None (``torch.sort``, the histogram kernels of ``kernels/histogram.py``) or a primitive set of
+            :mod:`fastdpot._cuda_prims` (see :func:`flow_step_cuda`).
 
     Returns:
         ``(new_particles (N, d), drift (N, d), noise or None)``; no autograd (inputs are detached).
@@ -92,11 +95,39 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
     with device_guard(x):
         return _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles,
-                          return_noise, sketch)
+                          return_noise, sketch, prims=prims)
+
+
+def flow_step_cuda(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles, num_quantiles,
+                   return_noise, sketch=None, prims=None):
+    """Backend function of op ``"flow_step"``, backend ``cuda``: the Triton step with CUB sorts and the
+    shared-memory histogram passes (``fastdpot._C_cuda_flow``, :mod:`fastdpot._cuda_prims`).
+
+    Same contract, noise streams and results as :func:`flow_step_triton`. What changes (float32):
+
+    * exact / grid / sketch: each chunk's projections are sorted in place by a CUB radix sort carrying 32-bit
+      indices (not ``torch.sort``'s copy with int64 indices); the transport writes ``s - T`` in rank order
+      (coalesced) and a second radix sort on the index keys (``ceil(log2 N)`` bits) puts the coefficients back in
+      particle order -- two streaming sorts instead of a scattered write. Device memory per chunk: 8 bytes per
+      (direction, particle) plus two rows of scratch, against about 28 with ``torch.sort``.
+    * histogram (``num_quantiles <= 6144`` bins): the chunk's noisy projections are stored once (4 bytes per
+      entry), counted into per-block shared-memory histograms and transported in place with the row's tables in
+      shared memory, then reduced to the drift -- instead of three passes that each recompute projections and noise
+      and count with global atomics.
+
+    float64 and larger bin counts take the Triton step's own code. ``prims``: the primitive set
+    (:data:`fastdpot._cuda_prims.CUB` by default; the tests pass :data:`~fastdpot._cuda_prims.TORCH` to run this
+    code path on CPU under ``TRITON_INTERPRET=1``).
+    """
+    from fastdpot._cuda_prims import CUB
+
+    return flow_step_triton(particles, private, projections, noise_std=noise_std, step_size=step_size, reg=reg,
+                            seed=seed, quantiles=quantiles, num_quantiles=num_quantiles, return_noise=return_noise,
+                            sketch=sketch, prims=CUB if prims is None else prims)
 
 
 def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles, return_noise,
-               sketch=None):
+               sketch=None, prims=None):
     sigma = float(noise_std)
     seed_p, seed_q, seed_b = (stream_seed(seed, s) for s in (STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN))
     dev, dt = x.device, x.dtype
@@ -106,17 +137,20 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
     noise_q = torch.zeros((m, k), dtype=dt, device=dev) if return_noise else None
     brown = torch.empty((n, d), dtype=dt, device=dev) if return_noise and reg > 0 else None
     brown_std = math.sqrt(2.0 * float(reg) * float(step_size))
-    if quantiles == "histogram" and d <= histogram.FUSED_MAX_D:
+    bins = 1024 if num_quantiles is None else int(num_quantiles)
+    use_prims = prims is not None and dt == torch.float32  # the CUB sorts take float32 keys
+    hist_prims = prims is not None and quantiles == "histogram" and bins <= MAX_HIST_BINS and n < 2 ** 31
+    if quantiles == "histogram" and d <= histogram.FUSED_MAX_D and not hist_prims:
         # sort-free and buffer-free: counters for all k directions, then one fused transport + drift + update pass
         qs = torch.sort(project_noise(y, theta, 0, k, seed_q, sigma, noise_q), dim=1).values
-        histogram.histogram_step_fused(x, theta, seed_p, sigma, qs, 1024 if num_quantiles is None else
-                                       int(num_quantiles), drift, new, float(step_size), brown_std, seed_b,
-                                       noise_out=noise_p, brownian_out=brown,
+        histogram.histogram_step_fused(x, theta, seed_p, sigma, qs, bins, drift, new, float(step_size), brown_std,
+                                       seed_b, noise_out=noise_p, brownian_out=brown,
                                        fast_noise=fast_noise_stream(STREAM_PARTICLES))
         noise = dict(particles=noise_p, private=noise_q, brownian=brown) if return_noise else None
         return new, drift, noise
     kc = direction_chunk(n, k)
     buf = torch.empty((kc, n), dtype=dt, device=dev)
+    idx = torch.empty((kc, n), dtype=torch.int32, device=dev) if use_prims and quantiles != "histogram" else None
     if sketch is not None:
         table = sketch[0].detach().to(dev, torch.float64).contiguous()
         seg, w = table_segments(n, sketch[1].detach().to(dev))
@@ -126,28 +160,54 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
         if sketch is not None:
             project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
                           fast_noise=fast_noise_stream(STREAM_PARTICLES))
-            ps, idx = torch.sort(coef, dim=1)
-            transport_table(ps, idx, seg, w, table[j0:j0 + c], coef)
-            del ps, idx
+            _sorted_transport(coef, idx, prims if use_prims else None,
+                              lambda ps, ix, out, ro: transport_table(ps, ix, seg, w, table[j0:j0 + c], out, ro))
             accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
                              step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
             continue
         qs = torch.sort(project_noise(y, theta, j0, c, seed_q, sigma, noise_q), dim=1).values
-        if quantiles == "histogram":
-            bins = 1024 if num_quantiles is None else int(num_quantiles)
+        if quantiles == "histogram" and hist_prims:
+            project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
+                          fast_noise=fast_noise_stream(STREAM_PARTICLES))
+            mn, mx = torch.aminmax(coef, dim=1)
+            lo, width = histogram.bin_geometry(mn, mx, bins)
+            hist = prims.hist_count(coef, lo, width, bins)
+            cum = torch.cumsum(hist, dim=1, dtype=torch.int64) - hist  # particles in the bins strictly below
+            prims.hist_coef_(coef, lo, width, hist, cum, qs.contiguous())
+        elif quantiles == "histogram":
             histogram.histogram_coef(x, theta, j0, c, seed_p, sigma, qs, bins, coef, noise_p,
                                      fast_noise=fast_noise_stream(STREAM_PARTICLES))
         else:
             project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
                           fast_noise=fast_noise_stream(STREAM_PARTICLES))
-            ps, idx = torch.sort(coef, dim=1)
             if quantiles == "exact":
-                transport_exact(ps, idx, qs, coef)
+                _sorted_transport(coef, idx, prims if use_prims else None,
+                                  lambda ps, ix, out, ro: transport_exact(ps, ix, qs, out, ro))
             else:
-                transport_grid(ps, idx, qs, n if num_quantiles is None else int(num_quantiles), coef)
-            del ps, idx
+                q = n if num_quantiles is None else int(num_quantiles)
+                _sorted_transport(coef, idx, prims if use_prims else None,
+                                  lambda ps, ix, out, ro: transport_grid(ps, ix, qs, q, out, ro))
         accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
                          step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
     noise = dict(particles=noise_p, private=None if sketch is not None else noise_q,
                  brownian=brown) if return_noise else None
     return new, drift, noise
+
+
+def _sorted_transport(coef, idx, prims, transport):
+    """Sort each row of the projections ``coef`` (c, N), transport, and leave ``s - T`` in particle order in ``coef``.
+
+    ``transport(sorted, index, out, rank_order)`` is one of :mod:`kernels.quantile`'s transports. Without ``prims``:
+    ``torch.sort`` (a sorted copy, int64 indices) and a scattered write. With ``prims``: sort in place carrying int32
+    indices, transport in rank order in place, then sort the (index, coefficient) pairs back by index.
+    """
+    if prims is None:
+        ps, ix = torch.sort(coef, dim=1)
+        transport(ps, ix, coef, False)
+        return coef
+    c, n = coef.shape
+    ix = idx[:c]
+    prims.sort_rows_(coef, ix, fill_iota=True)
+    transport(coef, ix, coef, True)
+    prims.sort_rows_(ix, coef, bits=index_bits(n), fill_iota=False)
+    return coef

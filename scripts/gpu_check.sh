@@ -1,41 +1,86 @@
 #!/usr/bin/env bash
-# One command for a CUDA machine: build fastdpot, run the CUDA and compiled-Triton tests, then the GPU benchmark.
-#   bash scripts/gpu_check.sh [--quick] [--budget-s S]   (benchmark options: --quick = N in {1e5, 1e6} only;
-#                                                         --budget-s = stop starting new sizes after S seconds)
-# Uses the torch (CUDA build) and Triton already installed; never installs torch. Results: bench/results.jsonl
-# (rows of suite gpu_flow), the markdown table bench/gpu_flow_table.md, and copies of both in $OUT when set.
-set -euo pipefail
+# One command for a CUDA machine (a device lease of about ten minutes): build fastdpot with its CUDA extension, run the
+# CUDA tests, time every stage of a flow step, run the GPU benchmarks, a private 10^7-particle flow through the public
+# API, the Sinkhorn comparison with GeomLoss and the LDP half-circle experiment at the paper's size.
+#   bash scripts/gpu_check.sh [--quick]
+# Each part has its own time limit and the parts run in order of importance, so a slow part cannot starve the rest.
+# Uses the torch (CUDA build) and Triton of the machine; never installs torch. Pure-Python packages the machine lacks
+# (dp-accounting, pykeops, keopscore, geomloss) come as wheels in .whl/ (carried by the caller, see docs/gpu.md).
+# Results: rows in bench/results.jsonl (suites gpu_flow, gpu_sinkhorn), bench/gpu_flow_table.md, and under $OUT (when
+# set): gpu_check.log, gpu_flow_results.jsonl, gpu_flow_table.md, ldp_400k.json and the Sinkhorn files.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 unset TRITON_INTERPRET  # compiled kernels, not the interpreter
-export MPLBACKEND=Agg
+export MPLBACKEND=Agg PYTHONUNBUFFERED=1
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+OUTDIR="${OUT:-$PWD/runs/gpu_check}"
+mkdir -p "$OUTDIR"
+LOG="$OUTDIR/gpu_check.log"
+: > "$LOG"
+status=0
+T0=$(date +%s)
+
+step() {  # step NAME LIMIT_S CMD...: run CMD under a time limit, log it, remember a failure
+    local name=$1 limit=$2
+    shift 2
+    echo "=== [$(( $(date +%s) - T0 )) s] $name (limit ${limit} s)" | tee -a "$LOG"
+    local t=$(date +%s)
+    timeout -k 5 "$limit" "$@" 2>&1 | tee -a "$LOG"
+    local rc=${PIPESTATUS[0]}
+    echo "=== $name: exit $rc after $(( $(date +%s) - t )) s" | tee -a "$LOG"
+    [ "$rc" -eq 0 ] || status=1
+}
 
 if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     echo "gpu_check: no CUDA device visible to torch; nothing to do."
     exit 0
 fi
 python -c "import triton" || { echo "gpu_check: triton is not installed (pip install triton)"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$LOG"
 
-# build: the C++ extension (Triton needs no build); --no-deps keeps the installed (CUDA) torch
-python -m pip install -q --no-build-isolation --no-deps -e . \
-    || FASTDPOT_SKIP_CPP_BUILD=1 python -m pip install -q --no-build-isolation --no-deps -e .
-python -c "import dp_accounting, scipy, tqdm, pytest" 2>/dev/null \
-    || timeout 120 python -m pip install -q dp-accounting tqdm scipy pytest 2>/dev/null \
-    || echo "gpu_check: could not install test dependencies (offline?); using what is installed"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-python -m fastdpot.env || true
-
-status=0
-python -m pytest -q -ra -p no:cacheprovider tests/test_gpu.py tests/test_triton_flow.py tests/test_triton_dpswd.py \
-    tests/test_triton_compile.py || status=$?
-
-python -m bench.gpu_profile || status=$?  # per-kernel device time of one step at N = 1e7, d = 48, k = 128
-python -m bench.gpu_flow "$@" --table bench/gpu_flow_table.md --note "scripts/gpu_check.sh" || status=$?
-# a private CelebA-latent-shaped flow of 10^7 particles through the public API (exact and histogram modes)
-python -m bench.gpu_flow --api-run "${GPU_CHECK_API_RUN:-1e7,48,128,20}" --note "scripts/gpu_check.sh api run" \
-    || status=$?
-
-if [ -n "${OUT:-}" ]; then
-    cp bench/gpu_flow_table.md "$OUT/" 2>/dev/null || true
-    grep '"suite": "gpu_flow"' bench/results.jsonl > "$OUT/gpu_flow_results.jsonl" 2>/dev/null || true
+# carried wheels (offline); dm-tree and dp-accounting are needed by the accountant of the API run
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# build: the C++ CPU extensions and the CUDA extension (nvcc, for this GPU's architecture); --no-build-isolation so the
+# build sees the CUDA torch, --no-deps keeps the installed one
+step build 180 python -m pip install -q --no-build-isolation --no-deps -e .
+if ! python -c "import fastdpot._C_cuda_flow"; then  # keep the rest of the checks going without the CUDA extension
+    echo "gpu_check: the CUDA extension did not build; building without it (the cuda backend will be missing)"
+    status=1
+    FASTDPOT_CUDA=0 python -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | tail -3
+fi
+step versions 60 python -c "import torch, triton, fastdpot._cuda_prims as c; print('torch', torch.__version__, \
+'cuda', torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name(0)); print('cuda backend:', c.cuda_status())"
+
+# 1. correctness on CUDA: the cuda backend (CUB primitives vs torch, backend vs replay and triton), the Triton kernels
+step tests 200 python -m pytest -q -ra -p no:cacheprovider tests/test_cuda_backend.py tests/test_gpu.py
+
+# 2. where the time goes: each stage of one chunk, both GPU backends (N = 1e7 per-row sorts; N = 1e6 both modes)
+step stages-1e7 75 python -m bench.gpu_profile --stages --size 10000000,48,128
+step stages-1e6-segmented 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row no
+step stages-1e6-per-row 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row yes
+
+# 3. the benchmark table (flow step: triton / cuda, exact / histogram, reference at N <= 1e6; DP-SWD loss with the
+#    torch.compile anchor), then a private 10^7-particle run through DPSlicedWassersteinFlow (cuda backend)
+if [ "$QUICK" = 1 ]; then SIZES=(--only 1000000,48,128); else SIZES=(--only 10000000,48,128 --only 1000000,48,128); fi
+step bench-flow 150 python -m bench.gpu_flow "${SIZES[@]}" --cases flow_step --max-reference-n 1e6 \
+    --table bench/gpu_flow_table.md --note "scripts/gpu_check.sh"
+step bench-dpswd 120 python -m bench.gpu_flow --dpswd-only 1000000,48,128 --note "scripts/gpu_check.sh"
+step api-run 75 python -m bench.gpu_flow --api-run "${GPU_CHECK_API_RUN:-1e7,48,128,20}" \
+    --note "scripts/gpu_check.sh api run"
+cp bench/gpu_flow_table.md "$OUTDIR/" 2>/dev/null || true
+grep '"suite": "gpu_flow"' bench/results.jsonl > "$OUTDIR/gpu_flow_results.jsonl" 2>/dev/null || true
+
+# 4. Sinkhorn on CUDA against GeomLoss (KeOps), and the LDP half-circle experiment at 400 000 points
+[ "$QUICK" = 1 ] || step sinkhorn 80 bash scripts/gpu_sinkhorn.sh 75
+[ "$QUICK" = 1 ] || step ldp-400k 60 python -m fastdpot.ldp --points 400000 --data-batch 2048 --steps 300 \
+    --eval-points 2000 --replayable-noise --device cuda --backend tensorized --time-budget-s 30 \
+    --out "$OUTDIR/ldp_400k.json"
+
+cp bench/gpu_flow_table.md "$OUTDIR/" 2>/dev/null || true
+grep '"suite": "gpu_flow"' bench/results.jsonl > "$OUTDIR/gpu_flow_results.jsonl" 2>/dev/null || true
+echo "gpu_check: done in $(( $(date +%s) - T0 )) s, status $status" | tee -a "$LOG"
 exit $status

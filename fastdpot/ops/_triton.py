@@ -1,4 +1,6 @@
-"""Registration of an op's Triton launcher (``kernels/<module>.py``, shipped as ``fastdpot.kernels``).
+"""Registration of an op's GPU launchers (``kernels/<module>.py``, shipped as ``fastdpot.kernels``): the ``triton``
+backend, and the ``cuda`` backend (the same launchers with the compiled CUDA primitives of
+:mod:`fastdpot._cuda_prims`).
 
 The launcher module is imported the first time the backend is asked for, not with ``import fastdpot``: Triton costs
 about 0.3 s to import and most sessions never use it. Without Triton the backend is still registered, with an
@@ -25,11 +27,35 @@ def triton_available():
                    "TRITON_INTERPRET=1 (Triton's interpreter, for testing only)")
 
 
+def cuda_available():
+    """``(available, reason)`` of the ``cuda`` backend: Triton importable, ``fastdpot._C_cuda_flow`` built, a CUDA
+    device visible."""
+    ok, reason = triton_status()
+    if not ok:
+        return False, reason
+    from .._cuda_prims import cuda_status
+
+    return cuda_status()
+
+
 def register_triton(op: str, module: str, function: str) -> None:
     """Register ``fastdpot.kernels.<module>.<function>`` as the ``triton`` backend of ``op``, preferred on CUDA.
 
     The launcher is resolved when the backend is first dispatched to (after its availability check passed).
     """
+    register(op, "triton", available=triton_available)(_lazy(op, module, function))
+    set_auto(op, "cuda", [("triton", 0)])
+
+
+def register_cuda(op: str, module: str, function: str) -> None:
+    """Register ``fastdpot.kernels.<module>.<function>`` as the ``cuda`` backend of ``op``; on CUDA tensors
+    ``backend="auto"`` then prefers it, and falls back to ``triton`` where the CUDA extension is not built."""
+    register(op, "cuda", available=cuda_available)(_lazy(op, module, function))
+    set_auto(op, "cuda", [("cuda", 0), ("triton", 0)])
+
+
+def _lazy(op: str, module: str, function: str):
+    """A launcher that imports ``fastdpot.kernels.<module>`` on its first call."""
     cache = {}
 
     def launch(*args, **kwargs):
@@ -39,6 +65,5 @@ def register_triton(op: str, module: str, function: str) -> None:
         return fn(*args, **kwargs)
 
     launch.__name__ = launch.__qualname__ = f"{function}_lazy"
-    launch.__doc__ = f"Triton backend of op {op!r}: ``fastdpot.kernels.{module}.{function}``, imported on first use."
-    register(op, "triton", available=triton_available)(launch)
-    set_auto(op, "cuda", [("triton", 0)])
+    launch.__doc__ = f"GPU backend of op {op!r}: ``fastdpot.kernels.{module}.{function}``, imported on first use."
+    return launch

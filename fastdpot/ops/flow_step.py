@@ -12,9 +12,12 @@ reg, seed, quantiles, num_quantiles, return_noise[, sketch])``, returning ``(new
   :func:`fastdpot.flow_histogram.histogram_flow_step`), or to the reference where that module is not built (then
   ``backend="cpu"`` asked for explicitly raises instead);
 * ``triton``: ``kernels/flow_step.py`` (``fastdpot.kernels.flow_step.flow_step_triton``), imported on first use
-  (:func:`fastdpot.ops._triton.register_triton`).
+  (:func:`fastdpot.ops._triton.register_triton`);
+* ``cuda``: the same launcher with the compiled CUDA primitives (``fastdpot.kernels.flow_step.flow_step_cuda``: CUB
+  sorts with 32-bit indices and a rank-order transport, shared-memory histogram passes; ``csrc/cuda/flow.cu``).
 
-``backend="auto"``: ``cpu`` on CPU tensors, ``triton`` on CUDA tensors, else ``reference``.
+``backend="auto"``: ``cpu`` on CPU tensors, ``cuda`` (where built) then ``triton`` on CUDA tensors, else
+``reference``.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from .._dispatch import dispatch, register, set_auto
 from .._ext import cpp_status, load_cpp
 from .._validate import check_choice, check_int, check_nonnegative, check_positive, check_tensor
 from ..reference import flow as _ref
-from ._triton import register_triton
+from ._triton import register_cuda, register_triton
 
 __all__ = ["flow_step", "QUANTILE_MODES"]
 
@@ -171,6 +174,8 @@ set_auto("flow_step", "cpu", [("cpu", 0)])
 # backend "triton": kernels/flow_step.py, imported on first use; preferred on CUDA
 # ------------------------------------------------------------------------------------------------------------
 register_triton("flow_step", "flow_step", "flow_step_triton")
+# backend "cuda": the same step with CUB sorts and shared-memory histograms (fastdpot._C_cuda_flow); preferred on CUDA
+register_cuda("flow_step", "flow_step", "flow_step_cuda")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -203,7 +208,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         quantiles: one of :data:`QUANTILE_MODES`. num_quantiles: Q >= 2 for ``"grid"`` (default N), the number of
             bins for ``"histogram"`` (required there).
         return_noise: also return the draws (below).
-        backend: ``"auto"``, ``"reference"``, ``"cpu"`` or ``"triton"`` (module docstring).
+        backend: ``"auto"``, ``"reference"``, ``"cpu"``, ``"triton"`` or ``"cuda"`` (module docstring).
         sketch: None, or ``(table, levels)`` with ``private=None`` (sketch mode, above).
 
     Shape:

@@ -34,10 +34,10 @@ from .._ext import cpp_status, load_cpp
 from .._validate import (check_choice, check_generator, check_int, check_nonnegative, check_same_dim, check_seed,
                          check_tensor, check_unit_rows)
 from ..reference import sliced as _ref
-from ._triton import register_triton
+from ._triton import register_cuda, register_triton
 
 __all__ = ["sliced_wasserstein", "check_inputs", "random_projections", "select_backend", "GradientInForward",
-           "SlicedWassersteinCPU"]
+           "SlicedWassersteinCPU", "reference_noise"]
 
 OP = "sliced_wasserstein"
 _DTYPES = (torch.float32, torch.float64)
@@ -48,19 +48,26 @@ _CHUNK_BYTES = 64 * 2 ** 20
 # ------------------------------------------------------------------------------------------------------------
 # backends
 # ------------------------------------------------------------------------------------------------------------
+def reference_noise(x, y, k, noise_std, seed):
+    """The ``reference`` backend's noise, ``(noise_x (N, k), noise_y (M, k))`` in x's dtype and device: float64
+    wide-tail normals (never float32 randn, capped at 5.77σ) from a ``torch.Generator`` on x's device seeded with
+    ``seed``, scaled by ``noise_std``, then cast. Also used by ``bench.gpu_flow``'s ``reference_compiled`` anchor,
+    so that it adds exactly the reference's noise."""
+    from ..privacy.randomness import PrivacyRandomness
+
+    gen = torch.Generator(device=x.device)
+    gen.manual_seed(int(seed))
+    src = PrivacyRandomness(False, gen)  # keyed by the release's (secret, in secure mode) seed
+    noise_x = (src.normal((x.shape[0], k), device=x.device) * noise_std).to(x.dtype)
+    noise_y = (src.normal((y.shape[0], k), device=x.device) * noise_std).to(x.dtype)
+    return noise_x, noise_y
+
+
 @_dispatch.register(OP, "reference")
 def _sw_reference(x, y, projections, p, noise_std, seed, return_noise):
     noise_x = noise_y = None
     if noise_std > 0 or return_noise:
-        from ..privacy.randomness import PrivacyRandomness
-
-        gen = torch.Generator(device=x.device)
-        gen.manual_seed(int(seed))
-        src = PrivacyRandomness(False, gen)  # keyed by the release's (secret, in secure mode) seed
-        k = projections.shape[0]
-        # float64 wide-tail draws then a cast (never float32 randn, capped at 5.77σ)
-        noise_x = (src.normal((x.shape[0], k), device=x.device) * noise_std).to(x.dtype)
-        noise_y = (src.normal((y.shape[0], k), device=x.device) * noise_std).to(x.dtype)
+        noise_x, noise_y = reference_noise(x, y, projections.shape[0], noise_std, seed)
     loss = _ref.sliced_wasserstein(x, y, projections, p=p, noise_x=noise_x, noise_y=noise_y)
     if return_noise:
         return loss, noise_x, noise_y
@@ -83,7 +90,7 @@ class GradientInForward(torch.autograd.Function):
         grad_x, grad_y = ctx.saved_tensors
         gx = grad_out * grad_x if grad_x is not None else None
         gy = grad_out * grad_y if grad_y is not None else None
-        return gx, gy, None, None, None, None, None
+        return (gx, gy) + (None,) * (len(ctx.needs_input_grad) - 2)
 
 
 class SlicedWassersteinCPU(GradientInForward):
@@ -165,6 +172,7 @@ def _sw_cpu(x, y, projections, p, noise_std, seed, return_noise):
 
 _dispatch.set_auto(OP, "cpu", [("cpu", 0)])
 register_triton(OP, "dpswd", "sliced_wasserstein_triton")  # kernels/dpswd.py, imported on first use
+register_cuda(OP, "dpswd", "sliced_wasserstein_cuda")  # the same with CUB sorts (32-bit indices); preferred on CUDA
 
 
 # ------------------------------------------------------------------------------------------------------------

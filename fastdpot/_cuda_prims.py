@@ -1,0 +1,169 @@
+"""Primitives of the ``cuda`` backend: row sorts with 32-bit indices and the histogram passes, on torch tensors.
+
+Two implementations with one interface, so the step that uses them (``kernels/flow_step.py``, ``kernels/dpswd.py``)
+is written once and tested on any machine:
+
+* :data:`CUB` -- ``fastdpot._C_cuda_flow`` (``csrc/cuda/flow.cu``): CUB radix sorts of float32 / uint32 keys with
+  uint32 values, shared-memory histogram counting and transport. CUDA float32 tensors (the histogram passes take
+  float64 too); built only where nvcc and a CUDA torch exist (see ``setup.py``).
+* :data:`TORCH` -- the same contracts in plain torch (``torch.sort(stable=True)``, ``scatter_add_``, ``gather``):
+  the reference that the CUDA primitives are tested against, and what runs the step's ``cuda`` code path on CPU under
+  ``TRITON_INTERPRET=1`` in the tests.
+
+Contracts (``rows`` x ``n`` tensors, C-contiguous):
+
+* ``sort_rows_(keys, vals, bits=None, fill_iota=True)`` sorts every row of ``keys`` (float32, or int32 holding
+  values in ``[0, 2**bits)``) ascending, stably, carrying ``vals`` (int32, or float32 reinterpreted as its bits) along,
+  in place; ``fill_iota`` first sets ``vals[r, i] = i`` (an argsort). ``bits``: the low key bits that differ
+  (default: all 32). ``per_row``: CUB's strategy (one onesweep sort per row, or one segmented sort; default by
+  row length, :data:`PER_ROW_MIN_N`); the result does not depend on it.
+* ``hist_count(s, lo, width, num_bins)`` -> int32 (rows, B) counts of ``s`` in B equal bins ``[lo, lo + B width]``
+  per row (``kernels/histogram.py``'s bins: values clamped into the first / last bin).
+* ``hist_coef_(s, lo, width, hist, cum, q)``: ``s <- s - T(s)`` in place, T the linear interpolation of the sorted
+  private row ``q`` (rows, M) at position ``u (M - 1)``, u the histogram-CDF level ``(cum_b + frac n_b) / n``
+  (:func:`fastdpot.reference.flow_histogram.histogram_levels`).
+"""
+from __future__ import annotations
+
+import torch
+
+from ._ext import _try_import
+
+__all__ = ["CUB", "TORCH", "cuda_status", "index_bits", "PER_ROW_MIN_N", "MAX_HIST_BINS"]
+
+#: rows of at least this length are sorted one at a time with CUB's onesweep radix sort (the whole GPU on one row);
+#: shorter rows in one segmented sort (one thread block per row)
+PER_ROW_MIN_N = 1 << 20
+#: most bins the shared-memory histogram transport takes (two int32 tables of B entries in 48 KB)
+MAX_HIST_BINS = 6144
+
+
+def cuda_status():
+    """``(available, reason)`` of the CUDA primitives: the compiled module and a CUDA device."""
+    mod, err = _try_import("fastdpot._C_cuda_flow")
+    if mod is None:
+        return False, (f"the CUDA extension fastdpot._C_cuda_flow is not built ({err}); build it on a machine with "
+                       f"the CUDA toolkit and a CUDA torch: `pip install --no-build-isolation -e .`")
+    if not torch.cuda.is_available():
+        return False, "no CUDA device visible to torch"
+    return True, None
+
+
+def index_bits(n: int) -> int:
+    """Key bits of row indices 0..n-1 (at least 1)."""
+    return max(1, (int(n) - 1).bit_length())
+
+
+def _check_rows(keys, vals):
+    if keys.dim() != 2 or vals.shape != keys.shape:
+        raise ValueError(f"keys and vals must be (rows, n) of one shape, got {tuple(keys.shape)}, {tuple(vals.shape)}")
+    if not (keys.is_contiguous() and vals.is_contiguous()):
+        raise ValueError("keys and vals must be contiguous")
+    if keys.dtype not in (torch.float32, torch.int32) or vals.dtype not in (torch.float32, torch.int32):
+        raise ValueError(f"keys must be float32 or int32 and vals int32 or float32, got {keys.dtype}, {vals.dtype}")
+
+
+class _Torch:
+    """Reference implementations (any device)."""
+
+    name = "torch"
+
+    @staticmethod
+    def sort_rows_(keys, vals, bits=None, fill_iota=True, per_row=None):
+        _check_rows(keys, vals)  # per_row (CUB's sort strategy) changes nothing here
+        if fill_iota:
+            vals.copy_(torch.arange(keys.shape[1], device=keys.device, dtype=torch.int32).to(vals.dtype)
+                       .expand_as(vals))
+        order = torch.sort(keys, dim=1, stable=True).indices
+        keys.copy_(keys.gather(1, order))
+        vals.copy_(vals.gather(1, order))
+        return keys, vals
+
+    @staticmethod
+    def hist_count(s, lo, width, num_bins):
+        t = ((s - lo[:, None]) / width[:, None]).clamp(0, num_bins)
+        b = t.to(torch.int64).clamp(max=num_bins - 1)
+        hist = torch.zeros(s.shape[0], num_bins, dtype=torch.int32, device=s.device)
+        return hist.scatter_add_(1, b, torch.ones_like(b, dtype=torch.int32))
+
+    @staticmethod
+    def hist_coef_(s, lo, width, hist, cum, q):
+        n, m = s.shape[1], q.shape[1]
+        nb = hist.shape[1]
+        t = ((s - lo[:, None]) / width[:, None]).clamp(0, nb)
+        b = t.to(torch.int64).clamp(max=nb - 1)
+        frac = t - b.to(t.dtype)
+        u = (cum.gather(1, b).to(s.dtype) + frac * hist.gather(1, b).to(s.dtype)) / n
+        pos = u * (m - 1)
+        j = pos.to(torch.int64).clamp(0, m - 1)
+        j1 = (j + 1).clamp(max=m - 1)
+        f = pos - j.to(pos.dtype)
+        q0 = q.gather(1, j)
+        s.sub_(q0 + f * (q.gather(1, j1) - q0))
+        return s
+
+
+class _Cub:
+    """``fastdpot._C_cuda_flow`` on CUDA tensors (enqueued on the current stream)."""
+
+    name = "cub"
+
+    @staticmethod
+    def _mod():
+        mod, err = _try_import("fastdpot._C_cuda_flow")
+        if mod is None:
+            raise RuntimeError(cuda_status()[1])
+        return mod
+
+    @staticmethod
+    def sort_rows_(keys, vals, bits=None, fill_iota=True, per_row=None):
+        _check_rows(keys, vals)
+        if not keys.is_cuda:
+            raise ValueError("the CUB sort needs CUDA tensors")
+        mod = _Cub._mod()
+        rows, n = keys.shape
+        if per_row is None:
+            per_row = rows == 1 or n >= PER_ROW_MIN_N
+        span = n if per_row else rows * n
+        dev = keys.device
+        alt_k = torch.empty(span, dtype=keys.dtype, device=dev)
+        alt_v = torch.empty(span, dtype=vals.dtype, device=dev)
+        offsets = None if per_row else torch.arange(0, (rows + 1) * n, n, dtype=torch.int64, device=dev)
+        key = "float32" if keys.dtype == torch.float32 else "uint32"
+        with torch.cuda.device(dev):
+            nbytes = mod.sort_temp_bytes(key, n, rows, per_row)
+            temp = torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=dev)
+            mod.sort_rows(key, keys.data_ptr(), alt_k.data_ptr(), vals.data_ptr(), alt_v.data_ptr(), n, rows,
+                          32 if bits is None else int(bits), bool(fill_iota), bool(per_row),
+                          0 if offsets is None else offsets.data_ptr(), temp.data_ptr(), int(nbytes),
+                          torch.cuda.current_stream(dev).cuda_stream)
+        return keys, vals
+
+    @staticmethod
+    def hist_count(s, lo, width, num_bins):
+        mod = _Cub._mod()
+        hist = torch.zeros(s.shape[0], num_bins, dtype=torch.int32, device=s.device)
+        with torch.cuda.device(s.device):
+            mod.hist_count(_dtype_name(s), s.data_ptr(), s.shape[1], s.shape[0], lo.data_ptr(), width.data_ptr(),
+                           int(num_bins), hist.data_ptr(), torch.cuda.current_stream(s.device).cuda_stream)
+        return hist
+
+    @staticmethod
+    def hist_coef_(s, lo, width, hist, cum, q):
+        mod = _Cub._mod()
+        with torch.cuda.device(s.device):
+            mod.hist_coef(_dtype_name(s), s.data_ptr(), s.shape[1], s.shape[0], lo.data_ptr(), width.data_ptr(),
+                          hist.data_ptr(), cum.data_ptr(), q.data_ptr(), q.shape[1], hist.shape[1],
+                          torch.cuda.current_stream(s.device).cuda_stream)
+        return s
+
+
+def _dtype_name(t):
+    if t.dtype not in (torch.float32, torch.float64) or not t.is_cuda or not t.is_contiguous():
+        raise ValueError(f"the CUDA histogram passes take contiguous float32/float64 CUDA tensors, got {t.dtype} "
+                         f"on {t.device}")
+    return "float32" if t.dtype == torch.float32 else "float64"
+
+
+CUB = _Cub()
+TORCH = _Torch()
