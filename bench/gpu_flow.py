@@ -5,7 +5,15 @@ Sizes (issue 7): N in {1e5, 1e6, 1e7}, d in {8, 48}, k in {128, 300}, and N = 1e
 Implementations: ``triton`` (exact sort-based transport), ``triton_hist`` (sort-free histogram mode, 1024 bins),
 ``reference`` (``fastdpot.reference``, via the registered ``reference`` backend, noise drawn with torch) and
 ``reference_hist`` (the histogram reference, N <= 1e6 only). The DP-SWD loss compares ``triton`` and ``reference``
-with M = N rows on both sides, timed forward + backward (gradient w.r.t. the generated side).
+with M = N rows on both sides, timed forward + backward (gradient w.r.t. the generated side), and, at the issue's
+target size N = 1e6, d = 48, k = 128 only (``--compiled all`` / ``--dpswd-only``: other sizes), the anchor
+``reference_compiled``: ``torch.compile(fastdpot.reference.sliced.sliced_wasserstein, dynamic=False)`` -- the pure
+torch math the ``reference`` backend calls, compiled forward and backward -- run with the same argument checks and
+exactly the same noise (``fastdpot.ops.sliced_wasserstein.reference_noise``, float64 draws keyed by the same seed),
+drawn eagerly outside the compiled graph, as the ``reference`` row. Compilation happens in the first, untimed
+warm-up call (its wall time is the row's ``compile_s``; ``graph_breaks`` counts Dynamo's graph breaks); a failure
+to compile (no compiler, Inductor error) is recorded as a row with ``error``. Targets (issue): ``triton`` >= 3x
+``reference`` and >= 1.5x ``reference_compiled`` at N = 1e6, d = 48, k = 128.
 
 Timing: CUDA events around each call after warm-up runs, median (and IQR) of repeated runs (as many as fit in
 about two seconds, at least 5 -- 3 for calls over a second, i.e. the reference at N = 1e7 -- and at most 50), random non-zero float32 inputs (Gaussian particles, a shifted
@@ -19,13 +27,17 @@ divided by the median time. The real traffic of a sort is several times larger, 
 bandwidth used; it is comparable across implementations of the same case.
 
 Rows go to ``bench/results.jsonl`` in the harness's format (run_id, machine with GPU name, torch/Triton versions,
-git revision) with extra fields ``ms``, ``gbps``, ``ratio_to_reference`` and ``timing="cuda_events"``;
+git revision) with extra fields ``ms``, ``gbps``, ``ratio_to_reference``, ``ratio_to_compiled`` (the
+``reference_compiled`` median over this row's, where that anchor was measured for the same size) and
+``timing="cuda_events"``;
 ``python -m bench.render`` puts them in the README table. ``--isolated`` instead runs every case through
 ``bench.harness.run_suite`` (one subprocess per measurement, wall-clock timing with synchronisation).
 
 Usage (on a CUDA machine): ``python -m bench.gpu_flow [--quick] [--results PATH]``. Without CUDA it prints a
 message and exits with status 0. ``--smoke`` runs tiny sizes on CPU under ``TRITON_INTERPRET=1`` (checks that the
-script works; the times mean nothing).
+script works; the times mean nothing; ``--compiled none`` skips the torch.compile row, whose CPU compilation takes
+10-20 s). ``--dpswd-only N,d,k`` (repeatable) times only the DP-SWD loss, for ``triton``, ``reference`` and
+``reference_compiled``, at those sizes: ``python -m bench.gpu_flow --dpswd-only 1e6,48,128``.
 """
 from __future__ import annotations
 
@@ -44,7 +56,9 @@ from . import harness
 from .harness import Case
 
 SUITE = "gpu_flow"
-ANCHORS = ["reference", "reference_hist"]
+COMPILED = "reference_compiled"
+ANCHORS = ["reference", "reference_hist", COMPILED]
+TARGET_DPSWD = dict(N=10 ** 6, d=48, k=128)  # the DP-SWD target size; the default sizes compile only this one
 NUM_BINS = 1024
 M_PRIVATE = 250  # private batch per flow step (DPSWflow-r uses B = 250)
 
@@ -72,7 +86,7 @@ def _inputs(n, m, d, k, device, seed=0):
 def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):
     from fastdpot.ops.flow_step import flow_step
 
-    backend = "triton" if impl.startswith("triton") else "reference"
+    backend = impl[:-len("_hist")] if impl.endswith("_hist") else impl  # triton, cuda or reference
     quantiles = "histogram" if impl.endswith("_hist") else "exact"
 
     def setup():
@@ -86,6 +100,19 @@ def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):
     return Case(setup=setup, forward=forward, device=device)
 
 
+_COMPILED_FN = {}
+
+
+def compiled_reference_loss():
+    """``torch.compile(fastdpot.reference.sliced.sliced_wasserstein, dynamic=False)``, built once per process
+    (Dynamo compiles it again for each new input shape)."""
+    if "sw" not in _COMPILED_FN:
+        from fastdpot.reference.sliced import sliced_wasserstein
+
+        _COMPILED_FN["sw"] = torch.compile(sliced_wasserstein, dynamic=False)
+    return _COMPILED_FN["sw"]
+
+
 def _dpswd_case(impl, N, d, k, M=None, device="cuda"):
     from fastdpot.sliced import dp_sliced_wasserstein
 
@@ -95,11 +122,14 @@ def _dpswd_case(impl, N, d, k, M=None, device="cuda"):
         x, y, th = _inputs(N, m, d, k, device)
         return x, y.requires_grad_(True), th
 
-    def forward(state):
-        x, y, th = state
-        return dp_sliced_wasserstein(y, private=x, noise_std=0.5, p=2, projections=th,
-                                     generator=torch.Generator().manual_seed(1234), secure_mode=False,
-                                     backend=impl)  # replayable noise: a timing, not a release
+    if impl == COMPILED:
+        forward = _compiled_forward
+    else:
+        def forward(state):
+            x, y, th = state
+            return dp_sliced_wasserstein(y, private=x, noise_std=0.5, p=2, projections=th,
+                                         generator=torch.Generator().manual_seed(1234), secure_mode=False,
+                                         backend=impl)  # replayable noise: a timing, not a release
 
     def backward(state, loss):
         loss.backward()
@@ -108,13 +138,51 @@ def _dpswd_case(impl, N, d, k, M=None, device="cuda"):
     return Case(setup=setup, forward=forward, backward=backward, device=device)
 
 
+def _compiled_forward(state):
+    """What ``dp_sliced_wasserstein(y, private=x, noise_std=0.5, p=2, projections=th, generator=<seed 1234>,
+    secure_mode=False, backend="reference")`` does, with the torch math compiled: the op's argument checks, the noise
+    key drawn as there, the reference backend's noise (eager, float64 draws), the compiled loss, the overflow check."""
+    from fastdpot._validate import check_seed
+    from fastdpot.ops import sliced_wasserstein as op
+    from fastdpot.privacy.randomness import privacy_randomness
+
+    x, y, th = state
+    rng = privacy_randomness(False, torch.Generator().manual_seed(1234))
+    theta = op.check_inputs(x, y, 2, None, th, rng, ("private", "generated"))
+    seed = check_seed(rng.seed(), "seed")
+    noise_x, noise_y = op.reference_noise(x, y, theta.shape[0], 0.5, seed)
+    return op._check_overflow(compiled_reference_loss()(x, y, theta, 2, noise_x, noise_y), x.dtype)
+
+
 CASES = {"flow_step": _flow_case, "dpswd": _dpswd_case}
 
 
-def _impls(case, n):
+#: largest N at which the flow step's torch reference is timed (None: every N); at N = 1e7 one reference step takes
+#: about 10 s on an H100 (bench/results.jsonl), which a short device lease cannot spare on every run
+MAX_REFERENCE_N = [None]
+
+
+def _gpu_impls():
+    """The GPU backends to time: ``cuda`` (where ``fastdpot._C_cuda_flow`` is built and a GPU is visible) and
+    ``triton``."""
+    from fastdpot._cuda_prims import cuda_status
+
+    return (["cuda"] if cuda_status()[0] else []) + ["triton"]
+
+
+def _impls(case, n, compiled=False):
+    """Implementations of ``case`` at N = ``n``; ``compiled``: add the ``reference_compiled`` anchor (DP-SWD)."""
+    gpu = _gpu_impls()
     if case == "flow_step":
-        return ["triton", "triton_hist", "reference"] + (["reference_hist"] if n <= 10 ** 6 else [])
-    return ["triton", "reference"]
+        ref = MAX_REFERENCE_N[0] is None or n <= MAX_REFERENCE_N[0]
+        return ([i for g in gpu for i in (g, g + "_hist")] + (["reference"] if ref else [])
+                + (["reference_hist"] if n <= 10 ** 6 and ref else []))
+    return gpu + ["reference"] + ([COMPILED] if compiled else [])
+
+
+def _wants_compiled(params, compiled):
+    """Whether the DP-SWD rows at ``params`` include ``reference_compiled`` (``compiled``: all, target, none)."""
+    return compiled == "all" or (compiled == "target" and params == TARGET_DPSWD)
 
 
 def modelled_bytes(case, N, d, k, M=M_PRIVATE, itemsize=4):
@@ -124,7 +192,9 @@ def modelled_bytes(case, N, d, k, M=M_PRIVATE, itemsize=4):
     return itemsize * (2 * N * d + N * d + 2 * 2 * N * k)
 
 
-def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5, max_rep=50):
+def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5, max_rep=50, compiled=False):
+    """Warm-up, then timed repeats (module doc). ``compiled``: the first call compiles; it is timed as
+    ``compile_s``, and the second warm-up call (not the first) decides whether the call is slow."""
     state = case.setup()
     cuda = use_events
 
@@ -134,6 +204,17 @@ def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5
             case.backward(state, out)
         return out
 
+    extra = {}
+    if compiled:
+        from torch._dynamo.utils import counters
+
+        breaks0 = sum(counters["graph_break"].values())
+        t0 = time.perf_counter()
+        once()  # torch.compile: Dynamo tracing, Inductor code generation, forward and backward
+        if cuda:
+            torch.cuda.synchronize()
+        extra = {"compile_s": round(time.perf_counter() - t0, 2),
+                 "graph_breaks": sum(counters["graph_break"].values()) - breaks0}
     t0 = time.perf_counter()
     once()  # warm-up (includes Triton JIT compilation)
     if cuda:
@@ -163,8 +244,8 @@ def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5
     peak = round((torch.cuda.max_memory_allocated() - base) / 2 ** 20, 1) if cuda else None
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
     del state
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "iqr_s": q[2] - q[0],
-            "repeats": len(times), "peak_mem_mb": peak}
+    return dict({"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+                 "iqr_s": q[2] - q[0], "repeats": len(times), "peak_mem_mb": peak}, **extra)
 
 
 def _run_fields(note, timing):
@@ -174,10 +255,13 @@ def _run_fields(note, timing):
             "versions": harness.versions(), "note": note, "timing": timing}
 
 
-def run_events(sizes, results_path, device, note="", budget_s=None):
+def run_events(sizes, results_path, device, note="", budget_s=None, cases=None, compiled="target"):
     """In-process measurement with CUDA events (CPU: perf_counter, smoke only); appends rows, returns them.
 
-    ``budget_s``: stop starting new sizes once this many seconds have passed (the rows so far are kept)."""
+    ``budget_s``: stop starting new sizes once this many seconds have passed (the rows so far are kept).
+    ``cases``: the case names to measure (default: all of ``CASES``). ``compiled``: at which DP-SWD sizes to add the
+    ``reference_compiled`` anchor: ``"target"`` (N = 1e6, d = 48, k = 128 only; each new shape compiles again),
+    ``"all"`` or ``"none"``."""
     t_begin = time.time()
     common = _run_fields(note, "cuda_events" if device == "cuda" else "perf_counter (TRITON_INTERPRET smoke run)")
     if device == "cuda":
@@ -190,14 +274,18 @@ def run_events(sizes, results_path, device, note="", budget_s=None):
                   flush=True)
             break
         for case_name, factory in CASES.items():
+            if cases is not None and case_name not in cases:
+                continue
             by_impl = {}
-            for impl in _impls(case_name, params["N"]):
+            impls = _impls(case_name, params["N"], case_name == "dpswd" and _wants_compiled(params, compiled))
+            for impl in impls:
                 row = dict(common, case=case_name, impl=impl, params=params,
                            mode="full" if case_name == "dpswd" else "forward", device=device,
-                           anchor="reference_hist" if impl == "triton_hist" else "reference",
+                           anchor="reference_hist" if impl.endswith("_hist") else "reference",
                            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
                 try:
-                    res = _time_case(factory(impl, device=device, **params), case_name == "dpswd", device == "cuda")
+                    res = _time_case(factory(impl, device=device, **params), case_name == "dpswd", device == "cuda",
+                                     compiled=impl == COMPILED)
                     row.update(res)
                     row["ms"] = round(res["median_s"] * 1e3, 4)
                     row["gbps"] = round(modelled_bytes(case_name, **params) / res["median_s"] / 1e9, 2)
@@ -205,22 +293,41 @@ def run_events(sizes, results_path, device, note="", budget_s=None):
                 except torch.cuda.OutOfMemoryError as err:
                     row["error"] = f"out of memory: {str(err).splitlines()[0][:300]}"
                 except RuntimeError as err:  # e.g. a CUB allocation failure inside torch.sort: record, go on
-                    row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+                    row["error"] = f"{type(err).__name__}: {_first_line(err)}"
+                except Exception as err:  # torch.compile failures come in many types: record, go on
+                    if impl != COMPILED:
+                        raise
+                    row["error"] = f"{type(err).__name__}: {_first_line(err)}"
+                if impl == COMPILED and "error" in row:
+                    torch._dynamo.reset()  # forget a half-built compilation
                 if device == "cuda":
                     torch.cuda.empty_cache()
                 rows.append(row)
+            compiled_row = by_impl.get(COMPILED)
             for impl, row in by_impl.items():
                 anchor = by_impl.get(row["anchor"])
-                if anchor is not None and impl != row["anchor"] and not impl.startswith("reference"):
+                if anchor is not None and impl != row["anchor"] and (impl == COMPILED
+                                                                     or not impl.startswith("reference")):
                     row["ratio_to_reference"] = round(anchor["median_s"] / row["median_s"], 2)
-            for row in rows[-len(_impls(case_name, params["N"])):]:
+                if compiled_row is not None and not impl.startswith("reference"):
+                    row["ratio_to_compiled"] = round(compiled_row["median_s"] / row["median_s"], 2)
+            for row in rows[-len(impls):]:
                 with open(results_path, "a") as f:
                     f.write(json.dumps(row) + "\n")
                 status = row.get("error") or (f"{row['ms']:.3f} ms  {row['gbps']:.1f} GB/s  "
                                               f"peak {row['peak_mem_mb']} MB  "
-                                              f"x{row.get('ratio_to_reference', float('nan')):.1f} vs ref")
-                print(f"[{SUITE}] {case_name:9s} {params} {row['impl']:15s} {status}", flush=True)
+                                              f"x{row.get('ratio_to_reference', float('nan')):.1f} vs ref"
+                                              + (f"  x{row['ratio_to_compiled']:.2f} vs compiled"
+                                                 if "ratio_to_compiled" in row else "")
+                                              + (f"  (compile {row['compile_s']} s, {row['graph_breaks']} graph "
+                                                 "breaks)" if "compile_s" in row else ""))
+                print(f"[{SUITE}] {case_name:9s} {params} {row['impl']:18s} {status}", flush=True)
     return rows
+
+
+def _first_line(err):
+    lines = str(err).strip().splitlines()
+    return (lines[0] if lines else repr(err))[:300]
 
 
 def api_run(N, d, k, steps, results_path, device, note="", quantiles="exact", num_bins=None):
@@ -264,26 +371,40 @@ def _fmt_n(n):
 
 
 def markdown_table(rows):
-    """The README table of one run: GPU, versions, ms, modelled GB/s, ratio to the reference."""
+    """The README table of one run: GPU, versions, ms, modelled GB/s, ratios to the reference and (DP-SWD rows
+    where it was measured) to ``reference_compiled``."""
     if not rows:
         return ""
     m, v = rows[0]["machine"], rows[0]["versions"]
     head = (f"GPU: {m.get('gpu', 'none')}; torch {v.get('torch')}, Triton {v.get('triton')}; "
             f"git {rows[0]['git_rev']}; {rows[0]['timing']}.\n\n"
-            "| case | N | d | k | impl | ms | GB/s (model) | peak MB | × reference |\n"
-            "|---|---|---|---|---|---|---|---|---|")
+            "| case | N | d | k | impl | ms | GB/s (model) | peak MB | × reference | × compiled |\n"
+            "|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         p = r["params"]
         if "error" in r:
             lines.append(f"| {r['case']} | {_fmt_n(p['N'])} | {p['d']} | {p['k']} | {r['impl']} | {r['error'][:40]} "
-                         "| | | |")
+                         "| | | | |")
             continue
-        ratio = r.get("ratio_to_reference")
+        ratio, ratio_c = r.get("ratio_to_reference"), r.get("ratio_to_compiled")
         peak = "" if r["peak_mem_mb"] is None else f"{r['peak_mem_mb']:.0f}"
         lines.append(f"| {r['case']} | {_fmt_n(p['N'])} | {p['d']} | {p['k']} | {r['impl']} | {r['ms']:.2f} | "
-                     f"{r['gbps']:.1f} | {peak} | {'' if ratio is None else f'{ratio:.1f}'} |")
+                     f"{r['gbps']:.1f} | {peak} | {'' if ratio is None else f'{ratio:.1f}'} | "
+                     f"{'' if ratio_c is None else f'{ratio_c:.2f}'} |")
     return "\n".join(lines)
+
+
+def _parse_size(text):
+    """``"N,d,k"`` (floats allowed: ``1e6,48,128``) -> ``{"N": .., "d": .., "k": ..}``; ValueError otherwise."""
+    parts = text.split(",")
+    try:
+        vals = [int(float(v)) for v in parts]
+    except ValueError:
+        vals = []
+    if len(vals) != 3 or min(vals) < 1:
+        raise ValueError(f"a size is N,d,k with three positive integers (e.g. 1e6,48,128), got {text!r}")
+    return dict(zip("Ndk", vals))
 
 
 def main(argv=None):
@@ -303,7 +424,26 @@ def main(argv=None):
                     help="quantile modes of --api-run, comma-separated (exact, histogram)")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="stop starting new sizes after this many seconds (keeps what was measured)")
+    ap.add_argument("--dpswd-only", action="append", default=None, metavar="N,d,k",
+                    help="time only the DP-SWD loss (triton, reference, reference_compiled) at these sizes "
+                         "(repeatable; not with --only)")
+    ap.add_argument("--compiled", choices=("target", "all", "none"), default=None,
+                    help="DP-SWD sizes that get the reference_compiled anchor: target (N=1e6, d=48, k=128 only; the "
+                         "default), all (the default with --dpswd-only and --smoke), none")
+    ap.add_argument("--cases", default=None, help="comma-separated cases to time with --only (flow_step, dpswd)")
+    ap.add_argument("--max-reference-n", type=float, default=None,
+                    help="time the flow step's torch reference only up to this N (it takes ~10 s a step at 1e7)")
     args = ap.parse_args(argv)
+    if args.max_reference_n is not None:
+        MAX_REFERENCE_N[0] = int(args.max_reference_n)
+    if args.dpswd_only and args.only:
+        ap.error("--dpswd-only and --only select sizes in two ways: give one of them")
+    sizes_arg = args.dpswd_only or args.only
+    try:
+        picked = [_parse_size(o) for o in sizes_arg] if sizes_arg else None
+    except ValueError as err:
+        ap.error(str(err))
+    compiled = args.compiled or ("all" if args.dpswd_only or args.smoke else "target")
 
     if args.smoke:
         if os.environ.get("TRITON_INTERPRET", "0") != "1":
@@ -327,16 +467,24 @@ def main(argv=None):
             api_run(n, d, k, steps, args.results, device, note=args.note, quantiles=q,
                     num_bins=NUM_BINS if q == "histogram" else None)
         return 0
-    sizes = _sizes(args.quick, args.smoke)
-    if args.only:
-        sizes = [dict(zip("Ndk", (int(float(v)) for v in o.split(",")))) for o in args.only]
+    sizes = picked or _sizes(args.quick, args.smoke)
+    cases = ["dpswd"] if args.dpswd_only else list(CASES)
+    if args.cases:
+        cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+        if not set(cases) <= set(CASES):
+            ap.error(f"--cases takes {sorted(CASES)}, got {args.cases!r}")
+    if compiled != "none" and args.smoke:
+        print(f"[{SUITE}] smoke run: the {COMPILED} row compiles with Inductor on CPU (10-20 s from a cold cache; "
+              "--compiled none skips it)", flush=True)
     if args.isolated:
         runs = [dict(case=c, impl=i, params=dict(p, device=device), mode="full" if c == "dpswd" else "forward",
-                     anchor="reference_hist" if i == "triton_hist" else "reference", repeats=10, warmup=2)
-                for p in sizes for c in CASES for i in _impls(c, p["N"])]
+                     anchor="reference_hist" if i.endswith("_hist") else "reference", repeats=10, warmup=2)
+                for p in sizes for c in cases
+                for i in _impls(c, p["N"], c == "dpswd" and _wants_compiled(p, compiled))]
         harness.run_suite("bench.gpu_flow", runs, results_path=args.results, note=args.note)
         return 0
-    rows = run_events(sizes, args.results, device, note=args.note, budget_s=args.budget_s)
+    rows = run_events(sizes, args.results, device, note=args.note, budget_s=args.budget_s, cases=cases,
+                      compiled=compiled)
     table = markdown_table(rows)
     print(table)
     if args.table:

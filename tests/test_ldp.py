@@ -40,3 +40,83 @@ def test_bad_input():
         train_generator(torch.randn(10, 2), 0.0)
     with pytest.raises(ValueError, match="sigma"):
         entropic_regularization_for_noise(-1.0)
+
+
+# ------------------------------------------------------------------ devices, minibatches, W2 without POT, CLI
+def test_check_device():
+    from fastdpot.ldp import check_device
+
+    assert check_device("cpu") == torch.device("cpu") and check_device(None) == torch.device("cpu")
+    for bad in ("mps", "not-a-device", 3.5):
+        with pytest.raises(ValueError, match="device must be"):
+            check_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            check_device("cuda")
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            half_circle_experiment(num_points=50, steps=1, eval_points=20, device="cuda")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_cli_cuda_without_cuda_is_a_clear_error(capsys):
+    from fastdpot.ldp import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--device", "cuda", "--points", "50", "--steps", "1", "--eval-points", "20"])
+    assert exc.value.code == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_cli_cpu_minibatches_and_out_file(tmp_path):
+    import json
+
+    from fastdpot.ldp import main
+
+    out = tmp_path / "sub" / "ldp.json"
+    res = main(["--points", "400", "--steps", "3", "--data-batch", "64", "--eval-points", "50", "--device", "cpu",
+                "--backend", "tensorized", "--replayable-noise", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["device"] == "cpu" and saved["data_batch"] == 64 and saved["num_points"] == 400
+    assert saved["steps_done"] == {k: 3 for k in ("entropic", "unregularized", "debiased")}
+    assert set(saved["w2"]) == {"entropic", "unregularized", "debiased"} and saved["w2"] == res["w2"]
+    assert saved["w2_solver"] in ("pot", "assignment") and saved["total_seconds"] >= 0
+
+
+def test_minibatch_training_budget_and_checks():
+    g = torch.Generator().manual_seed(0)
+    data = half_circle(200, g) + 0.1 * torch.randn(200, 2, generator=g)
+    info = {}
+    gen = train_generator(data, 0.5, "entropic", steps=7, data_batch=64, backend="tensorized", info=info)
+    assert info["steps_done"] == 7 and gen.sample(5).shape == (5, 2)  # 3 epochs of 3 chunks: reshuffles
+    info = {}
+    train_generator(data, 0.5, "entropic", steps=10 ** 6, data_batch=64, backend="tensorized", time_budget_s=0.05,
+                    info=info)
+    assert 1 <= info["steps_done"] < 10 ** 6
+    with pytest.raises(ValueError, match="data_batch"):
+        train_generator(data, 0.5, data_batch=201)
+    with pytest.raises(ValueError, match="device must be"):
+        train_generator(data, 0.5, steps=1, device="mps")
+
+
+def test_wasserstein2_without_pot_uses_the_exact_assignment(monkeypatch):
+    import sys
+
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(150, 2, generator=g), torch.randn(150, 2, generator=g) + 0.5
+    pytest.importorskip("ot")
+    exact = wasserstein2(x, y, solver="pot")
+    assert wasserstein2(x, y, solver="assignment") == pytest.approx(exact, rel=1e-9)
+    monkeypatch.setitem(sys.modules, "ot", None)  # as on a machine without POT
+    assert wasserstein2(x, y) == pytest.approx(exact, rel=1e-9)
+    with pytest.raises(ValueError, match="as many points"):
+        wasserstein2(x, y[:100])
+    with pytest.raises(ValueError, match="solver"):
+        wasserstein2(x, y, solver="sinkhorn")
+
+
+@pytest.mark.cuda
+def test_half_circle_experiment_on_cuda():
+    res = half_circle_experiment(num_points=4000, steps=20, data_batch=512, eval_points=300, backend="tensorized",
+                                 device="cuda", secure_mode=False, losses=("entropic",))
+    assert res["device"].startswith("cuda") and res["steps_done"]["entropic"] == 20
+    assert 0 < res["w2"]["entropic"] < 10

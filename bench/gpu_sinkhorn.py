@@ -1,0 +1,528 @@
+"""GPU benchmark of fastdpot's Sinkhorn (op ``"sinkhorn"``) against GeomLoss' KeOps solver, on the same GPU.
+
+What is compared: entropic OT_ε between two float32 point clouds, **not** debiased (``debias=False``: two N×M
+soft-min reductions per iteration, no OT_ε(α, α) / OT_ε(β, β) terms), cost ½‖x − y‖² (``p=2``, GeomLoss'
+``SqDist(X,Y)/2``; fastdpot's default ``squared_euclidean()``), blur = 0.05 (ε = blur² = 0.0025), uniform weights.
+
+* ``geomloss_online`` -- ``geomloss.SamplesLoss("sinkhorn", p=2, blur=0.05, scaling=s, diameter=D, debias=False,
+  backend="online")`` (KeOps ``generic_logsumexp``, float32 accumulation);
+* ``fastdpot``            -- :func:`fastdpot.sinkhorn.sinkhorn` with ``backend="auto"``, what a user gets by default.
+  On CUDA, ``auto`` takes the dense engine while N·M ≤ 5000² (or ≤ 8192² for d ≥ 32) and KeOps above, so for every
+  size here (N·M ≥ 10⁸) it **is** the ``keops`` backend (the row's ``backend`` field says which one ran; a separate
+  ``fastdpot_keops`` row is added only where ``auto`` resolves to something else, e.g. in ``--smoke``);
+* ``fastdpot_tensorized`` -- the dense torch engine (``backend="tensorized"``, the op's ``reference`` row), only
+  where its (N, M) matrices fit comfortably (N·M ≤ 10⁸: two 400 MB cost matrices plus one work buffer).
+
+Same work in every implementation: both libraries run the same symmetric, averaged log-domain Sinkhorn loop with
+ε-scaling (GeomLoss' ``sinkhorn_loop``; fastdpot's ``reference.sinkhorn.sinkhorn_loop`` is written after it), and
+both are given the same ``diameter`` D (the bounding-box diagonal of the data, computed once) and the same
+``scaling`` s, hence the same ε list, from D² down to blur² (``epsilon_schedule``). s is chosen per case so that
+the list has ``iterations - 2`` entries: with the initialisation and the final (differentiable) extrapolation
+step, each library then makes exactly ``iterations`` (default 100) pairs of N×M soft-min reductions (f from g, g
+from f) -- the work of 100 plain Sinkhorn iterations. The count is checked, not assumed: on the first (warm-up)
+call of each implementation the soft-min calls are counted by wrapping the loop (``softmin_calls`` = 2 × 100).
+fastdpot has no fixed-iteration mode at a single ε other than ``final_iters`` (extra iterations at blur², which
+GeomLoss lacks), so the shared ε-scaling schedule is the common ground; per-iteration cost does not depend on ε
+except through fastdpot's estimate-checked reduction (rows whose estimate is off are redone -- part of its time).
+Known differences that stay: fastdpot's KeOps reduction accumulates in float64 and syncs once per soft-min for
+that row check; GeomLoss copies 1/ε to the device for every soft-min. Values are reported (``value``,
+``rel_diff_to_geomloss``) to show that the same problem was solved.
+
+Inputs: x ~ N(0, I/d) (n rows), y ~ N(𝟙/√d, I/(4d)) (m = n rows): unit-scale clouds 1 apart in every d, so
+ε/cost is comparable across d. Sizes: n = m ∈ {1e4, 5e4}, d ∈ {2, 64}; modes ``forward`` (inputs without grad)
+and ``full`` (forward + backward, gradient w.r.t. x and y). Order (a ``--budget-s`` cut keeps the first):
+forward d = 64 (n = 1e4, 5e4), forward d = 2, then the same in ``full``.
+
+Timing: CUDA events around each call. KeOps compiles each formula on first use, so every (implementation, d,
+mode) first runs once on the first 2 000 rows of its first case (same D, s): that call's wall time (compile
+included) is printed and stored as ``warmup_s``. Then, at full size, a first call (``first_call_ms``) that is
+discarded when under 0.5 s, followed by repeats (at least 3, until 1 s, at most 10); calls of 0.5-3 s are run
+twice and both kept, longer ones once. Peak memory: ``torch.cuda.max_memory_allocated`` increase above the inputs.
+TF32 is off (the dense engine's ‖x‖² + ‖y‖² − 2x·y matmul stays float32). On CPU (``--smoke``): host clock and
+the process' max-RSS increase.
+
+Published reference (not measured here): FlashSinkhorn's figures, A100, d = 64, 100 iterations: 61 ms at
+n = 1e4 and 1450 ms at n = 5e4 (printed under the table for context only; another GPU and another code).
+
+``--budget-s S``: no new case starts after S seconds (counted from the start of ``main``), and a measurement
+whose predicted time (from the same implementation at the smaller n, scaled by (n/n₀)²) would end after S is
+skipped; rows are appended as they are measured, so an interrupted run keeps them.
+
+Usage (CUDA machine): ``python -m bench.gpu_sinkhorn [--budget-s 90] [--results PATH] [--table PATH]``, or
+``bash scripts/gpu_sinkhorn.sh`` (installs the KeOps/GeomLoss wheels from .whl/ first). Without CUDA it prints a
+message and exits 0. ``--smoke``: tiny sizes on CPU (KeOps CPU and the dense engine; the times mean nothing),
+rows to a temporary file; exits 1 when a measurement fails, the soft-min counts differ or the values disagree.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+
+import torch
+
+from . import harness
+
+# KeOps reads its cache folder at import: set it before anything imports pykeops
+os.environ.setdefault("KEOPS_CACHE_FOLDER", os.path.join(harness.ROOT, ".cache", "keops"))
+
+SUITE = "gpu_sinkhorn"
+CASE = "ot_eps"
+ANCHORS = ["geomloss_online"]
+BLUR = 0.05
+ITERATIONS = 100
+WARM_N = 2000
+#: the dense engine is measured up to this N·M on CUDA (two float32 cost matrices of 400 MB and a work buffer)
+DENSE_MAX = 10_000 * 10_000
+#: FlashSinkhorn's published figures (A100, d = 64, 100 iterations), in ms: context only, never measured here
+PUBLISHED_FLASHSINKHORN_MS = {10_000: 61.0, 50_000: 1450.0}
+_BACKEND_ARG = {"fastdpot": "auto", "fastdpot_keops": "keops", "fastdpot_tensorized": "tensorized"}
+
+
+def plan(smoke=False, only=None, modes=("forward", "full")):
+    """The (n, d, mode) cases in run order: forward d = 64, forward d = 2, then the same in full mode."""
+    if smoke:
+        pairs = [(200, 2), (160, 64)]
+    elif only:
+        pairs = only
+    else:
+        pairs = [(10_000, 64), (50_000, 64), (10_000, 2), (50_000, 2)]
+    return [(n, d, mode) for mode in modes for n, d in pairs]
+
+
+def inputs(n, m, d, device, seed=0):
+    """x ~ N(0, I/d) (n, d) and y ~ N(1/√d, I/(4d)) (m, d), float32, on ``device``."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(n, d, device=device, generator=g) / math.sqrt(d)
+    y = (0.5 * torch.randn(m, d, device=device, generator=g) + 1.0) / math.sqrt(d)
+    return x, y
+
+
+def diameter_of(x, y):
+    """The bounding-box diagonal of x ∪ y (GeomLoss' and fastdpot's default ``diameter``)."""
+    lo = torch.minimum(x.min(0).values, y.min(0).values)
+    hi = torch.maximum(x.max(0).values, y.max(0).values)
+    return float((hi - lo).norm())
+
+
+def schedule_for(diameter, blur=BLUR, iterations=ITERATIONS):
+    """(scaling, eps_list) with ``len(eps_list) == iterations - 2`` for ε-scaling from diameter² to blur².
+
+    GeomLoss' ``epsilon_schedule`` (= fastdpot's) is [D², exp(arange(2 log D, 2 log blur, 2 log s))..., blur²]:
+    k = ceil(log(D/blur) / log(1/s)) middle entries; log(1/s) = log(D/blur) / (k − ½) gives exactly k."""
+    from fastdpot.reference.sinkhorn import epsilon_schedule
+
+    k = iterations - 4  # middle entries; + the two ends = iterations - 2 ε values
+    if k < 1:
+        raise ValueError(f"iterations must be at least 5, got {iterations}")
+    r = math.log(diameter / blur)
+    if r <= 0:
+        raise ValueError(f"the data's diameter {diameter:.3g} must exceed blur {blur}")
+    for shift in (0.5, 0.25, 0.75):
+        scaling = math.exp(-r / (k - 1 + shift))
+        eps = epsilon_schedule(2, diameter ** 2, blur, scaling)
+        if len(eps) == iterations - 2:
+            return scaling, eps
+    raise RuntimeError(f"no scaling gives {iterations - 2} ε values for diameter {diameter}")
+
+
+def geomloss_schedule_len(diameter, scaling, blur=BLUR):
+    """Length of GeomLoss' own ε list for these parameters (None when GeomLoss is not installed)."""
+    try:
+        from geomloss._legacy.sinkhorn_divergence import epsilon_schedule
+    except ImportError:
+        return None
+    return len(epsilon_schedule(2, diameter, blur, scaling))
+
+
+IMPLS = ("geomloss_online", "fastdpot", "fastdpot_keops", "fastdpot_tensorized")
+
+
+def impls_for(n, m, d, device, wanted=None):
+    """[(impl, resolved backend)] of one case, anchor first; ``wanted``: a subset of ``IMPLS`` (None: all)."""
+    from fastdpot.sinkhorn import select_backend
+
+    auto = select_backend(n, m, d, device, "auto")
+    out = [("geomloss_online", "keops"), ("fastdpot", auto)]
+    if auto != "keops":
+        out.append(("fastdpot_keops", "keops"))
+    if auto != "reference" and (device != "cuda" or n * m <= DENSE_MAX):
+        out.append(("fastdpot_tensorized", "reference"))
+    return [(i, b) for i, b in out if wanted is None or i in wanted]
+
+
+def make_impl(impl, diameter, scaling):
+    """A callable (x, y) -> OT_ε for ``impl`` with the shared blur, diameter and scaling."""
+    if impl == "geomloss_online":
+        from geomloss import SamplesLoss
+
+        return SamplesLoss("sinkhorn", p=2, blur=BLUR, scaling=scaling, diameter=diameter, debias=False,
+                           backend="online")
+    from fastdpot.sinkhorn import sinkhorn
+
+    backend = _BACKEND_ARG[impl]
+    return lambda x, y: sinkhorn(x, y, p=2, blur=BLUR, scaling=scaling, diameter=diameter, debias=False,
+                                 backend=backend)
+
+
+@contextlib.contextmanager
+def count_softmins():
+    """Count the soft-min reductions of fastdpot's and GeomLoss' Sinkhorn loops (wraps their ``sinkhorn_loop``)."""
+    counter = [0]
+    patched = []
+
+    def wrap(loop):
+        def wrapped(softmin, *args, **kwargs):
+            def counted(*a, **k):
+                counter[0] += 1
+                return softmin(*a, **k)
+
+            return loop(counted, *args, **kwargs)
+
+        return wrapped
+
+    for modname in ("fastdpot.ops.sinkhorn", "fastdpot.reference.sinkhorn", "geomloss._legacy.sinkhorn_samples"):
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        orig = getattr(mod, "sinkhorn_loop", None)
+        if orig is not None:
+            setattr(mod, "sinkhorn_loop", wrap(orig))
+            patched.append((mod, orig))
+    try:
+        yield counter
+    finally:
+        for mod, orig in patched:
+            mod.sinkhorn_loop = orig
+
+
+def _call(f, x, y, mode):
+    if mode == "full":
+        x.grad = None
+        y.grad = None
+        out = f(x, y)
+        out.backward()
+        return out
+    return f(x, y)
+
+
+def _sync(cuda):
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def time_calls(f, x, y, mode, cuda):
+    """Warm-up/repeat policy of the module doc; returns timing statistics (seconds), peak MB and the value."""
+
+    def once():
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = _call(f, x, y, mode)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3, out
+        t0 = time.perf_counter()
+        out = _call(f, x, y, mode)
+        return time.perf_counter() - t0, out
+
+    _sync(cuda)
+    if cuda:
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        base = harness._maxrss_mb()
+    first, out = once()
+    value = float(out.detach())
+    del out
+    if first < 0.5:
+        times, t_start = [], time.perf_counter()
+        while len(times) < 10 and (len(times) < 3 or time.perf_counter() - t_start < 1.0):
+            times.append(once()[0])
+    elif first < 3.0:
+        times = [first, once()[0]]
+    else:
+        times = [first]
+    if cuda:
+        peak = round((torch.cuda.max_memory_allocated() - base) / 2 ** 20, 1)
+    else:
+        peak = round(max(0.0, harness._maxrss_mb() - base), 1)
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "iqr_s": q[2] - q[0],
+            "repeats": len(times), "first_call_ms": round(first * 1e3, 3), "peak_mem_mb": peak, "value": value}
+
+
+def predicted_s(done, impl, n, d, mode):
+    """Predicted wall time of one measurement from a smaller-n row of the same (impl, d, mode) -- else a row of the
+    other mode, n₀ ≤ n --: the median scaled by (n/n₀)², times the number of calls the repeat policy makes at that
+    duration (None: no estimate)."""
+    prev = [r for r in done if r["impl"] == impl and r["d"] == d and r["mode"] == mode and "median_s" in r
+            and r["n"] < n]
+    if not prev:  # the other mode (forward vs forward + backward: about the same number of reductions)
+        prev = [r for r in done if r["impl"] == impl and r["d"] == d and "median_s" in r and r["n"] <= n]
+    if not prev:
+        return None
+    r = max(prev, key=lambda r: r["n"])
+    t = r["median_s"] * (n / r["n"]) ** 2
+    return t * (1 if t >= 3.0 else 2) if t >= 0.5 else max(4 * t, 1.0 + t)
+
+
+def keops_status():
+    """(gpu_available, message) of pykeops, importing it once (the first CUDA import builds KeOps' nvrtc binder)."""
+    try:
+        from fastdpot._ext import import_pykeops
+
+        import_pykeops()
+        import pykeops
+        import pykeops.torch  # noqa: F401
+        from keopscore.config import cuda_config
+
+        return bool(pykeops.config.gpu_available), getattr(cuda_config, "cuda_message", "") or ""
+    except Exception as exc:  # reported, then every KeOps row records its own error
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _run_fields(note, timing, iterations):
+    return {"run_id": time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6], "suite": SUITE,
+            "git_rev": harness.git_rev(), "machine": harness.machine_info(), "threads": torch.get_num_threads(),
+            "versions": harness.versions(), "note": note, "timing": timing, "case": CASE, "dtype": "float32",
+            "blur": BLUR, "epsilon": BLUR ** 2, "cost": "0.5*|x-y|^2", "debias": False, "iterations": iterations}
+
+
+def run(cases, results_path, device, note="", budget_s=None, t_begin=None, iterations=ITERATIONS, rows=None,
+        impls=None):
+    """Measure ``cases`` [(n, d, mode)] on ``device``; append one row per measurement to ``results_path`` and to
+    ``rows`` (a fresh list when None, so that a caller keeps the rows of an interrupted run); return the rows.
+    ``impls``: a subset of ``IMPLS`` (None: all that apply, see :func:`impls_for`)."""
+    t_begin = time.perf_counter() if t_begin is None else t_begin
+    cuda = device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    common = _run_fields(note, "cuda_events" if cuda else "perf_counter (CPU smoke run)", iterations)
+    rows = [] if rows is None else rows
+    warmed, broken = set(), {}
+
+    def elapsed():
+        return time.perf_counter() - t_begin
+
+    for n, d, mode in cases:
+        m = n
+        if budget_s is not None and elapsed() > budget_s:
+            print(f"[{SUITE}] time budget of {budget_s:.0f} s spent after {elapsed():.0f} s; not starting "
+                  f"n={n} d={d} {mode} and the cases after it", flush=True)
+            break
+        x0, y0 = inputs(n, m, d, device)
+        diam = diameter_of(x0, y0)
+        scaling, eps_list = schedule_for(diam, BLUR, iterations)
+        g_len = geomloss_schedule_len(diam, scaling)
+        if g_len is not None and g_len != len(eps_list):
+            print(f"[{SUITE}] WARNING: GeomLoss' ε list has {g_len} values, fastdpot's {len(eps_list)}", flush=True)
+        x = x0.clone().requires_grad_(mode == "full")
+        y = y0.clone().requires_grad_(mode == "full")
+        anchor = None
+        for impl, backend in impls_for(n, m, d, device, impls):
+            key = (impl, d, mode)
+            tag = f"[{SUITE}] n={n:<6d} d={d:<3d} {mode:7s} {impl:20s}"
+            if key in broken:
+                print(f"{tag} skipped (failed before: {broken[key][:120]})", flush=True)
+                continue
+            pred = predicted_s(rows, impl, n, d, mode)
+            if budget_s is not None and pred is not None and elapsed() + pred > budget_s:
+                print(f"{tag} skipped: predicted {pred:.1f} s, {max(budget_s - elapsed(), 0):.0f} s of the budget "
+                      "left", flush=True)
+                continue
+            if budget_s is not None and key not in warmed and budget_s - elapsed() < 10:
+                print(f"{tag} skipped: under 10 s of the budget left for its first (compiling) call", flush=True)
+                continue
+            row = dict(common, impl=impl, backend=backend, params=dict(n=n, m=m, d=d), n=n, m=m, d=d, mode=mode,
+                       device=device, anchor=ANCHORS[0], diameter=diam, scaling=scaling, eps_steps=len(eps_list),
+                       timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+            if g_len is not None:
+                row["geomloss_eps_steps"] = g_len
+            try:
+                f = make_impl(impl, diam, scaling)
+                if key not in warmed:
+                    w = min(WARM_N, n)
+                    xw = x0[:w].clone().requires_grad_(mode == "full")
+                    yw = y0[:w].clone().requires_grad_(mode == "full")
+                    _sync(cuda)
+                    t0 = time.perf_counter()
+                    with count_softmins() as counter:
+                        _call(f, xw, yw, mode)
+                    _sync(cuda)
+                    row["warmup_s"] = round(time.perf_counter() - t0, 3)
+                    row["warmup_n"] = w
+                    row["softmin_calls"] = counter[0]
+                    warmed.add(key)
+                    print(f"{tag} first call ({w} points, compilation included): {row['warmup_s']:.2f} s; "
+                          f"{counter[0]} soft-min reductions (expected {2 * iterations})", flush=True)
+                    del xw, yw
+                row.update(time_calls(f, x, y, mode, cuda))
+                row["ms"] = round(row["median_s"] * 1e3, 4)
+            except Exception as err:  # e.g. KeOps unusable, out of memory: record, go on
+                msg = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
+                row["error"] = msg
+                broken[key] = msg
+                traceback.print_exc(limit=3)
+            finally:
+                if cuda:
+                    torch.cuda.empty_cache()
+            if impl == ANCHORS[0]:
+                anchor = row if "median_s" in row else None
+            elif anchor is not None and "median_s" in row:
+                row["ratio_to_geomloss"] = round(anchor["median_s"] / row["median_s"], 3)
+                row["rel_diff_to_geomloss"] = abs(row["value"] - anchor["value"]) / max(abs(anchor["value"]), 1e-30)
+            if n in PUBLISHED_FLASHSINKHORN_MS and d == 64 and iterations == 100:
+                row["published_flashsinkhorn_a100_ms"] = PUBLISHED_FLASHSINKHORN_MS[n]
+            rows.append(row)
+            with open(results_path, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            if "error" in row:
+                status = "ERROR " + row["error"]
+            else:
+                peak = "" if row["peak_mem_mb"] is None else f"  peak {row['peak_mem_mb']:.0f} MB"
+                ratio = row.get("ratio_to_geomloss")
+                status = (f"{row['ms']:10.2f} ms  (x{row['repeats']}, first {row['first_call_ms']:.1f} ms){peak}"
+                          f"  value {row['value']:.6g}" + ("" if ratio is None else f"  {ratio:.2f}x GeomLoss"))
+            print(f"{tag} [{backend}] {status}", flush=True)
+        del x, y, x0, y0
+    return rows
+
+
+def _fmt_n(n):
+    return f"1e{len(str(n)) - 1}" if str(n).strip("0") == "1" else (f"{n / 10 ** 4:g}e4" if n % 10 ** 4 == 0 else str(n))
+
+
+def markdown_table(rows):
+    """The run's table: impl, backend, n, d, mode, ms, peak MB, GeomLoss ms / impl ms."""
+    if not rows:
+        return "(no rows measured)"
+    r0 = rows[0]
+    m, v = r0["machine"], r0["versions"]
+    head = (f"Device: {m.get('gpu') or m.get('cpu')}; torch {v.get('torch')}, pykeops {v.get('pykeops')}, "
+            f"geomloss {v.get('geomloss')}; git {r0['git_rev']}; {r0['timing']}. OT_ε (debias=False), float32, "
+            f"cost ½‖x−y‖², blur {BLUR}, {r0['iterations']} soft-min pairs (same ε list in every impl).\n\n"
+            "| impl | backend | n | d | mode | ms | peak MB | × GeomLoss (its ms / this ms) |\n"
+            "|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['impl']} | {r['backend']} | {_fmt_n(r['n'])} | {r['d']} | {r['mode']} | "
+                         f"error: {r['error'][:60]} | | |")
+            continue
+        ratio = r.get("ratio_to_geomloss")
+        peak = "" if r["peak_mem_mb"] is None else f"{r['peak_mem_mb']:.0f}"
+        lines.append(f"| {r['impl']} | {r['backend']} | {_fmt_n(r['n'])} | {r['d']} | {r['mode']} | {r['ms']:.2f} | "
+                     f"{peak} | {'1 (anchor)' if r['impl'] == ANCHORS[0] else '' if ratio is None else f'{ratio:.2f}'} |")
+    lines.append("")
+    lines.append("Published, not measured here: FlashSinkhorn's figures, A100, d = 64, 100 iterations: "
+                 + ", ".join(f"n = {_fmt_n(n)}: {ms:g} ms" for n, ms in PUBLISHED_FLASHSINKHORN_MS.items())
+                 + " (another GPU and another code: context, not a ratio).")
+    return "\n".join(lines)
+
+
+def smoke_problems(rows, iterations):
+    """What makes a --smoke run fail: errors, soft-min counts other than 2·iterations, values that disagree."""
+    bad = []
+    for r in rows:
+        if "error" in r:
+            bad.append(f"{r['impl']} n={r['n']} d={r['d']} {r['mode']}: {r['error']}")
+        if "softmin_calls" in r and r["softmin_calls"] != 2 * iterations:
+            bad.append(f"{r['impl']} d={r['d']} {r['mode']}: {r['softmin_calls']} soft-min reductions, "
+                       f"expected {2 * iterations}")
+        if r.get("rel_diff_to_geomloss") is not None and not r["rel_diff_to_geomloss"] < 1e-3:
+            bad.append(f"{r['impl']} n={r['n']} d={r['d']} {r['mode']}: value {r['value']} differs from GeomLoss' "
+                       f"by {r['rel_diff_to_geomloss']:.2e} (relative)")
+        if r.get("geomloss_eps_steps") is not None and r["geomloss_eps_steps"] != r["eps_steps"]:
+            bad.append(f"n={r['n']} d={r['d']}: ε lists of {r['eps_steps']} and {r['geomloss_eps_steps']} values")
+    return bad
+
+
+def main(argv=None):
+    t_begin = time.perf_counter()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes on CPU (KeOps CPU / dense engine)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="no new case after this many seconds; skip measurements predicted to end past it")
+    ap.add_argument("--results", default=None,
+                    help="JSONL results file (appended; default bench/results.jsonl, a temporary file for --smoke)")
+    ap.add_argument("--table", default=None, help="also write the markdown table of this run to this file")
+    ap.add_argument("--note", default="")
+    ap.add_argument("--iterations", type=int, default=ITERATIONS,
+                    help="soft-min pairs per solve (ε list of iterations - 2 values; default 100)")
+    ap.add_argument("--modes", default="forward,full", help="comma-separated subset of forward,full")
+    ap.add_argument("--impls", default=",".join(IMPLS),
+                    help="comma-separated subset of the implementations (default: every one that applies)")
+    ap.add_argument("--only", action="append", default=None, metavar="n,d",
+                    help="measure only these sizes (repeatable) instead of n in {1e4, 5e4} x d in {64, 2}")
+    args = ap.parse_args(argv)
+    modes = tuple(s.strip() for s in args.modes.split(",") if s.strip())
+    if not modes or any(mo not in ("forward", "full") for mo in modes):
+        ap.error(f"--modes takes forward and/or full, got {args.modes!r}")
+    impls = tuple(s.strip() for s in args.impls.split(",") if s.strip())
+    if not impls or any(i not in IMPLS for i in impls):
+        ap.error(f"--impls takes a subset of {','.join(IMPLS)}, got {args.impls!r}")
+    only = None
+    if args.only:
+        try:
+            only = [tuple(int(float(v)) for v in o.split(",")) for o in args.only]
+            assert all(len(p) == 2 for p in only)
+        except (ValueError, AssertionError):
+            ap.error(f"--only takes n,d, got {args.only!r}")
+
+    if args.smoke:
+        device = "cpu"
+        # torch's and KeOps' OpenMP runtimes spin against each other on a small CPU: one torch thread keeps the
+        # smoke run short (its times mean nothing anyway)
+        torch.set_num_threads(1)
+    elif not torch.cuda.is_available():
+        print("bench.gpu_sinkhorn: no CUDA device here; nothing measured (run it on a GPU machine, e.g. "
+              "`bash scripts/gpu_sinkhorn.sh`; `--smoke` checks the script on CPU).")
+        return 0
+    else:
+        device = "cuda"
+    if args.results is None:
+        args.results = (os.path.join(tempfile.gettempdir(), "fastdpot_gpu_sinkhorn_smoke.jsonl") if args.smoke
+                        else harness.RESULTS)
+
+    t0 = time.perf_counter()
+    gpu_ok, msg = keops_status()
+    print(f"[{SUITE}] pykeops import {time.perf_counter() - t0:.1f} s; KeOps GPU: {gpu_ok}"
+          + (f" ({msg})" if msg else "") + f"; KEOPS_CACHE_FOLDER={os.environ.get('KEOPS_CACHE_FOLDER')}",
+          flush=True)
+    if device == "cuda":
+        print(f"[{SUITE}] {torch.cuda.get_device_name(0)}, torch {torch.__version__} (CUDA {torch.version.cuda})",
+              flush=True)
+    rows = []
+    try:
+        run(plan(args.smoke, only, modes), args.results, device, note=args.note, budget_s=args.budget_s,
+            t_begin=t_begin, iterations=args.iterations, rows=rows, impls=impls)
+    except KeyboardInterrupt:  # e.g. the caller's `timeout -s INT`: keep what was measured
+        print(f"\n[{SUITE}] interrupted; the {len(rows)} rows measured so far are in {args.results}", flush=True)
+    table = markdown_table(rows)
+    print(table)
+    if args.table:
+        with open(args.table, "w") as fh:
+            fh.write(table + "\n")
+    print(f"[{SUITE}] {len(rows)} rows in {args.results}; {time.perf_counter() - t_begin:.1f} s in all", flush=True)
+    if args.smoke:
+        bad = smoke_problems(rows, args.iterations)
+        for b in bad:
+            print(f"[{SUITE}] SMOKE FAILURE: {b}")
+        return 1 if bad or not rows else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
