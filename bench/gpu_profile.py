@@ -3,8 +3,8 @@
 Usage (CUDA machine): ``python -m bench.gpu_profile [--size N,d,k] [--steps 3] [--backend triton|cuda]``; prints,
 for exact and histogram modes, the kernels sorted by total device time over ``steps`` profiled steps (after two
 warm-up steps). ``--stages``: the device time of every stage of one chunk of directions for both GPU backends
-(``triton``: torch.sort + scattered transport; ``cuda``: CUB sorts + rank-order transport + sort back; the histogram
-passes), each timed alone with ``triton.testing.do_bench`` (median), scaled to a whole step, beside a device copy of
+(``triton``: torch.sort + scattered transport with int64 indices; ``cuda``: CUB sort in place + scattered transport
+with int32 indices; the histogram passes), each timed alone with ``triton.testing.do_bench`` (median), scaled to a whole step, beside a device copy of
 the chunk (the bandwidth anchor). ``--sweep``: projection-kernel variants.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ def stages(n, d, k, per_row=None):
     copy's own time is measured and subtracted. Returns ``{stage: ms per step}`` (also printed)."""
     from triton.testing import do_bench
 
-    from fastdpot._cuda_prims import CUB, index_bits
+    from fastdpot._cuda_prims import CUB
     from fastdpot.kernels import histogram
     from fastdpot.kernels._common import direction_chunk
     from fastdpot.kernels.drift import accumulate_drift
@@ -139,25 +139,10 @@ def stages(n, d, k, per_row=None):
     sorted_keys, sorted_idx = buf.clone(), idx32.clone()
     coef = torch.empty_like(buf)
     bench("transport, scattered (int32 idx)", lambda: transport_exact(sorted_keys, sorted_idx, qs, coef))
-
-    def rank_transport():
-        buf.copy_(sorted_keys)
-        transport_exact(buf, sorted_idx, qs, buf, rank_order=True)
-
-    bench("transport, rank order (in place)", rank_transport, copy)
-    transport_exact(buf.copy_(sorted_keys), sorted_idx, qs, buf, rank_order=True)
-    ranked = buf.clone()
-
-    def cub_back():
-        buf.copy_(ranked)
-        idx32.copy_(sorted_idx)
-        CUB.sort_rows_(idx32, buf, bits=index_bits(n), fill_iota=False, per_row=per_row)
-
-    bench(f"CUB sort back ({index_bits(n)}-bit index keys)", cub_back, 2 * copy)
-    bench("drift accumulate (triton, tf32x3)", lambda: accumulate_drift(buf, th, 0, drift, 1.0 / k, first=False,
+    bench("drift accumulate (triton, tf32x3)", lambda: accumulate_drift(coef, th, 0, drift, 1.0 / k, first=False,
                                                                      last=False))
     thc = th[:kc].contiguous()
-    bench("drift accumulate (cuBLAS addmm, ieee fp32)", lambda: drift.addmm_(buf.t(), thc, alpha=1.0 / k))
+    bench("drift accumulate (cuBLAS addmm, ieee fp32)", lambda: drift.addmm_(coef.t(), thc, alpha=1.0 / k))
     mn, mx = torch.aminmax(src, dim=1)
     lo, width = histogram.bin_geometry(mn, mx, NUM_BINS)
     bench("hist: min/max (torch.aminmax)", lambda: torch.aminmax(src, dim=1))
@@ -171,9 +156,7 @@ def stages(n, d, k, per_row=None):
 
     bench("hist: transport (in place, shared tables)", hcoef, copy)
     est_exact = sum(out[key] for key in ("project + noise (triton)", "CUB sort fwd (float32 keys, int32 idx)",
-                                         "transport, rank order (in place)",
-                                         f"CUB sort back ({index_bits(n)}-bit index keys)",
-                                         "drift accumulate (triton, tf32x3)"))
+                                         "transport, scattered (int32 idx)", "drift accumulate (triton, tf32x3)"))
     est_hist = sum(out[key] for key in ("project + noise (triton)", "hist: min/max (torch.aminmax)",
                                         f"hist: count ({NUM_BINS} bins, shared memory)",
                                         "hist: transport (in place, shared tables)",

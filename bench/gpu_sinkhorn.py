@@ -77,11 +77,11 @@ os.environ.setdefault("KEOPS_CACHE_FOLDER", os.path.join(harness.ROOT, ".cache",
 
 SUITE = "gpu_sinkhorn"
 CASE = "ot_eps"
-ANCHORS = ["geomloss_online"]
+ANCHORS = ["geomloss_online", "geomloss_tensorized"]
 BLUR = 0.05
 ITERATIONS = 100
 WARM_N = 2000
-#: the dense engine is measured up to this N·M on CUDA (two float32 cost matrices of 400 MB and a work buffer)
+#: the dense engines' size when no GPU is visible to plan with (:func:`dense_fits`)
 DENSE_MAX = 10_000 * 10_000
 #: FlashSinkhorn's published figures (A100, d = 64, 100 iterations), in ms: context only, never measured here
 PUBLISHED_FLASHSINKHORN_MS = {10_000: 61.0, 50_000: 1450.0}
@@ -144,7 +144,23 @@ def geomloss_schedule_len(diameter, scaling, blur=BLUR):
     return len(epsilon_schedule(2, diameter, blur, scaling))
 
 
-IMPLS = ("geomloss_online", "fastdpot", "fastdpot_keops", "fastdpot_tensorized")
+IMPLS = ("geomloss_online", "fastdpot", "fastdpot_keops", "geomloss_tensorized", "fastdpot_tensorized")
+
+
+def anchor_of(impl):
+    """The GeomLoss row an implementation is compared with: the dense engines with GeomLoss' dense engine
+    (``backend="tensorized"``, no KeOps), the others with GeomLoss online (KeOps)."""
+    return "geomloss_tensorized" if impl.endswith("_tensorized") else "geomloss_online"
+
+
+def dense_fits(n, m, device):
+    """Whether the dense engines run at n x m: every size on CPU (smoke sizes); on CUDA when about eight n x m float32
+    matrices (cost, soft-min temporaries, gradients) fit in 80 % of the device's memory."""
+    if device != "cuda":
+        return True
+    if not torch.cuda.is_available():  # planning without a GPU (tests): the size every current GPU holds
+        return n * m <= DENSE_MAX
+    return n * m * 4 * 8 <= 0.8 * torch.cuda.get_device_properties(0).total_memory
 
 
 def impls_for(n, m, d, device, wanted=None):
@@ -155,18 +171,20 @@ def impls_for(n, m, d, device, wanted=None):
     out = [("geomloss_online", "keops"), ("fastdpot", auto)]
     if auto != "keops":
         out.append(("fastdpot_keops", "keops"))
-    if auto != "reference" and (device != "cuda" or n * m <= DENSE_MAX):
-        out.append(("fastdpot_tensorized", "reference"))
+    if dense_fits(n, m, device):
+        out.append(("geomloss_tensorized", "tensorized"))
+        if auto != "reference" or (wanted is not None and "fastdpot" not in wanted):  # else "fastdpot" is this row
+            out.append(("fastdpot_tensorized", "reference"))
     return [(i, b) for i, b in out if wanted is None or i in wanted]
 
 
 def make_impl(impl, diameter, scaling):
     """A callable (x, y) -> OT_ε for ``impl`` with the shared blur, diameter and scaling."""
-    if impl == "geomloss_online":
+    if impl.startswith("geomloss_"):
         from geomloss import SamplesLoss
 
         return SamplesLoss("sinkhorn", p=2, blur=BLUR, scaling=scaling, diameter=diameter, debias=False,
-                           backend="online")
+                           backend=impl[len("geomloss_"):])
     from fastdpot.sinkhorn import sinkhorn
 
     backend = _BACKEND_ARG[impl]
@@ -330,7 +348,7 @@ def run(cases, results_path, device, note="", budget_s=None, t_begin=None, itera
             print(f"[{SUITE}] WARNING: GeomLoss' ε list has {g_len} values, fastdpot's {len(eps_list)}", flush=True)
         x = x0.clone().requires_grad_(mode == "full")
         y = y0.clone().requires_grad_(mode == "full")
-        anchor = None
+        anchors = {}
         for impl, backend in impls_for(n, m, d, device, impls):
             key = (impl, d, mode)
             tag = f"[{SUITE}] n={n:<6d} d={d:<3d} {mode:7s} {impl:20s}"
@@ -346,7 +364,7 @@ def run(cases, results_path, device, note="", budget_s=None, t_begin=None, itera
                 print(f"{tag} skipped: under 10 s of the budget left for its first (compiling) call", flush=True)
                 continue
             row = dict(common, impl=impl, backend=backend, params=dict(n=n, m=m, d=d), n=n, m=m, d=d, mode=mode,
-                       device=device, anchor=ANCHORS[0], diameter=diam, scaling=scaling, eps_steps=len(eps_list),
+                       device=device, anchor=anchor_of(impl), diameter=diam, scaling=scaling, eps_steps=len(eps_list),
                        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
             if g_len is not None:
                 row["geomloss_eps_steps"] = g_len
@@ -378,8 +396,9 @@ def run(cases, results_path, device, note="", budget_s=None, t_begin=None, itera
             finally:
                 if cuda:
                     torch.cuda.empty_cache()
-            if impl == ANCHORS[0]:
-                anchor = row if "median_s" in row else None
+            anchor = anchors.get(row["anchor"])
+            if impl in ANCHORS:
+                anchors[impl] = row if "median_s" in row else None
             elif anchor is not None and "median_s" in row:
                 row["ratio_to_geomloss"] = round(anchor["median_s"] / row["median_s"], 3)
                 row["rel_diff_to_geomloss"] = abs(row["value"] - anchor["value"]) / max(abs(anchor["value"]), 1e-30)
@@ -424,7 +443,7 @@ def markdown_table(rows):
         ratio = r.get("ratio_to_geomloss")
         peak = "" if r["peak_mem_mb"] is None else f"{r['peak_mem_mb']:.0f}"
         lines.append(f"| {r['impl']} | {r['backend']} | {_fmt_n(r['n'])} | {r['d']} | {r['mode']} | {r['ms']:.2f} | "
-                     f"{peak} | {'1 (anchor)' if r['impl'] == ANCHORS[0] else '' if ratio is None else f'{ratio:.2f}'} |")
+                     f"{peak} | {'1 (anchor)' if r['impl'] in ANCHORS else '' if ratio is None else f'{ratio:.2f}'} |")
     lines.append("")
     lines.append("Published, not measured here: FlashSinkhorn's figures, A100, d = 64, 100 iterations: "
                  + ", ".join(f"n = {_fmt_n(n)}: {ms:g} ms" for n, ms in PUBLISHED_FLASHSINKHORN_MS.items())

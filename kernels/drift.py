@@ -17,7 +17,7 @@ from ._common import acc_dtype, randn_wide
 __all__ = ["accumulate_drift"]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed_b"])  # a fresh seed per step must not recompile
 def _drift_kernel(coef_ptr, theta_ptr, drift_ptr, x_ptr, new_ptr, brown_ptr, N, D, j0, KC,
                   stride_tk, stride_td, stride_xn, stride_xd, scalars_ptr, seed_b,
                   FIRST: tl.constexpr, LAST: tl.constexpr, UPDATE: tl.constexpr, BROWNIAN: tl.constexpr,

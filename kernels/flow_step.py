@@ -106,10 +106,10 @@ def flow_step_cuda(particles, private, projections, *, noise_std, step_size, reg
     Same contract, noise streams and results as :func:`flow_step_triton`. What changes (float32):
 
     * exact / grid / sketch: each chunk's projections are sorted in place by a CUB radix sort carrying 32-bit
-      indices (not ``torch.sort``'s copy with int64 indices); the transport writes ``s - T`` in rank order
-      (coalesced) and a second radix sort on the index keys (``ceil(log2 N)`` bits) puts the coefficients back in
-      particle order -- two streaming sorts instead of a scattered write. Device memory per chunk: 8 bytes per
-      (direction, particle) plus two rows of scratch, against about 28 with ``torch.sort``.
+      indices (not ``torch.sort``'s sorted copy with int64 indices and its double buffers); the transport reads the
+      int32 indices and scatters ``s - T`` into a separate buffer. Device memory per chunk: 12 bytes per
+      (direction, particle) plus two rows of scratch, against about 28 with ``torch.sort``. (Writing in rank order
+      and sorting the coefficients back by index was measured slower on an H200: docs/gpu.md.)
     * histogram (``num_quantiles <= 6144`` bins): the chunk's noisy projections are stored once (4 bytes per
       entry), counted into per-block shared-memory histograms and transported in place with the row's tables in
       shared memory, then reduced to the drift -- instead of three passes that each recompute projections and noise
@@ -150,7 +150,9 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
         return new, drift, noise
     kc = direction_chunk(n, k)
     buf = torch.empty((kc, n), dtype=dt, device=dev)
-    idx = torch.empty((kc, n), dtype=torch.int32, device=dev) if use_prims and quantiles != "histogram" else None
+    sort_prims = prims if use_prims and quantiles != "histogram" else None
+    idx = torch.empty((kc, n), dtype=torch.int32, device=dev) if sort_prims is not None else None
+    out = torch.empty((kc, n), dtype=dt, device=dev) if sort_prims is not None else None
     if sketch is not None:
         table = sketch[0].detach().to(dev, torch.float64).contiguous()
         seg, w = table_segments(n, sketch[1].detach().to(dev))
@@ -160,8 +162,8 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
         if sketch is not None:
             project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
                           fast_noise=fast_noise_stream(STREAM_PARTICLES))
-            _sorted_transport(coef, idx, prims if use_prims else None,
-                              lambda ps, ix, out, ro: transport_table(ps, ix, seg, w, table[j0:j0 + c], out, ro))
+            coef = _sorted_transport(coef, idx, out, sort_prims,
+                                     lambda ps, ix, dst: transport_table(ps, ix, seg, w, table[j0:j0 + c], dst))
             accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
                              step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
             continue
@@ -181,12 +183,12 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
             project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
                           fast_noise=fast_noise_stream(STREAM_PARTICLES))
             if quantiles == "exact":
-                _sorted_transport(coef, idx, prims if use_prims else None,
-                                  lambda ps, ix, out, ro: transport_exact(ps, ix, qs, out, ro))
+                coef = _sorted_transport(coef, idx, out, sort_prims,
+                                         lambda ps, ix, dst: transport_exact(ps, ix, qs, dst))
             else:
                 q = n if num_quantiles is None else int(num_quantiles)
-                _sorted_transport(coef, idx, prims if use_prims else None,
-                                  lambda ps, ix, out, ro: transport_grid(ps, ix, qs, q, out, ro))
+                coef = _sorted_transport(coef, idx, out, sort_prims,
+                                         lambda ps, ix, dst: transport_grid(ps, ix, qs, q, dst))
         accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
                          step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
     noise = dict(particles=noise_p, private=None if sketch is not None else noise_q,
@@ -194,20 +196,20 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
     return new, drift, noise
 
 
-def _sorted_transport(coef, idx, prims, transport):
-    """Sort each row of the projections ``coef`` (c, N), transport, and leave ``s - T`` in particle order in ``coef``.
+def _sorted_transport(coef, idx, out, prims, transport):
+    """Sort each row of the projections ``coef`` (c, N) and write ``s - T`` at each particle's column; returns the
+    (c, N) coefficients.
 
-    ``transport(sorted, index, out, rank_order)`` is one of :mod:`kernels.quantile`'s transports. Without ``prims``:
-    ``torch.sort`` (a sorted copy, int64 indices) and a scattered write. With ``prims``: sort in place carrying int32
-    indices, transport in rank order in place, then sort the (index, coefficient) pairs back by index.
+    ``transport(sorted, index, out)`` is one of :mod:`kernels.quantile`'s transports. Without ``prims``:
+    ``torch.sort`` (a sorted copy with int64 indices), the coefficients overwrite ``coef``. With ``prims``: ``coef``
+    is sorted in place carrying int32 indices (``idx``), the coefficients go to ``out`` (a scattered write into a
+    buffer that no thread reads from).
     """
+    c = coef.shape[0]
     if prims is None:
         ps, ix = torch.sort(coef, dim=1)
-        transport(ps, ix, coef, False)
+        transport(ps, ix, coef)
         return coef
-    c, n = coef.shape
-    ix = idx[:c]
-    prims.sort_rows_(coef, ix, fill_iota=True)
-    transport(coef, ix, coef, True)
-    prims.sort_rows_(ix, coef, bits=index_bits(n), fill_iota=False)
-    return coef
+    prims.sort_rows_(coef, idx[:c], fill_iota=True)
+    transport(coef, idx[:c], out[:c])
+    return out[:c]

@@ -29,7 +29,7 @@ from .projection_noise import tile_config
 __all__ = ["histogram_coef", "histogram_step_fused", "bin_geometry", "FUSED_MAX_D"]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed per step must not recompile
 def _minmax_kernel(x_ptr, theta_ptr, noise_ptr, min_ptr, max_ptr, N, D, K, j0, KC,
                    stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                    HAS_NOISE: tl.constexpr, STORE_NOISE: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -79,7 +79,7 @@ def _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c,
     return t
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed per step must not recompile
 def _hist_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, N, D, K, j0, KC,
                  stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                  HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -97,7 +97,7 @@ def _hist_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, N, D, K, j0, KC,
     tl.atomic_add(hist_ptr + offs_c[None, :] * NUM_BINS + b, ones, mask=mask_n[:, None] & mask_c[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed per step must not recompile
 def _hist_transport_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, coef_ptr,
                            N, M, D, K, j0, KC, stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                            HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -115,7 +115,7 @@ def _hist_transport_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_pt
     tl.store(coef_ptr + offs_c.to(tl.int64)[None, :] * N + offs_n[:, None], s - t, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed", "seed_b"])  # a fresh seed per step must not recompile
 def _hist_drift_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, drift_ptr, new_ptr, brown_ptr,
                        N, M, D, K, stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr, scalars_ptr, seed_b,
                        HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BROWNIAN: tl.constexpr,

@@ -29,7 +29,7 @@ def tile_config(dtype: torch.dtype, d: int):
     return 32, 16, min(16, triton.next_power_of_2(d)), False
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed per step must not recompile
 def _project_noise_kernel(x_ptr, theta_ptr, out_ptr, noise_ptr, N, D, K, j0, KC,
                           stride_xn, stride_xd, stride_tk, stride_td, seed, noise_std_ptr,
                           HAS_NOISE: tl.constexpr, STORE_NOISE: tl.constexpr, BLOCK_N: tl.constexpr,

@@ -18,16 +18,6 @@ __all__ = ["transport_exact", "transport_grid", "grid_quantiles", "target_at_lev
 
 
 @triton.jit
-def _destination(index_ptr, c, N, r, mask, RANK_ORDER: tl.constexpr):
-    """Column of row c that receives rank r's coefficient: the particle's own (its index, a scattered write) or, with
-    RANK_ORDER, r itself (coalesced; the caller sorts the row back to particle order by index)."""
-    if RANK_ORDER:
-        return r
-    else:
-        return tl.load(index_ptr + c * N + r, mask=mask, other=0)
-
-
-@triton.jit
 def target_at_level(q_ptr, num, den, M, mask):
     """Target quantile at level num/den (int64 tensors, 0 <= num <= den) of a sorted row ``q_ptr`` of length M."""
     pos = num * (M - 1)
@@ -40,38 +30,35 @@ def target_at_level(q_ptr, num, den, M, mask):
 
 
 @triton.jit
-def _transport_exact_kernel(sorted_ptr, index_ptr, q_ptr, coef_ptr, N, M, BLOCK: tl.constexpr,
-                            RANK_ORDER: tl.constexpr = False):
+def _transport_exact_kernel(sorted_ptr, index_ptr, q_ptr, coef_ptr, N, M, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     c = tl.program_id(1).to(tl.int64)
     r = pid * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     mask = r < N
     v = tl.load(sorted_ptr + c * N + r, mask=mask, other=0.0)
+    idx = tl.load(index_ptr + c * N + r, mask=mask, other=0)
     den = tl.maximum(N - 1, 1).to(tl.int64) + r * 0
     t = target_at_level(q_ptr + c * M, r, den, M, mask)
-    tl.store(coef_ptr + c * N + _destination(index_ptr, c, N, r, mask, RANK_ORDER), v - t, mask=mask)
+    tl.store(coef_ptr + c * N + idx, v - t, mask=mask)
 
 
 def transport_exact(sorted_proj: torch.Tensor, index: torch.Tensor, sorted_target: torch.Tensor,
-                    coef: torch.Tensor, rank_order: bool = False) -> torch.Tensor:
+                    coef: torch.Tensor) -> torch.Tensor:
     """Fill ``coef`` (kc, N) with ``noisy projection - transported target`` at each particle's row.
 
     Args: sorted_proj (kc, N) sorted noisy particle projections; index (kc, N) their rows (int32 or int64);
     sorted_target (kc, M) sorted noisy private projections. ``coef`` may alias the unsorted projection buffer.
-    ``rank_order``: write rank r's coefficient at column r instead (``index`` unused; ``coef`` may then alias
-    ``sorted_proj``, each entry is read and written by one program).
     """
     kc, n = sorted_proj.shape
     m = sorted_target.shape[1]
     block = 1024 if sorted_proj.is_cuda else 256
-    _transport_exact_kernel[(triton.cdiv(n, block), kc)](sorted_proj, index, sorted_target, coef, n, m, BLOCK=block,
-                                                         RANK_ORDER=bool(rank_order))
+    _transport_exact_kernel[(triton.cdiv(n, block), kc)](sorted_proj, index, sorted_target, coef, n, m, BLOCK=block)
     return coef
 
 
 @triton.jit
 def _transport_grid_kernel(sorted_ptr, index_ptr, j_ptr, xq_ptr, tq_ptr, lv_ptr, coef_ptr, N, Q,
-                           BLOCK: tl.constexpr, RANK_ORDER: tl.constexpr = False):
+                           BLOCK: tl.constexpr):
     """The authors' grid transport on sorted particles: cdf = interp(s; xq -> levels), T = interp(cdf; levels -> tq)
     with numpy.interp semantics (clamped outside the knots); ``j`` = searchsorted(xq, s, right=True) - 1."""
     pid = tl.program_id(0)
@@ -79,6 +66,7 @@ def _transport_grid_kernel(sorted_ptr, index_ptr, j_ptr, xq_ptr, tq_ptr, lv_ptr,
     r = pid * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     mask = r < N
     v = tl.load(sorted_ptr + c * N + r, mask=mask, other=0.0)
+    idx = tl.load(index_ptr + c * N + r, mask=mask, other=0)
     j = tl.load(j_ptr + c * N + r, mask=mask, other=0)
     j = tl.minimum(tl.maximum(j, 0), Q - 1)
     j1 = tl.minimum(j + 1, Q - 1)
@@ -109,7 +97,7 @@ def _transport_grid_kernel(sorted_ptr, index_ptr, j_ptr, xq_ptr, tq_ptr, lv_ptr,
     dl = l1 - l0
     t = t0 + tl.where(dl > 0, (t1 - t0) / tl.where(dl > 0, dl, 1.0), 0.0) * (cdf - l0)
     t = tl.where(cdf >= lv_last, tl.load(trow + r * 0 + (Q - 1), mask=mask, other=0.0), t)
-    tl.store(coef_ptr + c * N + _destination(index_ptr, c, N, r, mask, RANK_ORDER), v - t, mask=mask)
+    tl.store(coef_ptr + c * N + idx, v - t, mask=mask)
 
 
 def grid_quantiles(sorted_rows: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
@@ -124,11 +112,10 @@ def grid_quantiles(sorted_rows: torch.Tensor, levels: torch.Tensor) -> torch.Ten
 
 
 def transport_grid(sorted_proj: torch.Tensor, index: torch.Tensor, sorted_target: torch.Tensor,
-                   num_quantiles: int, coef: torch.Tensor, rank_order: bool = False) -> torch.Tensor:
+                   num_quantiles: int, coef: torch.Tensor) -> torch.Tensor:
     """Grid (authors') transport of sorted particle projections with Q = ``num_quantiles`` levels; fills ``coef``.
 
-    Shape: sorted_proj, index (kc, N); sorted_target (kc, M); coef (kc, N). ``rank_order`` as in
-    :func:`transport_exact`.
+    Shape: sorted_proj, index (kc, N); sorted_target (kc, M); coef (kc, N).
     """
     kc, n = sorted_proj.shape
     levels = torch.linspace(0, 1, num_quantiles, dtype=torch.float64, device=sorted_proj.device)
@@ -138,7 +125,7 @@ def transport_grid(sorted_proj: torch.Tensor, index: torch.Tensor, sorted_target
     j = torch.searchsorted(xq, sorted_proj, right=True) - 1
     block = 1024 if sorted_proj.is_cuda else 256
     _transport_grid_kernel[(triton.cdiv(n, block), kc)](sorted_proj, index, j, xq, tq, lv, coef, n,
-                                                        num_quantiles, BLOCK=block, RANK_ORDER=bool(rank_order))
+                                                        num_quantiles, BLOCK=block)
     return coef
 
 
@@ -160,33 +147,31 @@ def table_segments(n: int, levels: torch.Tensor):
 
 
 @triton.jit
-def _transport_table_kernel(sorted_ptr, index_ptr, seg_ptr, w_ptr, tb_ptr, coef_ptr, N, L, BLOCK: tl.constexpr,
-                            RANK_ORDER: tl.constexpr = False):
+def _transport_table_kernel(sorted_ptr, index_ptr, seg_ptr, w_ptr, tb_ptr, coef_ptr, N, L, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     c = tl.program_id(1).to(tl.int64)
     r = pid * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     mask = r < N
     v = tl.load(sorted_ptr + c * N + r, mask=mask, other=0.0)
+    idx = tl.load(index_ptr + c * N + r, mask=mask, other=0)
     sg = tl.load(seg_ptr + r, mask=mask, other=0)
     w = tl.load(w_ptr + r, mask=mask, other=0.0)
     s1 = tl.minimum(sg + 1, L - 1)
     t0 = tl.load(tb_ptr + c * L + sg, mask=mask, other=0.0)
     t1 = tl.load(tb_ptr + c * L + s1, mask=mask, other=0.0)
     t = t0 + w * (t1 - t0)  # float64 (the table and weights are float64)
-    tl.store(coef_ptr + c * N + _destination(index_ptr, c, N, r, mask, RANK_ORDER), (v.to(tl.float64) - t).to(v.dtype),
-             mask=mask)
+    tl.store(coef_ptr + c * N + idx, (v.to(tl.float64) - t).to(v.dtype), mask=mask)
 
 
 def transport_table(sorted_proj: torch.Tensor, index: torch.Tensor, seg: torch.Tensor, w: torch.Tensor,
-                    table: torch.Tensor, coef: torch.Tensor, rank_order: bool = False) -> torch.Tensor:
+                    table: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
     """Sketch mode, exact levels: ``coef[c, index[c, r]] = sorted[c, r] - Q_c(r/(N-1))`` with Q_c the table row's
     piecewise-linear quantile function, from :func:`table_segments`' ``seg``, ``w``.
 
-    Shape: sorted_proj, index, coef (kc, N); seg, w (N,); table (kc, L) float64. ``rank_order`` as in
-    :func:`transport_exact`.
+    Shape: sorted_proj, index, coef (kc, N); seg, w (N,); table (kc, L) float64.
     """
     kc, n = sorted_proj.shape
     block = 1024 if sorted_proj.is_cuda else 256
     _transport_table_kernel[(triton.cdiv(n, block), kc)](sorted_proj, index, seg, w, table, coef, n,
-                                                         table.shape[1], BLOCK=block, RANK_ORDER=bool(rank_order))
+                                                         table.shape[1], BLOCK=block)
     return coef

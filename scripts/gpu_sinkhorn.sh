@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fastdpot's Sinkhorn vs GeomLoss (KeOps) on a CUDA machine, within a time budget:
-#   bash scripts/gpu_sinkhorn.sh [SECONDS]        (default 90: the whole script, install included)
+#   bash scripts/gpu_sinkhorn.sh [SECONDS] [bench.gpu_sinkhorn options, e.g. --impls geomloss_tensorized,...]
+#   (SECONDS: default 90, the whole script, install included)
 # 1. installs the pure-Python wheels .whl/{pykeops,keopscore,geomloss}-*.whl (see docs/sinkhorn.md) into /tmp/site,
 #    offline (--no-index --no-deps: torch, numpy, scipy, pybind11 are the machine's own);
 # 2. points KeOps at a fresh cache folder and at the CUDA toolkit (CUDA_PATH/CUDA_HOME, /usr/local/cuda if unset);
@@ -13,6 +14,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 0
 TOTAL=${1:-90}
+shift $(( $# > 0 ? 1 : 0 ))
 BUDGET=$(( TOTAL > 30 ? TOTAL - 10 : TOTAL * 2 / 3 ))
 HARD=$(( TOTAL > 10 ? TOTAL - 3 : TOTAL ))
 PY=$(command -v python3 || command -v python)
@@ -67,7 +69,7 @@ echo "gpu_sinkhorn: budget ${TOTAL} s (benchmark ${BUDGET} s, hard stop ${HARD} 
 RES=$(mktemp /tmp/gpu_sinkhorn_rows.XXXXXX.jsonl)
 TABLE=$(mktemp /tmp/gpu_sinkhorn_table.XXXXXX.md)
 LOG=$(mktemp /tmp/gpu_sinkhorn_log.XXXXXX.txt)
-timeout -s INT -k 5 "$HARD" "$PY" -m bench.gpu_sinkhorn --budget-s "$BUDGET" --results "$RES" --table "$TABLE" \
+timeout -s INT -k 5 "$HARD" "$PY" -m bench.gpu_sinkhorn "$@" --budget-s "$BUDGET" --results "$RES" --table "$TABLE" \
     --note "scripts/gpu_sinkhorn.sh" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 case $status in
@@ -80,8 +82,8 @@ esac
 chmod a+r "$RES" "$TABLE" "$LOG" 2>/dev/null
 if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT"
-    cp "$RES" "$OUT/gpu_sinkhorn_results.jsonl" 2>/dev/null || true
-    cp "$TABLE" "$OUT/gpu_sinkhorn_table.md" 2>/dev/null || true
-    cp "$LOG" "$OUT/gpu_sinkhorn.log" 2>/dev/null || true
+    cat "$RES" >> "$OUT/gpu_sinkhorn_results.jsonl" 2>/dev/null || true  # appended: the script may run twice
+    cat "$TABLE" >> "$OUT/gpu_sinkhorn_table.md" 2>/dev/null || true
+    cat "$LOG" >> "$OUT/gpu_sinkhorn.log" 2>/dev/null || true
 fi
 exit $status

@@ -33,12 +33,16 @@ def test_plan_order_and_impls():
     assert cases[:2] == [(10_000, 64, "forward"), (50_000, 64, "forward")]  # the published figure's d first
     assert len(cases) == 8 and [c[2] for c in cases] == ["forward"] * 4 + ["full"] * 4
     assert gs.plan(only=[(10, 3)], modes=("full",)) == [(10, 3, "full")]
-    # on CUDA the default backend at these sizes is KeOps: no separate fastdpot_keops row; dense only up to 1e4
+    # on CUDA the default backend at these sizes is KeOps: no separate fastdpot_keops row; the dense engines (each
+    # compared with GeomLoss' dense engine) where their matrices fit (planned here without a GPU: up to 1e4)
     assert gs.impls_for(10_000, 10_000, 64, "cuda") == [("geomloss_online", "keops"), ("fastdpot", "keops"),
+                                                        ("geomloss_tensorized", "tensorized"),
                                                         ("fastdpot_tensorized", "reference")]
-    assert gs.impls_for(50_000, 50_000, 2, "cuda") == [("geomloss_online", "keops"), ("fastdpot", "keops")]
+    if not torch.cuda.is_available():
+        assert gs.impls_for(50_000, 50_000, 2, "cuda") == [("geomloss_online", "keops"), ("fastdpot", "keops")]
     assert gs.impls_for(200, 200, 2, "cpu") == [("geomloss_online", "keops"), ("fastdpot", "reference"),
-                                                ("fastdpot_keops", "keops")]
+                                                ("fastdpot_keops", "keops"), ("geomloss_tensorized", "tensorized")]
+    assert [gs.anchor_of(i) for i in gs.IMPLS] == ["geomloss_online"] * 3 + ["geomloss_tensorized"] * 2
     assert gs.impls_for(200, 200, 2, "cpu", ("fastdpot",)) == [("fastdpot", "reference")]
 
 
@@ -100,5 +104,5 @@ def test_full_smoke_with_keops_and_geomloss(tmp_path):
     results = tmp_path / "r.jsonl"
     assert gs.main(["--smoke", "--results", str(results)]) == 0
     rows = [json.loads(ln) for ln in results.read_text().splitlines()]
-    assert {r["impl"] for r in rows} == {"geomloss_online", "fastdpot", "fastdpot_keops"}
+    assert {r["impl"] for r in rows} == {"geomloss_online", "fastdpot", "fastdpot_keops", "geomloss_tensorized"}
     assert all(r.get("rel_diff_to_geomloss", 0.0) < 1e-3 for r in rows)

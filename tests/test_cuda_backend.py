@@ -128,6 +128,31 @@ def test_dpswd_cuda_path_with_torch_prims_equals_triton(n, m):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
 
 
+def test_seed_arguments_do_not_recompile_the_kernels():
+    """A flow draws a fresh 62-bit seed per step: a kernel that specialised on it (Triton specialises integer
+    arguments on divisibility by 16) would compile again whenever a seed falls in the other residue class -- seconds
+    of JIT compilation in the middle of a run."""
+    from fastdpot.kernels import dpswd, drift, histogram, projection_noise, quantile
+
+    def launchable(obj):  # a compiled kernel (JITFunction), or its TRITON_INTERPRET=1 stand-in
+        if hasattr(obj, "params"):
+            return [p.name for p in obj.params], [p.name for p in obj.params if p.do_not_specialize]
+        if hasattr(obj, "arg_names") and hasattr(obj, "kwargs"):
+            return list(obj.arg_names), list(obj.kwargs.get("do_not_specialize") or [])
+        return None
+
+    seen = 0
+    for mod in (dpswd, drift, histogram, projection_noise, quantile):
+        for name, obj in vars(mod).items():
+            info = launchable(obj) if name.startswith("_") and name.endswith("_kernel") else None
+            if info is None:
+                continue
+            seeds = [a for a in info[0] if "seed" in a]
+            seen += bool(seeds)
+            assert set(seeds) <= set(info[1]), name
+    assert seen >= 5
+
+
 def test_cuda_backend_unavailable_is_a_clear_error():
     from fastdpot._dispatch import available_backends
     from fastdpot.ops.flow_step import flow_step
@@ -151,7 +176,8 @@ def test_cuda_backend_unavailable_is_a_clear_error():
 def test_cub_sort_rows_equals_torch(rows, n, per_row):
     g = torch.Generator(device="cuda").manual_seed(rows * n)
     keys = torch.randn(rows, n, device="cuda", generator=g)
-    keys[:, ::7] = keys[:, 3:4]  # ties (stable order must be kept)
+    if n > 7:
+        keys[:, ::7] = keys[:, 3:4]  # ties (stable order must be kept)
     a_k, a_v = keys.clone(), torch.empty(rows, n, dtype=torch.int32, device="cuda")
     b_k, b_v = keys.clone(), torch.empty_like(a_v)
     CUB.sort_rows_(a_k, a_v, per_row=per_row)
@@ -179,8 +205,12 @@ def test_cub_hist_passes_equal_torch(dtype, bins, m):
     q = torch.sort(torch.randn(6, m, device="cuda", generator=g, dtype=dtype), dim=1).values
     a = CUB.hist_coef_(s.clone(), lo, width, h_ref, cum, q)
     b = TORCH.hist_coef_(s.clone(), lo, width, h_ref, cum, q)
+    # rounding: the level u carries a few ulps (the kernel contracts a * b + c into one FMA, torch does not), the
+    # position u (M - 1) then M - 1 times that, which moves the target by up to that times the widest gap of q
     eps = torch.finfo(dtype).eps
-    torch.testing.assert_close(a, b, rtol=0, atol=64 * eps * (s.abs().max().item() + q.abs().max().item()))
+    gap = q.diff(dim=1).abs().max().item() if m > 1 else 0.0
+    scale = s.abs().max().item() + q.abs().max().item()
+    torch.testing.assert_close(a, b, rtol=0, atol=16 * eps * ((m - 1) * gap + scale))
 
 
 def _replay(x, y, th, noise, quantiles, nq, reg):
