@@ -56,7 +56,8 @@ step versions 60 python -c "import torch, triton, fastdpot._cuda_prims as c; pri
 'cuda', torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name(0)); print('cuda backend:', c.cuda_status())"
 
 # 1. correctness on CUDA: the cuda backend (CUB primitives vs torch, backend vs replay and triton), the Triton kernels
-step tests 200 python -m pytest -q -ra -p no:cacheprovider tests/test_cuda_backend.py tests/test_gpu.py
+step tests 240 python -m pytest -q -ra -p no:cacheprovider tests/test_cuda_backend.py tests/test_gpu.py \
+    tests/test_gpu_flows.py
 
 # 2. where the time goes: each stage of one chunk, both GPU backends (N = 1e7 per-row sorts; N = 1e6 both modes)
 step stages-1e7 75 python -m bench.gpu_profile --stages --size 10000000,48,128
