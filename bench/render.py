@@ -96,7 +96,8 @@ def table(rows, headline_only=False):
                         ratio = by_impl[a]["median_s"] / r["median_s"]
                         ratios.append(f"{ratio:.2f}× {a}" if ratio < 10 else f"{ratio:.0f}× {a}")
             m = r["machine"]
-            mkey = (m.get("gpu") or m["cpu"], r["threads"], r["git_rev"],
+            # tree_commit: the commit whose tree was measured, where the machine's own .git copy was stale
+            mkey = (m.get("gpu") or m["cpu"], r["threads"], r.get("tree_commit") or r["git_rev"],
                     ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v))
             machines[mkey] = None
             lines.append(f"| {suite} | {case} | {_size(r['params'])} | {mode} | {device} | {r['impl']} | "
