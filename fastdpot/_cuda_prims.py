@@ -63,6 +63,28 @@ def _check_rows(keys, vals):
         raise ValueError(f"keys must be float32 or int32 and vals int32 or float32, got {keys.dtype}, {vals.dtype}")
 
 
+def _check_hist(s, lo, width, num_bins, hist=None, cum=None, q=None):
+    """Shapes, dtypes and layout of the histogram passes' arguments (the CUDA kernels read raw pointers)."""
+    if s.dim() != 2 or s.dtype not in (torch.float32, torch.float64) or not s.is_contiguous():
+        raise ValueError(f"s must be a contiguous (rows, n) float32/float64 tensor, got {tuple(s.shape)} {s.dtype}")
+    rows = s.shape[0]
+    if int(num_bins) < 1:
+        raise ValueError(f"num_bins must be >= 1, got {num_bins}")
+    for name, t in (("lo", lo), ("width", width)):
+        if t.shape != (rows,) or t.dtype != s.dtype or not t.is_contiguous() or t.device != s.device:
+            raise ValueError(f"{name} must be a contiguous ({rows},) {s.dtype} tensor on {s.device}, got "
+                             f"{tuple(t.shape)} {t.dtype} on {t.device}")
+    for name, t, dt in (("hist", hist, torch.int32), ("cum", cum, torch.int64)):
+        if t is not None and (t.shape != (rows, num_bins) or t.dtype != dt or not t.is_contiguous()
+                              or t.device != s.device):
+            raise ValueError(f"{name} must be a contiguous ({rows}, {num_bins}) {dt} tensor on {s.device}, got "
+                             f"{tuple(t.shape)} {t.dtype} on {t.device}")
+    if q is not None and (q.dim() != 2 or q.shape[0] != rows or q.shape[1] < 1 or q.dtype != s.dtype
+                          or not q.is_contiguous() or q.device != s.device):
+        raise ValueError(f"q must be a contiguous ({rows}, M >= 1) {s.dtype} tensor on {s.device}, got "
+                         f"{tuple(q.shape)} {q.dtype} on {q.device}")
+
+
 class _Torch:
     """Reference implementations (any device)."""
 
@@ -81,6 +103,7 @@ class _Torch:
 
     @staticmethod
     def hist_count(s, lo, width, num_bins):
+        _check_hist(s, lo, width, num_bins)
         t = ((s - lo[:, None]) / width[:, None]).clamp(0, num_bins)
         b = t.to(torch.int64).clamp(max=num_bins - 1)
         hist = torch.zeros(s.shape[0], num_bins, dtype=torch.int32, device=s.device)
@@ -88,6 +111,7 @@ class _Torch:
 
     @staticmethod
     def hist_coef_(s, lo, width, hist, cum, q):
+        _check_hist(s, lo, width, hist.shape[1] if hist.dim() == 2 else -1, hist, cum, q)
         n, m = s.shape[1], q.shape[1]
         nb = hist.shape[1]
         t = ((s - lo[:, None]) / width[:, None]).clamp(0, nb)
@@ -141,6 +165,7 @@ class _Cub:
 
     @staticmethod
     def hist_count(s, lo, width, num_bins):
+        _check_hist(s, lo, width, num_bins)
         mod = _Cub._mod()
         hist = torch.zeros(s.shape[0], num_bins, dtype=torch.int32, device=s.device)
         with torch.cuda.device(s.device):
@@ -150,6 +175,7 @@ class _Cub:
 
     @staticmethod
     def hist_coef_(s, lo, width, hist, cum, q):
+        _check_hist(s, lo, width, hist.shape[1] if hist.dim() == 2 else -1, hist, cum, q)
         mod = _Cub._mod()
         with torch.cuda.device(s.device):
             mod.hist_coef(_dtype_name(s), s.data_ptr(), s.shape[1], s.shape[0], lo.data_ptr(), width.data_ptr(),

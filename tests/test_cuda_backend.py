@@ -78,6 +78,22 @@ def test_torch_hist_passes_match_the_histogram_reference():
     torch.testing.assert_close(out, s - t, rtol=1e-12, atol=1e-12)
 
 
+def test_primitives_reject_bad_arguments():
+    s = torch.randn(3, 40, dtype=torch.float64)
+    lo, width = s.amin(1), (s.amax(1) - s.amin(1)) / 8
+    hist = TORCH.hist_count(s, lo, width, 8)
+    cum = torch.cumsum(hist, 1, dtype=torch.int64) - hist
+    q = torch.randn(3, 5, dtype=torch.float64).sort(1).values
+    with pytest.raises(ValueError, match="cum"):
+        TORCH.hist_coef_(s.clone(), lo, width, hist, cum.int(), q)  # int32 cumulative counts
+    with pytest.raises(ValueError, match="q must"):
+        TORCH.hist_coef_(s.clone(), lo, width, hist, cum, q.float())
+    with pytest.raises(ValueError, match="lo"):
+        TORCH.hist_count(s, lo.float(), width, 8)
+    with pytest.raises(ValueError, match="keys"):
+        TORCH.sort_rows_(s, torch.empty(3, 40, dtype=torch.int32))  # float64 keys: not a radix-sort key type
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the step's cuda code path with the torch primitives == the triton backend
 # ---------------------------------------------------------------------------------------------------------------
