@@ -5,7 +5,8 @@ for exact and histogram modes, the kernels sorted by total device time over ``st
 warm-up steps). ``--stages``: the device time of every stage of one chunk of directions for both GPU backends
 (``triton``: torch.sort + scattered transport with int64 indices; ``cuda``: CUB sort in place + scattered transport
 with int32 indices; the histogram passes), each timed alone with ``triton.testing.do_bench`` (median), scaled to a whole step, beside a device copy of
-the chunk (the bandwidth anchor). ``--sweep``: projection-kernel variants.
+the chunk (the bandwidth anchor). ``--sweep``: projection-kernel variants. ``--lse N``: the dense Sinkhorn soft-min
+against ``torch.logsumexp`` at N = M.
 """
 from __future__ import annotations
 
@@ -125,6 +126,8 @@ def stages(n, d, k, per_row=None):
     print(f"== stages: N={n} d={d} k={k}, chunk kc={kc} ({scale:.2f} chunks per step), median of do_bench")
     copy = bench("copy of the (kc, N) chunk (anchor)", lambda: buf.copy_(src))
     bench("project + noise (triton)", lambda: project_noise(x, th, 0, kc, 1234, 0.5, None, out=buf, fast_noise=True))
+    bench("project, no noise (triton): the Philox share", lambda: project_noise(x, th, 0, kc, 1234, 0.0, None,
+                                                                                out=buf))
     ps, ix64 = torch.sort(src, dim=1)
     bench("torch.sort (int64 indices, copy)", lambda: torch.sort(src, dim=1))
     bench("transport, scattered (int64 idx)", lambda: transport_exact(ps, ix64, qs, buf))
@@ -165,6 +168,29 @@ def stages(n, d, k, per_row=None):
     return out
 
 
+def softmin_lse(n, d=64, eps=0.01, device="cuda"):
+    """Device time of one dense soft-min (the Sinkhorn engine's inner step, N = M = n): fastdpot's in-place
+    ``_lse_dense`` (max-shifted, clamped exponents: several passes over the (N, M) buffer, written for the CPU)
+    against ``torch.logsumexp`` of the materialised ``h - C / eps`` (what GeomLoss' dense engine does)."""
+    from triton.testing import do_bench
+
+    from fastdpot.reference.sinkhorn import _lse_dense
+
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(n, d, device=device, generator=g)
+    y = torch.randn(n, d, device=device, generator=g)
+    C = torch.cdist(x, y) ** 2 / 2
+    h = torch.randn(n, device=device, generator=g)
+    work = torch.empty_like(C)
+    a = _lse_dense(eps, C, h, work)
+    b = (h[None, :] - C / eps).logsumexp(dim=1)
+    print(f"== dense soft-min, N = M = {n}, d = {d}: max |difference| {(a - b).abs().max().item():.3g}")
+    for name, fn in (("fastdpot _lse_dense (in place)", lambda: _lse_dense(eps, C, h, work)),
+                     ("torch.logsumexp(h - C / eps)", lambda: (h[None, :] - C / eps).logsumexp(dim=1))):
+        ms = do_bench(fn, warmup=10, rep=100, return_mode="median")
+        print(f"  {name:34s} {ms:8.3f} ms  ({C.numel() * 4 / ms / 1e6:.0f} GB/s per pass over C)", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="10000000,48,128")
@@ -174,11 +200,16 @@ def main(argv=None):
     ap.add_argument("--per-row", choices=["auto", "yes", "no"], default="auto",
                     help="--stages: CUB sort mode (one onesweep sort per row, or one segmented sort)")
     ap.add_argument("--backend", default="triton", help="backend profiled by the default mode (triton, cuda)")
+    ap.add_argument("--lse", type=float, default=None, metavar="N",
+                    help="only the dense soft-min comparison at N = M (Sinkhorn's dense engine vs torch.logsumexp)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench.gpu_profile: no CUDA device; nothing to do")
         return 0
     n, d, k = (int(float(v)) for v in args.size.split(","))
+    if args.lse:
+        softmin_lse(int(args.lse))
+        return 0
     if args.sweep:
         sweep_projection(n, d, k)
         return 0

@@ -63,6 +63,7 @@ step tests 240 python -m pytest -q -ra -p no:cacheprovider tests/test_cuda_backe
 step stages-1e7 75 python -m bench.gpu_profile --stages --size 10000000,48,128
 step stages-1e6-segmented 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row no
 step stages-1e6-per-row 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row yes
+step softmin-lse 40 python -m bench.gpu_profile --lse 10000
 
 # 3. the benchmark table (flow step: triton / cuda, exact / histogram, reference at N <= 1e6; DP-SWD loss with the
 #    torch.compile anchor), then a private 10^7-particle run through DPSlicedWassersteinFlow (cuda backend)
