@@ -34,12 +34,17 @@ def _flag(name):
     return os.environ.get(name, "0").lower() in ("1", "true", "yes", "on")
 
 
+def _only():
+    """The extension names of ``FASTDPOT_EXT`` (empty: build every extension)."""
+    return {s.strip() for s in os.environ.get("FASTDPOT_EXT", "").split(",") if s.strip()}
+
+
 def _cpp_extensions():
     if _flag("FASTDPOT_SKIP_CPP_BUILD"):
         return []
     from pybind11.setup_helpers import Pybind11Extension
 
-    only = {s.strip() for s in os.environ.get("FASTDPOT_EXT", "").split(",") if s.strip()}
+    only = _only()
     cflags = ["-O3", "-fopenmp", "-fno-math-errno"]
     if not _flag("FASTDPOT_PORTABLE"):
         cflags.append("-march=native")
@@ -92,7 +97,7 @@ def _cuda_extensions():
     has_torch_cuda, cap = _torch_cuda()
     if nvcc is None or not (has_torch_cuda or flag in ("1", "true", "yes", "on")):
         return []
-    only = {s.strip() for s in os.environ.get("FASTDPOT_EXT", "").split(",") if s.strip()}
+    only = _only()
     archs = os.environ.get("FASTDPOT_CUDA_ARCH") or (f"{cap[0]}{cap[1]}" if cap else "80;90")
     exts = []
     for src in sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu"))):

@@ -135,10 +135,10 @@ def stages(n, d, k, per_row=None):
 
     def cub_fwd():
         buf.copy_(src)
-        CUB.sort_rows_(buf, idx32, fill_iota=True, per_row=per_row)
+        CUB.argsort_rows_(buf, idx32, per_row=per_row)
 
     bench("CUB sort fwd (float32 keys, int32 idx)", cub_fwd, copy)
-    CUB.sort_rows_(buf.copy_(src), idx32, fill_iota=True, per_row=per_row)
+    CUB.argsort_rows_(buf.copy_(src), idx32, per_row=per_row)
     sorted_keys, sorted_idx = buf.clone(), idx32.clone()
     coef = torch.empty_like(buf)
     bench("transport, scattered (int32 idx)", lambda: transport_exact(sorted_keys, sorted_idx, qs, coef))

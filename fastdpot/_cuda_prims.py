@@ -3,20 +3,19 @@
 Two implementations with one interface, so the step that uses them (``kernels/flow_step.py``, ``kernels/dpswd.py``)
 is written once and tested on any machine:
 
-* :data:`CUB` -- ``fastdpot._C_cuda_flow`` (``csrc/cuda/flow.cu``): CUB radix sorts of float32 / uint32 keys with
-  uint32 values, shared-memory histogram counting and transport. CUDA float32 tensors (the histogram passes take
-  float64 too); built only where nvcc and a CUDA torch exist (see ``setup.py``).
+* :data:`CUB` -- ``fastdpot._C_cuda_flow`` (``csrc/cuda/flow.cu``): CUB radix argsorts of float32 keys with uint32
+  indices, shared-memory histogram counting and transport. CUDA tensors (float32; the histogram passes take float64
+  too); built only where nvcc and a CUDA torch exist (see ``setup.py``).
 * :data:`TORCH` -- the same contracts in plain torch (``torch.sort(stable=True)``, ``scatter_add_``, ``gather``):
   the reference that the CUDA primitives are tested against, and what runs the step's ``cuda`` code path on CPU under
   ``TRITON_INTERPRET=1`` in the tests.
 
 Contracts (``rows`` x ``n`` tensors, C-contiguous):
 
-* ``sort_rows_(keys, vals, bits=None, fill_iota=True)`` sorts every row of ``keys`` (float32, or int32 holding
-  values in ``[0, 2**bits)``) ascending, stably, carrying ``vals`` (int32, or float32 reinterpreted as its bits) along,
-  in place; ``fill_iota`` first sets ``vals[r, i] = i`` (an argsort). ``bits``: the low key bits that differ
-  (default: all 32). ``per_row``: CUB's strategy (one onesweep sort per row, or one segmented sort; default by
-  row length, :data:`PER_ROW_MIN_N`); the result does not depend on it.
+* ``argsort_rows_(keys, idx, per_row=None)`` sorts every row of the float32 ``keys`` ascending in place, stably,
+  and writes into the int32 ``idx`` the original column of every sorted position. ``per_row``: CUB's strategy (one
+  onesweep sort per row, or one segmented sort; default by row length, :data:`PER_ROW_MIN_N`); the result does not
+  depend on it.
 * ``hist_count(s, lo, width, num_bins)`` -> int32 (rows, B) counts of ``s`` in B equal bins ``[lo, lo + B width]``
   per row (``kernels/histogram.py``'s bins: values clamped into the first / last bin).
 * ``hist_coef_(s, lo, width, hist, cum, q)``: ``s <- s - T(s)`` in place, T the linear interpolation of the sorted
@@ -29,7 +28,7 @@ import torch
 
 from ._ext import _try_import
 
-__all__ = ["CUB", "TORCH", "cuda_status", "index_bits", "PER_ROW_MIN_N", "MAX_HIST_BINS"]
+__all__ = ["CUB", "TORCH", "cuda_status", "PER_ROW_MIN_N", "MAX_HIST_BINS"]
 
 #: rows of at least this length are sorted one at a time with CUB's onesweep radix sort (the whole GPU on one row);
 #: shorter rows in one segmented sort (one thread block per row)
@@ -49,18 +48,14 @@ def cuda_status():
     return True, None
 
 
-def index_bits(n: int) -> int:
-    """Key bits of row indices 0..n-1 (at least 1)."""
-    return max(1, (int(n) - 1).bit_length())
-
-
-def _check_rows(keys, vals):
-    if keys.dim() != 2 or vals.shape != keys.shape:
-        raise ValueError(f"keys and vals must be (rows, n) of one shape, got {tuple(keys.shape)}, {tuple(vals.shape)}")
-    if not (keys.is_contiguous() and vals.is_contiguous()):
-        raise ValueError("keys and vals must be contiguous")
-    if keys.dtype not in (torch.float32, torch.int32) or vals.dtype not in (torch.float32, torch.int32):
-        raise ValueError(f"keys must be float32 or int32 and vals int32 or float32, got {keys.dtype}, {vals.dtype}")
+def _check_rows(keys, idx):
+    if keys.dim() != 2 or idx.shape != keys.shape or idx.device != keys.device:
+        raise ValueError(f"keys and idx must be (rows, n) of one shape on one device, got {tuple(keys.shape)}, "
+                         f"{tuple(idx.shape)}")
+    if not (keys.is_contiguous() and idx.is_contiguous()):
+        raise ValueError("keys and idx must be contiguous")
+    if keys.dtype != torch.float32 or idx.dtype != torch.int32:
+        raise ValueError(f"keys must be float32 and idx int32, got {keys.dtype}, {idx.dtype}")
 
 
 def _check_hist(s, lo, width, num_bins, hist=None, cum=None, q=None):
@@ -91,15 +86,12 @@ class _Torch:
     name = "torch"
 
     @staticmethod
-    def sort_rows_(keys, vals, bits=None, fill_iota=True, per_row=None):
-        _check_rows(keys, vals)  # per_row (CUB's sort strategy) changes nothing here
-        if fill_iota:
-            vals.copy_(torch.arange(keys.shape[1], device=keys.device, dtype=torch.int32).to(vals.dtype)
-                       .expand_as(vals))
-        order = torch.sort(keys, dim=1, stable=True).indices
-        keys.copy_(keys.gather(1, order))
-        vals.copy_(vals.gather(1, order))
-        return keys, vals
+    def argsort_rows_(keys, idx, per_row=None):
+        _check_rows(keys, idx)  # per_row (CUB's sort strategy) changes nothing here
+        res = torch.sort(keys, dim=1, stable=True)
+        keys.copy_(res.values)
+        idx.copy_(res.indices)
+        return keys, idx
 
     @staticmethod
     def hist_count(s, lo, width, num_bins):
@@ -140,8 +132,8 @@ class _Cub:
         return mod
 
     @staticmethod
-    def sort_rows_(keys, vals, bits=None, fill_iota=True, per_row=None):
-        _check_rows(keys, vals)
+    def argsort_rows_(keys, idx, per_row=None):
+        _check_rows(keys, idx)
         if not keys.is_cuda:
             raise ValueError("the CUB sort needs CUDA tensors")
         mod = _Cub._mod()
@@ -151,17 +143,15 @@ class _Cub:
         span = n if per_row else rows * n
         dev = keys.device
         alt_k = torch.empty(span, dtype=keys.dtype, device=dev)
-        alt_v = torch.empty(span, dtype=vals.dtype, device=dev)
+        alt_i = torch.empty(span, dtype=idx.dtype, device=dev)
         offsets = None if per_row else torch.arange(0, (rows + 1) * n, n, dtype=torch.int64, device=dev)
-        key = "float32" if keys.dtype == torch.float32 else "uint32"
         with torch.cuda.device(dev):
-            nbytes = mod.sort_temp_bytes(key, n, rows, per_row)
+            nbytes = mod.argsort_temp_bytes(n, rows, per_row)
             temp = torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=dev)
-            mod.sort_rows(key, keys.data_ptr(), alt_k.data_ptr(), vals.data_ptr(), alt_v.data_ptr(), n, rows,
-                          32 if bits is None else int(bits), bool(fill_iota), bool(per_row),
-                          0 if offsets is None else offsets.data_ptr(), temp.data_ptr(), int(nbytes),
-                          torch.cuda.current_stream(dev).cuda_stream)
-        return keys, vals
+            mod.argsort_rows(keys.data_ptr(), alt_k.data_ptr(), idx.data_ptr(), alt_i.data_ptr(), n, rows,
+                             bool(per_row), 0 if offsets is None else offsets.data_ptr(), temp.data_ptr(),
+                             int(nbytes), torch.cuda.current_stream(dev).cuda_stream)
+        return keys, idx
 
     @staticmethod
     def hist_count(s, lo, width, num_bins):
@@ -185,9 +175,9 @@ class _Cub:
 
 
 def _dtype_name(t):
-    if t.dtype not in (torch.float32, torch.float64) or not t.is_cuda or not t.is_contiguous():
-        raise ValueError(f"the CUDA histogram passes take contiguous float32/float64 CUDA tensors, got {t.dtype} "
-                         f"on {t.device}")
+    """The kernels' name of ``t``'s dtype (already checked by :func:`_check_hist`); CUDA tensors only."""
+    if not t.is_cuda:
+        raise ValueError(f"the CUDA histogram passes take CUDA tensors, got a tensor on {t.device}")
     return "float32" if t.dtype == torch.float32 else "float64"
 
 

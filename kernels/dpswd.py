@@ -95,7 +95,7 @@ def _argsort_rows(v, prims):
         return torch.sort(v, dim=1)
     s = v.clone()
     ix = torch.empty(v.shape, dtype=torch.int32, device=v.device)
-    prims.sort_rows_(s, ix, fill_iota=True)
+    prims.argsort_rows_(s, ix)
     return s, ix
 
 

@@ -38,7 +38,7 @@ from .drift import accumulate_drift
 from . import histogram
 from .projection_noise import project_noise
 from .quantile import table_segments, transport_exact, transport_grid, transport_table
-from fastdpot._cuda_prims import MAX_HIST_BINS, index_bits
+from fastdpot._cuda_prims import CUB, MAX_HIST_BINS
 
 __all__ = ["flow_step_triton", "flow_step_cuda"]
 
@@ -119,8 +119,6 @@ def flow_step_cuda(particles, private, projections, *, noise_std, step_size, reg
     (:data:`fastdpot._cuda_prims.CUB` by default; the tests pass :data:`~fastdpot._cuda_prims.TORCH` to run this
     code path on CPU under ``TRITON_INTERPRET=1``).
     """
-    from fastdpot._cuda_prims import CUB
-
     return flow_step_triton(particles, private, projections, noise_std=noise_std, step_size=step_size, reg=reg,
                             seed=seed, quantiles=quantiles, num_quantiles=num_quantiles, return_noise=return_noise,
                             sketch=sketch, prims=CUB if prims is None else prims)
@@ -210,6 +208,6 @@ def _sorted_transport(coef, idx, out, prims, transport):
         ps, ix = torch.sort(coef, dim=1)
         transport(ps, ix, coef)
         return coef
-    prims.sort_rows_(coef, idx[:c], fill_iota=True)
+    prims.argsort_rows_(coef, idx[:c])
     transport(coef, idx[:c], out[:c])
     return out[:c]

@@ -1,11 +1,11 @@
-"""The ``cuda`` backend: CUB row sorts with 32-bit indices, the rank-order transport and the shared-memory histogram
-passes (``csrc/cuda/flow.cu`` through :mod:`fastdpot._cuda_prims`).
+"""The ``cuda`` backend: CUB row argsorts with 32-bit indices feeding the scattered transport, and the shared-memory
+histogram passes (``csrc/cuda/flow.cu`` through :mod:`fastdpot._cuda_prims`).
 
 Two halves:
 
 * any machine (CPU under ``TRITON_INTERPRET=1``, or CUDA): the step's ``cuda`` code path run with the torch primitive
   set :data:`fastdpot._cuda_prims.TORCH` gives the ``triton`` backend's results, and the torch primitives keep their
-  contracts -- so the orchestration (sort in place, rank-order transport, sort back by index; projections stored
+  contracts -- so the orchestration (sort in place with int32 indices, transport into a separate buffer; projections stored
   once, counted, transported in place) is tested where CI runs;
 * CUDA with ``fastdpot._C_cuda_flow`` built (``scripts/gpu_check.sh``): the CUB primitives equal the torch ones, and
   ``backend="cuda"`` matches the float64 replay and the ``triton`` backend.
@@ -15,7 +15,7 @@ import os
 import pytest
 import torch
 
-from fastdpot._cuda_prims import CUB, TORCH, cuda_status, index_bits
+from fastdpot._cuda_prims import CUB, TORCH, cuda_status
 from fastdpot._ext import BackendUnavailableError
 
 triton = pytest.importorskip("triton")
@@ -40,22 +40,14 @@ def _inputs(n, m, d, k, dtype=torch.float32, seed=0, device=DEV):
 # ---------------------------------------------------------------------------------------------------------------
 # the torch primitive set: contracts
 # ---------------------------------------------------------------------------------------------------------------
-def test_torch_sort_rows_is_a_stable_argsort_and_sorts_back():
+def test_torch_argsort_rows_is_a_stable_argsort():
     g = torch.Generator().manual_seed(1)
     keys = torch.randint(0, 5, (3, 50), generator=g).float()  # many ties: stability matters
     orig = keys.clone()
-    vals = torch.empty(3, 50, dtype=torch.int32)
-    TORCH.sort_rows_(keys, vals)
+    idx = torch.empty(3, 50, dtype=torch.int32)
+    TORCH.argsort_rows_(keys, idx)
     ref = torch.sort(orig, dim=1, stable=True)
-    assert torch.equal(keys, ref.values) and torch.equal(vals.long(), ref.indices)
-    payload = torch.randn(3, 50)
-    sorted_payload = payload.gather(1, vals.long())
-    TORCH.sort_rows_(vals, sorted_payload, bits=index_bits(50), fill_iota=False)  # back to the original order
-    assert torch.equal(sorted_payload, payload) and torch.equal(vals.long(), torch.arange(50).expand(3, 50))
-
-
-def test_index_bits():
-    assert [index_bits(n) for n in (1, 2, 3, 4, 5, 2 ** 24, 2 ** 24 + 1)] == [1, 1, 2, 2, 3, 24, 25]
+    assert torch.equal(keys, ref.values) and torch.equal(idx.long(), ref.indices)
 
 
 def test_torch_hist_passes_match_the_histogram_reference():
@@ -91,7 +83,7 @@ def test_primitives_reject_bad_arguments():
     with pytest.raises(ValueError, match="lo"):
         TORCH.hist_count(s, lo.float(), width, 8)
     with pytest.raises(ValueError, match="keys"):
-        TORCH.sort_rows_(s, torch.empty(3, 40, dtype=torch.int32))  # float64 keys: not a radix-sort key type
+        TORCH.argsort_rows_(s, torch.empty(3, 40, dtype=torch.int32))  # float64 keys: not a radix-sort key type
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -189,21 +181,16 @@ def test_cuda_backend_unavailable_is_a_clear_error():
 @pytest.mark.cuda
 @pytest.mark.parametrize("rows,n,per_row", [(5, 3001, True), (5, 3001, False), (3, 200_000, True), (64, 777, False),
                                             (1, 1, True), (2, 2 ** 20 + 3, None)])
-def test_cub_sort_rows_equals_torch(rows, n, per_row):
+def test_cub_argsort_rows_equals_torch(rows, n, per_row):
     g = torch.Generator(device="cuda").manual_seed(rows * n)
     keys = torch.randn(rows, n, device="cuda", generator=g)
     if n > 7:
         keys[:, ::7] = keys[:, 3:4]  # ties (stable order must be kept)
     a_k, a_v = keys.clone(), torch.empty(rows, n, dtype=torch.int32, device="cuda")
     b_k, b_v = keys.clone(), torch.empty_like(a_v)
-    CUB.sort_rows_(a_k, a_v, per_row=per_row)
-    TORCH.sort_rows_(b_k, b_v)
+    CUB.argsort_rows_(a_k, a_v, per_row=per_row)
+    TORCH.argsort_rows_(b_k, b_v)
     assert torch.equal(a_k, b_k) and torch.equal(a_v, b_v)
-    payload = torch.randn(rows, n, device="cuda", generator=g)
-    p_a, p_b = payload.clone(), payload.clone()
-    CUB.sort_rows_(a_v, p_a, bits=index_bits(n), fill_iota=False, per_row=per_row)
-    TORCH.sort_rows_(b_v, p_b, bits=index_bits(n), fill_iota=False)
-    assert torch.equal(a_v, b_v) and torch.equal(p_a, p_b)
 
 
 @needs_cub

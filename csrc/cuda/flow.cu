@@ -1,9 +1,8 @@
 // fastdpot._C_cuda_flow: CUDA primitives of the `cuda` backend (pybind11 on raw device pointers; no torch headers).
 //
-// * sort_rows: per-row sort of (R, n) float32 or uint32 keys carrying uint32 values, in place, with CUB
-//   (cub::DeviceRadixSort -- the onesweep LSD radix sort -- one row at a time for long rows, or one
-//   cub::DeviceSegmentedRadixSort call over all rows for short ones). 32-bit keys and 32-bit indices: half the bytes
-//   of torch.sort's int64 indices, and only the key bits that can differ are sorted (`bits`).
+// * argsort_rows: per-row sort of (R, n) float32 keys in place, with each sorted position's original column as a
+//   uint32 index, by CUB (cub::DeviceRadixSort -- the onesweep LSD radix sort -- one row at a time for long rows, or
+//   one cub::DeviceSegmentedRadixSort call over all rows for short ones): half the index bytes of torch.sort's int64.
 // * hist_count: per-row histograms of B equal-width bins, counted in shared memory (one histogram per block,
 //   flushed to global memory with one atomic per non-empty bin) instead of one global atomic per value.
 // * hist_coef: the histogram-CDF transport of the sort-free mode, in place: s -> s - T(s), with the row's counts,
@@ -50,81 +49,77 @@ __global__ void iota_rows_kernel(std::uint32_t* vals, std::int64_t n, std::int64
     }
 }
 
-// Temporary storage (bytes) of one sort_rows call: the DoubleBuffer forms of CUB need only their bin counters and
+// Temporary storage (bytes) of one argsort_rows call: the DoubleBuffer forms of CUB need only their bin counters and
 // look-back state, the ping-pong buffers are the caller's.
-template <typename K>
-std::size_t temp_bytes_t(std::int64_t n, std::int64_t rows, bool per_row) {
+std::size_t argsort_temp_bytes(std::int64_t n, std::int64_t rows, bool per_row) {
     std::size_t bytes = 0;
-    cub::DoubleBuffer<K> dk(nullptr, nullptr);
+    cub::DoubleBuffer<float> dk(nullptr, nullptr);
     cub::DoubleBuffer<std::uint32_t> dv(nullptr, nullptr);
     if (per_row) {
-        check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, dk, dv, n, 0, int(sizeof(K) * 8)),
+        check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, dk, dv, n, 0, 32),
               "DeviceRadixSort::SortPairs (size query)");
     } else {
         const std::int64_t* offs = nullptr;
-        check(cub::DeviceSegmentedRadixSort::SortPairs(nullptr, bytes, dk, dv, n * rows, rows, offs, offs + 1, 0,
-                                                       int(sizeof(K) * 8)),
+        check(cub::DeviceSegmentedRadixSort::SortPairs(nullptr, bytes, dk, dv, n * rows, rows, offs, offs + 1, 0, 32),
               "DeviceSegmentedRadixSort::SortPairs (size query)");
     }
     return bytes;
 }
 
-// Sort each of the `rows` rows of `keys` (row-major, length n) together with `vals`, in place; the low `bits` key bits
-// are sorted (keys must be equal above them). `alt_keys` / `alt_vals` are ping-pong buffers of n elements (per_row) or
-// rows * n elements (segmented, with `offsets` = rows + 1 int64 row starts). Where CUB leaves a result in the ping-pong
-// buffer, it is copied back, so the result is always in keys / vals. Stable (ties keep their value order).
-template <typename K>
-void sort_rows_t(std::uintptr_t keys_p, std::uintptr_t alt_keys_p, std::uintptr_t vals_p, std::uintptr_t alt_vals_p,
-                 std::int64_t n, std::int64_t rows, int bits, bool fill_iota, bool per_row, std::uintptr_t offsets_p,
-                 std::uintptr_t temp_p, std::size_t temp_bytes, std::uintptr_t stream_p) {
-    K* keys = as_ptr<K>(keys_p);
-    K* alt_keys = as_ptr<K>(alt_keys_p);
-    auto* vals = as_ptr<std::uint32_t>(vals_p);
-    auto* alt_vals = as_ptr<std::uint32_t>(alt_vals_p);
+// Sort each of the `rows` rows of float32 `keys` (row-major, length n) in place and write each sorted position's
+// original column into `idx` (an argsort with uint32 indices). `alt_keys` / `alt_idx` are ping-pong buffers of n
+// elements (per_row) or rows * n elements (segmented, with `offsets` = rows + 1 int64 row starts). Where CUB leaves a
+// result in the ping-pong buffer, it is copied back, so the result is always in keys / idx. Stable (ties keep their
+// column order).
+void argsort_rows(std::uintptr_t keys_p, std::uintptr_t alt_keys_p, std::uintptr_t idx_p, std::uintptr_t alt_idx_p,
+                  std::int64_t n, std::int64_t rows, bool per_row, std::uintptr_t offsets_p, std::uintptr_t temp_p,
+                  std::size_t temp_bytes, std::uintptr_t stream_p) {
+    float* keys = as_ptr<float>(keys_p);
+    float* alt_keys = as_ptr<float>(alt_keys_p);
+    auto* idx = as_ptr<std::uint32_t>(idx_p);
+    auto* alt_idx = as_ptr<std::uint32_t>(alt_idx_p);
     void* temp = as_ptr<void>(temp_p);
     cudaStream_t stream = as_stream(stream_p);
     if (n <= 0 || rows <= 0) return;
-    if (fill_iota) {
-        dim3 grid(unsigned((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), unsigned(rows < 65535 ? rows : 65535));
-        iota_rows_kernel<<<grid, 256, 0, stream>>>(vals, n, rows);
-        check(cudaGetLastError(), "iota_rows_kernel launch");
-    }
+    dim3 grid(unsigned((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), unsigned(rows < 65535 ? rows : 65535));
+    iota_rows_kernel<<<grid, 256, 0, stream>>>(idx, n, rows);
+    check(cudaGetLastError(), "iota_rows_kernel launch");
     if (per_row) {
         for (std::int64_t r = 0; r < rows; ++r) {
-            K* kr = keys + r * n;
-            std::uint32_t* vr = vals + r * n;
-            cub::DoubleBuffer<K> dk(kr, alt_keys);
-            cub::DoubleBuffer<std::uint32_t> dv(vr, alt_vals);
+            float* kr = keys + r * n;
+            std::uint32_t* vr = idx + r * n;
+            cub::DoubleBuffer<float> dk(kr, alt_keys);
+            cub::DoubleBuffer<std::uint32_t> dv(vr, alt_idx);
             std::size_t tb = temp_bytes;
-            check(cub::DeviceRadixSort::SortPairs(temp, tb, dk, dv, n, 0, bits, stream), "DeviceRadixSort::SortPairs");
+            check(cub::DeviceRadixSort::SortPairs(temp, tb, dk, dv, n, 0, 32, stream), "DeviceRadixSort::SortPairs");
             if (dk.Current() != kr) {
-                check(cudaMemcpyAsync(kr, dk.Current(), n * sizeof(K), cudaMemcpyDeviceToDevice, stream),
+                check(cudaMemcpyAsync(kr, dk.Current(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream),
                       "cudaMemcpyAsync (keys)");
             }
             if (dv.Current() != vr) {
                 check(cudaMemcpyAsync(vr, dv.Current(), n * sizeof(std::uint32_t), cudaMemcpyDeviceToDevice, stream),
-                      "cudaMemcpyAsync (values)");
+                      "cudaMemcpyAsync (indices)");
             }
         }
     } else {
         const auto* offs = as_ptr<const std::int64_t>(offsets_p);
-        cub::DoubleBuffer<K> dk(keys, alt_keys);
-        cub::DoubleBuffer<std::uint32_t> dv(vals, alt_vals);
+        cub::DoubleBuffer<float> dk(keys, alt_keys);
+        cub::DoubleBuffer<std::uint32_t> dv(idx, alt_idx);
         std::size_t tb = temp_bytes;
-        check(cub::DeviceSegmentedRadixSort::SortPairs(temp, tb, dk, dv, n * rows, rows, offs, offs + 1, 0, bits,
+        check(cub::DeviceSegmentedRadixSort::SortPairs(temp, tb, dk, dv, n * rows, rows, offs, offs + 1, 0, 32,
                                                        stream),
               "DeviceSegmentedRadixSort::SortPairs");
         if (dk.Current() != keys) {
-            check(cudaMemcpyAsync(keys, dk.Current(), n * rows * sizeof(K), cudaMemcpyDeviceToDevice, stream),
+            check(cudaMemcpyAsync(keys, dk.Current(), n * rows * sizeof(float), cudaMemcpyDeviceToDevice, stream),
                   "cudaMemcpyAsync (keys)");
         }
-        if (dv.Current() != vals) {
-            check(cudaMemcpyAsync(vals, dv.Current(), n * rows * sizeof(std::uint32_t), cudaMemcpyDeviceToDevice,
+        if (dv.Current() != idx) {
+            check(cudaMemcpyAsync(idx, dv.Current(), n * rows * sizeof(std::uint32_t), cudaMemcpyDeviceToDevice,
                                   stream),
-                  "cudaMemcpyAsync (values)");
+                  "cudaMemcpyAsync (indices)");
         }
     }
-    check(cudaGetLastError(), "sort_rows");
+    check(cudaGetLastError(), "argsort_rows");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -264,28 +259,8 @@ void hist_coef_t(std::uintptr_t s, std::int64_t n, std::int64_t rows, std::uintp
 
 PYBIND11_MODULE(_C_cuda_flow, mod) {
     mod.doc() = "CUDA primitives of fastdpot's cuda backend (CUB row sorts, shared-memory histogram passes)";
-    mod.def("sort_temp_bytes",
-            [](const std::string& key, std::int64_t n, std::int64_t rows, bool per_row) {
-                if (key == "float32") return temp_bytes_t<float>(n, rows, per_row);
-                if (key == "uint32") return temp_bytes_t<std::uint32_t>(n, rows, per_row);
-                throw std::invalid_argument("key must be 'float32' or 'uint32', got '" + key + "'");
-            },
-            py::arg("key"), py::arg("n"), py::arg("rows"), py::arg("per_row"));
-    mod.def("sort_rows",
-            [](const std::string& key, std::uintptr_t keys, std::uintptr_t alt_keys, std::uintptr_t vals,
-               std::uintptr_t alt_vals, std::int64_t n, std::int64_t rows, int bits, bool fill_iota, bool per_row,
-               std::uintptr_t offsets, std::uintptr_t temp, std::size_t temp_bytes, std::uintptr_t stream) {
-                if (bits < 1 || bits > 32) throw std::invalid_argument("bits must be in [1, 32]");
-                if (key == "float32") {
-                    sort_rows_t<float>(keys, alt_keys, vals, alt_vals, n, rows, bits, fill_iota, per_row, offsets,
-                                       temp, temp_bytes, stream);
-                } else if (key == "uint32") {
-                    sort_rows_t<std::uint32_t>(keys, alt_keys, vals, alt_vals, n, rows, bits, fill_iota, per_row,
-                                               offsets, temp, temp_bytes, stream);
-                } else {
-                    throw std::invalid_argument("key must be 'float32' or 'uint32', got '" + key + "'");
-                }
-            });
+    mod.def("argsort_temp_bytes", &argsort_temp_bytes, py::arg("n"), py::arg("rows"), py::arg("per_row"));
+    mod.def("argsort_rows", &argsort_rows);
     mod.def("hist_count",
             [](const std::string& dtype, std::uintptr_t s, std::int64_t n, std::int64_t rows, std::uintptr_t lo,
                std::uintptr_t width, int num_bins, std::uintptr_t hist, std::uintptr_t stream) {

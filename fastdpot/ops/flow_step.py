@@ -14,7 +14,7 @@ reg, seed, quantiles, num_quantiles, return_noise[, sketch])``, returning ``(new
 * ``triton``: ``kernels/flow_step.py`` (``fastdpot.kernels.flow_step.flow_step_triton``), imported on first use
   (:func:`fastdpot.ops._triton.register_triton`);
 * ``cuda``: the same launcher with the compiled CUDA primitives (``fastdpot.kernels.flow_step.flow_step_cuda``: CUB
-  sorts with 32-bit indices and a rank-order transport, shared-memory histogram passes; ``csrc/cuda/flow.cu``).
+  sorts with 32-bit indices feeding the scattered transport, shared-memory histogram passes; ``csrc/cuda/flow.cu``).
 
 ``backend="auto"``: ``cpu`` on CPU tensors, ``cuda`` (where built) then ``triton`` on CUDA tensors, else
 ``reference``.
