@@ -116,3 +116,24 @@ def test_data_hash_sees_every_pixel():
     b[2, 0, 7, 7] = 1
     assert data_hash(a) != data_hash(b) and data_hash(a) == data_hash(a.clone())
     assert data_hash(a) != data_hash(a.view(3, 1, 4, 16))
+
+
+def test_width_builds_the_network_and_enters_the_cache_key_only_when_set():
+    from fastdpot.mainjob.autoencoder import _cache_key
+    wide = build_autoencoder(AutoEncoderConfig(arch="convbn", latent_dim=8, width=12), 1, 28)
+    assert wide.width == 12 and wide.enc[0].out_channels == 12 and wide.dec[-2].in_channels == 12
+    assert build_autoencoder(AutoEncoderConfig(arch="convbn", latent_dim=8), 1, 28).width == 32
+    assert build_autoencoder(AutoEncoderConfig(arch="dcgan", latent_dim=8, width=4), 3, 64).enc[0].out_channels == 4
+    imgs = torch.zeros(2, 1, 28, 28, dtype=torch.uint8)
+    base = AutoEncoderConfig(arch="convbn", latent_dim=8)
+    assert _cache_key(imgs, base) != _cache_key(imgs, AutoEncoderConfig(arch="convbn", latent_dim=8, width=12))
+    # a config without a width hashes as it did before the field existed (caches stay valid)
+    import hashlib
+    import json
+    from dataclasses import asdict
+    old = {k: v for k, v in asdict(base).items() if k != "width"}
+    assert _cache_key(imgs, base).endswith(hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:12])
+    with pytest.raises(ValueError, match="width"):
+        AutoEncoderConfig(arch="conv", width=16).validate()
+    with pytest.raises(ValueError, match="width"):
+        AutoEncoderConfig(arch="convbn", width=0).validate()

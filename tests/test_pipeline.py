@@ -199,7 +199,7 @@ def test_samples_grid_rows_are_classes():
 def test_config_errors():
     for bad in [dict(epsilon=-1.0), dict(delta=1.5), dict(device="tpu"), dict(batch_size=0), dict(reg=-1.0),
                 dict(spread="test"), dict(directions="sobol"), dict(init="uniform"), dict(init=None),
-                dict(init_scale=0.0), dict(init_scale=-1.0)]:
+                dict(init_scale=0.0), dict(init_scale=-1.0), dict(ae_width=0), dict(ae_arch="conv", ae_width=16)]:
         with pytest.raises(ValueError):
             PipelineConfig(**bad).resolved()
     with pytest.raises(SystemExit):

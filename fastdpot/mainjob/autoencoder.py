@@ -216,6 +216,7 @@ class AutoEncoderConfig:
     schedule: str = "cosine"          # "cosine" (per-batch cosine decay of lr to 0 over all epochs) or "constant"
     seed: int = 0
     max_train: Optional[int] = None   # use at most this many public images (None: all)
+    width: Optional[int] = None       # base channels (None: the architecture's default; "conv" has none)
     version: int = 1                  # bump when the architecture code changes
 
     def validate(self) -> "AutoEncoderConfig":
@@ -232,6 +233,10 @@ class AutoEncoderConfig:
         check_choice(self.schedule, "schedule", ("cosine", "constant"))
         if self.max_train is not None:
             check_int(self.max_train, "max_train")
+        if self.width is not None:
+            check_int(self.width, "width")
+            if self.arch == "conv":
+                raise ValueError("width does not apply to arch='conv' (fixed width); leave it None")
         return self
 
 
@@ -240,9 +245,10 @@ def build_autoencoder(config: AutoEncoderConfig, channels: int, image_size: int)
     config.validate()
     if config.arch == "conv":
         return ConvAutoEncoder(channels, image_size, config.latent_dim)
+    width = {} if config.width is None else {"width": config.width}
     if config.arch == "convbn":
-        return BatchNormConvAutoEncoder(channels, image_size, config.latent_dim)
-    return DCGANAutoEncoder(channels, image_size, config.latent_dim)
+        return BatchNormConvAutoEncoder(channels, image_size, config.latent_dim, **width)
+    return DCGANAutoEncoder(channels, image_size, config.latent_dim, **width)
 
 
 def data_hash(images: torch.Tensor) -> str:
@@ -253,7 +259,10 @@ def data_hash(images: torch.Tensor) -> str:
 
 
 def _cache_key(images: torch.Tensor, config: AutoEncoderConfig) -> str:
-    cfg = json.dumps(asdict(config), sort_keys=True)
+    fields = asdict(config)
+    if fields["width"] is None:  # keys of caches written before the field existed stay valid
+        del fields["width"]
+    cfg = json.dumps(fields, sort_keys=True)
     return f"ae_{config.arch}_d{config.latent_dim}_{data_hash(images)}_{hashlib.sha256(cfg.encode()).hexdigest()[:12]}"
 
 

@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--ae-arch", choices=AE_ARCHS, default=d.ae_arch,
                    help="auto-encoder architecture (default: by image size)")
     f.add_argument("--ae-epochs", type=int, default=d.ae_epochs, help="auto-encoder epochs on the public half")
+    f.add_argument("--ae-width", type=int, default=d.ae_width,
+                   help="auto-encoder base channels w (convbn: w, 2w, 4w; default: the architecture's, 32 for convbn)")
     f.add_argument("--fid-samples", type=int, default=d.fid_samples, help="generated images in FID")
     f.add_argument("--fid-real", type=int, default=d.fid_real, help="real test images in FID (statistics cached)")
     f.add_argument("--max-train", type=int, default=None,
@@ -157,7 +159,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          num_projections=args.num_projections, step_size=args.step_size, reg=args.reg,
                          batch_size=args.batch_size, epochs=args.epochs, num_particles=args.num_particles,
                          class_conditional=not args.unconditional, labels=args.labels, label_scale=args.label_scale,
-                         ae_arch=args.ae_arch, ae_epochs=args.ae_epochs,
+                         ae_arch=args.ae_arch, ae_epochs=args.ae_epochs, ae_width=args.ae_width,
                          fid_samples=args.fid_samples, fid_real=args.fid_real, max_train=args.max_train,
                          seed=args.seed, device=args.device, backend=args.backend, quick=args.quick,
                          checkpoint_every=args.checkpoint_every, bound=args.bound, directions=args.directions,

@@ -58,6 +58,8 @@ class PipelineConfig:
         ae_arch: the auto-encoder (:mod:`fastdpot.mainjob.autoencoder`): ``"conv"`` (the DPSWflow code's AE) or
             ``"convbn"`` for 28/32 px images, ``"dcgan"`` for 64 px; None: the default for the image size.
         ae_epochs, ae_max_train: auto-encoder training (public half only).
+        ae_width: the auto-encoder's base channel count w (``convbn``: w, 2w, 4w channels; ``dcgan``: w … 8w;
+            None: the architecture's default, 32 for ``convbn``, 64 for ``dcgan``; ``conv`` has a fixed width).
         fid_samples: generated images in FID; fid_real: real test images in FID (their statistics are cached).
         seed: master seed of the public work (split, auto-encoder, the flows' initial particles, evaluation);
             device: "cpu" or "cuda"; backend: flow backend.
@@ -129,6 +131,7 @@ class PipelineConfig:
     label_scale: float = 1.0
     ae_arch: Optional[str] = None
     ae_epochs: int = 10
+    ae_width: Optional[int] = None
     ae_max_train: Optional[int] = None
     fid_samples: int = 2000
     fid_real: int = 2000
@@ -175,6 +178,10 @@ class PipelineConfig:
         check_int(c.batch_size, "batch_size")
         check_positive(c.epochs, "epochs")
         check_int(c.ae_epochs, "ae_epochs")
+        if c.ae_width is not None:
+            check_int(c.ae_width, "ae_width")
+            if c.ae_arch == "conv":
+                raise ValueError("ae_width does not apply to ae_arch='conv' (fixed width); leave it None")
         if c.ae_arch is not None:
             check_choice(c.ae_arch, "ae_arch", AE_ARCHS)
         check_int(c.fid_samples, "fid_samples", 2)

@@ -91,7 +91,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         # drew every privacy draw from the seed (replayable); older than `release` released points
         legacy = {"init": "gaussian", "init_scale": 1.0, "center": "none", "clip_radius": None,
                   "replayable_noise": True, "release": "points", "num_bins": None, "method": "flow",
-                  "public_size": None, "labels": "public", "label_scale": 1.0}
+                  "public_size": None, "labels": "public", "label_scale": 1.0, "ae_width": None}
         scoring = ("flow_seeds", "classifiers", "cnn_epochs", "cnn_augment")  # do not change the checkpointed flow
         strip = lambda c: {k: v for k, v in c.items() if k not in scoring}  # noqa: E731
         if strip({**legacy, **old}) != strip(_finite(asdict(cfg))):

@@ -73,7 +73,7 @@ def stage_autoencoder(cfg: PipelineConfig, data: Dict[str, Any], progress: bool 
     arch, d = _ae_defaults(data["public"].images)
     arch, d = cfg.ae_arch or arch, cfg.latent_dim or d
     ae_cfg = AutoEncoderConfig(arch=arch, latent_dim=d, epochs=cfg.ae_epochs, seed=cfg.seed,
-                               max_train=cfg.ae_max_train)
+                               max_train=cfg.ae_max_train, width=cfg.ae_width)
     model, info = train_autoencoder(data["public"].images, ae_cfg, cache_dir=cache_dir, device=cfg.device,
                                     progress=progress)
     latents = encode(model, data["private"].images, device=cfg.device)
