@@ -180,3 +180,30 @@ def test_cnn_augmentation_shifts_and_mirrors_each_image_and_still_learns():
     assert PipelineConfig(cnn_augment=True).resolved().cnn_augment is True
     with pytest.raises(ValueError, match="cnn_augment"):
         PipelineConfig(cnn_augment="yes").resolved()
+
+
+def test_dropout_cnn_shape_learns_and_checks_inputs():
+    from fastdpot.mainjob.config import PipelineConfig
+    from fastdpot.mainjob.metrics import _cnn
+
+    # DPImageBench's F-MNIST shape: 28 px -> 26 -> 13 -> 11 -> 5 -> 3 (128·3·3 = 1152 features); 32 px -> 2048
+    for side, feats in ((28, 1152), (32, 2048), (18, 128)):
+        net = _cnn("dropout", 1, side, side, 10)
+        assert net[-3].in_features == feats and net(torch.zeros(2, 1, side, side)).shape == (2, 10)
+    assert sum(isinstance(m, torch.nn.Dropout) and m.p == 0.5 for m in _cnn("dropout", 3, 28, 28, 4)) == 2
+    # learns the left/right task at 20 px (enlarged blobs); labels shuffled: chance level
+    xtr, ytr = _blobs(300, 0)
+    xte, yte = _blobs(100, 1)
+    up = lambda x: torch.nn.functional.interpolate(x, size=20)  # noqa: E731
+    assert cnn_accuracy(up(xtr), ytr, up(xte), yte, epochs=4, arch="dropout") >= 0.95
+    shuffled = ytr[torch.randperm(300, generator=torch.Generator().manual_seed(0))]
+    assert cnn_accuracy(up(xtr), shuffled, up(xte), yte, epochs=4, arch="dropout") < 0.8
+    with pytest.raises(ValueError, match="18 x 18"):
+        cnn_accuracy(xtr, ytr, xte, yte, arch="dropout")
+    with pytest.raises(ValueError, match="arch"):
+        cnn_accuracy(xtr, ytr, xte, yte, arch="resnet")
+    assert downstream_accuracy(up(xtr), ytr, up(xte), yte, classifiers=("cnn",), cnn_epochs=4,
+                               cnn_arch="dropout")["cnn"] >= 0.95
+    assert PipelineConfig(cnn_arch="dropout").resolved().cnn_arch == "dropout"
+    with pytest.raises(ValueError, match="cnn_arch"):
+        PipelineConfig(cnn_arch="wide").resolved()

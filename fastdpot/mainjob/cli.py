@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``fastdpot`` parser with its ``flow`` subcommand; the defaults are :class:`PipelineConfig`'s."""
     from ..flow import INIT_KINDS
     from .config import AE_ARCHS, PipelineConfig
+    from .metrics import CNN_ARCHS
 
     d = PipelineConfig()  # one set of defaults, shared with the Python API
     p = argparse.ArgumentParser(prog="fastdpot", description="fastdpot command line")
@@ -128,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--cnn-epochs", type=int, default=d.cnn_epochs, help="epochs of the downstream CNN")
     f.add_argument("--cnn-augment", action=argparse.BooleanOptionalAction, default=d.cnn_augment,
                    help="train the downstream CNN with shift/flip augmentation")
+    f.add_argument("--cnn-arch", choices=CNN_ARCHS, default=d.cnn_arch,
+                   help="downstream CNN: small (2 conv layers) or dropout (DPImageBench's 3-conv F-MNIST shape)")
     f.add_argument("--device", default="cpu", help="cpu or cuda")
     f.add_argument("--backend", default="auto", help="flow backend: auto, reference, cpu, triton")
     f.add_argument("--quick", action="store_true", help="a short run on a small part of the data")
@@ -168,7 +171,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          replayable_noise=args.replayable_noise, release=args.release, num_bins=args.num_bins,
                          method=args.method, public_size=args.public_size, flow_seeds=args.flow_seeds,
                          classifiers=args.classifiers, cnn_epochs=args.cnn_epochs,
-                         cnn_augment=args.cnn_augment)
+                         cnn_augment=args.cnn_augment, cnn_arch=args.cnn_arch)
     if args.device.startswith("cuda"):
         import torch
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 from .._validate import check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive
 from ..flow import INIT_KINDS
-from .metrics import CLASSIFIERS
+from .metrics import CLASSIFIERS, CNN_ARCHS
 
 __all__ = ["PipelineConfig", "METHODS", "DEFAULT_NUM_BINS"]
 
@@ -113,6 +113,7 @@ class PipelineConfig:
             on the same data split and auto-encoder; metrics.json reports each seed and their mean / spread.
         classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``); cnn_epochs: the CNN's;
             cnn_augment: train the CNN with shift/flip augmentation (:func:`fastdpot.mainjob.metrics.cnn_accuracy`).
+            cnn_arch: the evaluation CNN, ``"small"`` or ``"dropout"`` (:func:`fastdpot.mainjob.metrics.cnn_accuracy`).
     """
     dataset: str = "auto"
     data_dir: Optional[str] = None
@@ -159,6 +160,7 @@ class PipelineConfig:
     classifiers: str = "logreg,mlp,cnn"
     cnn_epochs: int = 5
     cnn_augment: bool = False
+    cnn_arch: str = "small"
 
     def resolved(self) -> "PipelineConfig":
         """A copy with the --quick reductions and the data-dependent defaults applied, validated."""
@@ -217,6 +219,7 @@ class PipelineConfig:
             check_int(c.public_size, "public_size")
         check_int(c.flow_seeds, "flow_seeds")
         check_int(c.cnn_epochs, "cnn_epochs")
+        check_choice(c.cnn_arch, "cnn_arch", CNN_ARCHS)
         if not isinstance(c.cnn_augment, bool):
             raise ValueError(f"cnn_augment must be True or False, got {c.cnn_augment!r}")
         names = [v.strip() for v in str(c.classifiers).split(",") if v.strip()]

@@ -174,12 +174,36 @@ def _shift_flip(x: torch.Tensor, g: torch.Generator, max_shift: int = 2, fill: f
     return torch.where(flip[:, None, None, None], out.flip(-1), out)
 
 
+CNN_ARCHS = ("small", "dropout")
+
+
+def _cnn(arch: str, ch: int, H: int, W: int, C: int) -> torch.nn.Module:
+    """The evaluation CNN named by ``arch`` (see :func:`cnn_accuracy`) for (ch, H, W) images and C classes."""
+    nn = torch.nn
+    if arch == "small":
+        return nn.Sequential(
+            nn.Conv2d(ch, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(32 * (H // 4) * (W // 4), 128), nn.ReLU(), nn.Linear(128, C))
+    side_h, side_w = ((H - 2) // 2 - 2) // 2 - 2, ((W - 2) // 2 - 2) // 2 - 2
+    return nn.Sequential(
+        nn.Conv2d(ch, 32, 3), nn.MaxPool2d(2), nn.ReLU(), nn.Dropout(0.5),
+        nn.Conv2d(32, 64, 3), nn.MaxPool2d(2), nn.ReLU(), nn.Dropout(0.5),
+        nn.Conv2d(64, 128, 3), nn.ReLU(),
+        nn.Flatten(), nn.Linear(128 * side_h * side_w, 128), nn.ReLU(), nn.Linear(128, C))
+
+
 def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: int = 5, batch_size: int = 128,
-                 lr: float = 1e-3, seed: int = 0, num_classes: Optional[int] = None, augment: bool = False) -> float:
+                 lr: float = 1e-3, seed: int = 0, num_classes: Optional[int] = None, augment: bool = False,
+                 arch: str = "small") -> float:
     """Accuracy on real test images of a small CNN trained on generated labelled images.
 
-    Network: conv 3×3 (C → 16) – ReLU – max-pool 2 – conv 3×3 (16 → 32) – ReLU – max-pool 2 – linear (→ 128) – ReLU –
-    linear (→ num_classes); Adam (``lr``), cross-entropy, ``epochs`` passes in mini-batches of ``batch_size``, no
+    Networks (``arch``): ``"small"`` (default): conv 3×3 (C → 16) – ReLU – max-pool 2 – conv 3×3 (16 → 32) – ReLU –
+    max-pool 2 – linear (→ 128) – ReLU – linear (→ num_classes). ``"dropout"``: the shape of DPImageBench's
+    MNIST / Fashion-MNIST classifier — unpadded conv 3×3 (C → 32) – max-pool 2 – ReLU – dropout 0.5 – conv 3×3
+    (32 → 64) – max-pool 2 – ReLU – dropout 0.5 – conv 3×3 (64 → 128) – ReLU – linear (→ 128) – ReLU – linear
+    (→ num_classes); dropout is active in training only. Both: Adam (``lr``), cross-entropy, ``epochs`` passes in
+    mini-batches of ``batch_size``, no
     early stopping and no model selection (the test set is only scored once, at the end). Inputs are rescaled to
     [-1, 1]. With ``augment``, every training batch is shifted (each image by its own offset of up to 2 pixels per
     axis, black fill) and mirrored left-right with probability 1/2 — the standard light augmentation of small-image
@@ -199,6 +223,9 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
     """
     check_tensor(train_images, "train_images", 4)
     check_tensor(test_images, "test_images", 4)
+    check_choice(arch, "arch", CNN_ARCHS)
+    if arch == "dropout" and min(train_images.shape[-2:]) < 18:
+        raise ValueError(f"arch='dropout' needs images of at least 18 x 18 pixels, got {tuple(train_images.shape[-2:])}")
     epochs = check_int(epochs, "epochs")
     batch_size = check_int(batch_size, "batch_size")
     if train_images.shape[1:] != test_images.shape[1:]:
@@ -214,11 +241,7 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
     ch, H, W = train_images.shape[1:]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        net = torch.nn.Sequential(
-            torch.nn.Conv2d(ch, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Flatten(), torch.nn.Linear(32 * (H // 4) * (W // 4), 128), torch.nn.ReLU(),
-            torch.nn.Linear(128, C))
+        net = _cnn(arch, ch, H, W, C)
         opt = torch.optim.Adam(net.parameters(), lr=lr)
         xtr = train_images.detach().float().cpu() * 2.0 - 1.0
         g = torch.Generator().manual_seed(seed)
@@ -241,7 +264,8 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
 
 
 def downstream_accuracy(train_x, train_y, test_x, test_y, classifiers: Sequence[str] = ("logreg", "mlp"),
-                        seed: int = 0, cnn_epochs: int = 5, cnn_augment: bool = False) -> Dict[str, float]:
+                        seed: int = 0, cnn_epochs: int = 5, cnn_augment: bool = False,
+                        cnn_arch: str = "small") -> Dict[str, float]:
     """Accuracy on real test data of classifiers trained on generated labelled samples.
 
     Args:
@@ -250,7 +274,8 @@ def downstream_accuracy(train_x, train_y, test_x, test_y, classifiers: Sequence[
         test_x: (m, D) or (m, C, H, W) real test samples; test_y: (m,) labels.
         classifiers: any of "logreg" (scikit-learn LogisticRegression, lbfgs, max_iter 1000), "mlp"
             (MLPClassifier, one hidden layer of 100 ReLU units, Adam, early stopping on 10 % of train_x) and "cnn"
-            (:func:`cnn_accuracy`, ``cnn_epochs`` epochs, shift/flip augmentation if ``cnn_augment``).
+            (:func:`cnn_accuracy`, network ``cnn_arch``, ``cnn_epochs`` epochs, shift/flip augmentation if
+            ``cnn_augment``).
         seed: random_state of the classifiers.
 
     Returns:
@@ -287,7 +312,8 @@ def downstream_accuracy(train_x, train_y, test_x, test_y, classifiers: Sequence[
         if name == "cnn":
             out[name] = cnn_accuracy(torch.as_tensor(_np(train_x)).float(), torch.as_tensor(ytr),
                                      torch.as_tensor(_np(test_x)).float(), torch.as_tensor(yte),
-                                     epochs=cnn_epochs, seed=seed, augment=bool(cnn_augment))
+                                     epochs=cnn_epochs, seed=seed, augment=bool(cnn_augment),
+                                     arch=cnn_arch)
             continue
         if name == "logreg":
             clf = LogisticRegression(max_iter=1000, random_state=seed)

@@ -92,7 +92,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
         legacy = {"init": "gaussian", "init_scale": 1.0, "center": "none", "clip_radius": None,
                   "replayable_noise": True, "release": "points", "num_bins": None, "method": "flow",
                   "public_size": None, "labels": "public", "label_scale": 1.0, "ae_width": None}
-        scoring = ("flow_seeds", "classifiers", "cnn_epochs", "cnn_augment")  # do not change the checkpointed flow
+        scoring = ("flow_seeds", "classifiers", "cnn_epochs", "cnn_augment", "cnn_arch")  # do not change the checkpointed flow
         strip = lambda c: {k: v for k, v in c.items() if k not in scoring}  # noqa: E731
         if strip({**legacy, **old}) != strip(_finite(asdict(cfg))):
             raise ValueError(f"{run_dir!r} holds a flow checkpoint of a different config; use another --name or "

@@ -187,7 +187,8 @@ def stage_metrics(cfg: PipelineConfig, images: torch.Tensor, labels: Optional[to
         t0 = time.perf_counter()
         acc = M.downstream_accuracy(images, labels, to_float(test.images), test.labels,
                                     classifiers=[v for v in cfg.classifiers.split(",") if v], seed=cfg.seed,
-                                    cnn_epochs=cfg.cnn_epochs, cnn_augment=cfg.cnn_augment)
+                                    cnn_epochs=cfg.cnn_epochs, cnn_augment=cfg.cnn_augment,
+                                    cnn_arch=cfg.cnn_arch)
         out.update({f"accuracy_{k}": v for k, v in acc.items()})
         out.update(downstream_train_samples=int(images.shape[0]), downstream_test_samples=len(test),
                    downstream_seconds=time.perf_counter() - t0)
