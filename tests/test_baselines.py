@@ -207,3 +207,27 @@ def test_dropout_cnn_shape_learns_and_checks_inputs():
     assert PipelineConfig(cnn_arch="dropout").resolved().cnn_arch == "dropout"
     with pytest.raises(ValueError, match="cnn_arch"):
         PipelineConfig(cnn_arch="wide").resolved()
+
+
+def test_cnn_cosine_schedule_decays_the_learning_rate_and_still_learns(monkeypatch):
+    import math
+
+    seen = []
+    real_step = torch.optim.Adam.step
+
+    def spy(self, *a, **k):
+        seen.append(self.param_groups[0]["lr"])
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", spy)
+    xtr, ytr = _blobs(200, 0)
+    xte, yte = _blobs(100, 1)
+    assert cnn_accuracy(xtr, ytr, xte, yte, epochs=3, batch_size=50, lr=2e-3, schedule="cosine") >= 0.95
+    total = 3 * 4
+    assert len(seen) == total
+    assert seen == pytest.approx([1e-3 * (1 + math.cos(math.pi * t / total)) for t in range(total)])
+    seen.clear()
+    cnn_accuracy(xtr, ytr, xte, yte, epochs=1, batch_size=50, lr=2e-3)
+    assert seen == [2e-3] * 4                                     # constant: lr unchanged
+    with pytest.raises(ValueError, match="schedule"):
+        cnn_accuracy(xtr, ytr, xte, yte, schedule="step")

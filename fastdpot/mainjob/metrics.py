@@ -14,6 +14,7 @@ FID depends on the sample count (it is biased upwards for small n): always repor
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -195,15 +196,15 @@ def _cnn(arch: str, ch: int, H: int, W: int, C: int) -> torch.nn.Module:
 
 def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: int = 5, batch_size: int = 128,
                  lr: float = 1e-3, seed: int = 0, num_classes: Optional[int] = None, augment: bool = False,
-                 arch: str = "small") -> float:
+                 arch: str = "small", schedule: str = "constant") -> float:
     """Accuracy on real test images of a small CNN trained on generated labelled images.
 
     Networks (``arch``): ``"small"`` (default): conv 3×3 (C → 16) – ReLU – max-pool 2 – conv 3×3 (16 → 32) – ReLU –
     max-pool 2 – linear (→ 128) – ReLU – linear (→ num_classes). ``"dropout"``: the shape of DPImageBench's
     MNIST / Fashion-MNIST classifier — unpadded conv 3×3 (C → 32) – max-pool 2 – ReLU – dropout 0.5 – conv 3×3
     (32 → 64) – max-pool 2 – ReLU – dropout 0.5 – conv 3×3 (64 → 128) – ReLU – linear (→ 128) – ReLU – linear
-    (→ num_classes); dropout is active in training only. Both: Adam (``lr``), cross-entropy, ``epochs`` passes in
-    mini-batches of ``batch_size``, no
+    (→ num_classes); dropout is active in training only. Both: Adam (``lr``; ``schedule="cosine"``: decayed per batch
+    from ``lr`` to 0 along a half cosine), cross-entropy, ``epochs`` passes in mini-batches of ``batch_size``, no
     early stopping and no model selection (the test set is only scored once, at the end). Inputs are rescaled to
     [-1, 1]. With ``augment``, every training batch is shifted (each image by its own offset of up to 2 pixels per
     axis, black fill) and mirrored left-right with probability 1/2 — the standard light augmentation of small-image
@@ -224,6 +225,7 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
     check_tensor(train_images, "train_images", 4)
     check_tensor(test_images, "test_images", 4)
     check_choice(arch, "arch", CNN_ARCHS)
+    check_choice(schedule, "schedule", ("constant", "cosine"))
     if arch == "dropout" and min(train_images.shape[-2:]) < 18:
         raise ValueError(f"arch='dropout' needs images of at least 18 x 18 pixels, got {tuple(train_images.shape[-2:])}")
     epochs = check_int(epochs, "epochs")
@@ -245,12 +247,18 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
         opt = torch.optim.Adam(net.parameters(), lr=lr)
         xtr = train_images.detach().float().cpu() * 2.0 - 1.0
         g = torch.Generator().manual_seed(seed)
+        per_epoch = -(-xtr.shape[0] // batch_size)
+        total, t = epochs * per_epoch, 0
         net.train()
         for _ in range(epochs):
             perm = torch.randperm(xtr.shape[0], generator=g)
             for s in range(0, xtr.shape[0], batch_size):
                 i = perm[s:s + batch_size]
                 xb = _shift_flip(xtr[i], g) if augment else xtr[i]
+                if schedule == "cosine":  # per-batch cosine decay from lr to 0 over all steps
+                    for group in opt.param_groups:
+                        group["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * t / total))
+                t += 1
                 opt.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(net(xb), ytr[i]).backward()
                 opt.step()
