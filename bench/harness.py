@@ -138,6 +138,12 @@ def versions() -> Dict[str, str]:
 
 
 def git_rev() -> str:
+    """The measured tree's commit: ``$FASTDPOT_TREE_COMMIT`` when set (a copy whose ``.git`` is stale, e.g. the GPU
+    machine's working-tree copy: the caller passes its own ``git rev-parse --short HEAD``), else ``git`` (short hash,
+    ``+dirty`` with uncommitted changes to tracked files), else ``"unknown"``."""
+    given = os.environ.get("FASTDPOT_TREE_COMMIT", "").strip()
+    if given:
+        return given
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.strip()

@@ -2,7 +2,8 @@
 # One command for a CUDA machine (a device lease of about ten minutes): build fastdpot with its CUDA extension, run the
 # CUDA tests, time every stage of a flow step, run the GPU benchmarks, a private 10^7-particle flow through the public
 # API, the Sinkhorn comparison with GeomLoss and the LDP half-circle experiment at the paper's size.
-#   bash scripts/gpu_check.sh [--quick]
+#   FASTDPOT_TREE_COMMIT=<git rev-parse --short HEAD of the caller> bash scripts/gpu_check.sh [--quick]
+# (the machine's copy of .git can be stale: the rows then name the tree the caller sent, see bench/harness.git_rev)
 # Each part has its own time limit and the parts run in order of importance, so a slow part cannot starve the rest.
 # Uses the torch (CUDA build) and Triton of the machine; never installs torch. Pure-Python packages the machine lacks
 # (dp-accounting, pykeops, keopscore, geomloss) come as wheels in .whl/ (carried by the caller, see docs/gpu.md).
