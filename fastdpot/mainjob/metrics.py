@@ -216,7 +216,8 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
         train_images (n, C, H, W) in [0, 1], train_labels (n,) int; test_images (m, C, H, W), test_labels (m,).
 
     Raises:
-        ValueError: shapes disagree, non-finite values, fewer than 2 classes, epochs / batch_size < 1.
+        ValueError: shapes disagree, non-finite values, fewer than 2 classes, epochs / batch_size < 1, an unknown
+            ``arch`` or ``schedule``, images under 18 × 18 pixels for ``arch="dropout"``.
 
     References:
         The "train on synthetic, test on real" CNN protocol of Dockhorn et al., "Differentially private diffusion
