@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ._ext import _try_import
+from .reference.flow_histogram import _target_at, histogram_bins
 
 __all__ = ["CUB", "TORCH", "cuda_status", "PER_ROW_MIN_N", "MAX_HIST_BINS"]
 
@@ -96,26 +97,16 @@ class _Torch:
     @staticmethod
     def hist_count(s, lo, width, num_bins):
         _check_hist(s, lo, width, num_bins)
-        t = ((s - lo[:, None]) / width[:, None]).clamp(0, num_bins)
-        b = t.to(torch.int64).clamp(max=num_bins - 1)
+        b, _ = histogram_bins(s, lo[:, None], width[:, None], num_bins)
         hist = torch.zeros(s.shape[0], num_bins, dtype=torch.int32, device=s.device)
         return hist.scatter_add_(1, b, torch.ones_like(b, dtype=torch.int32))
 
     @staticmethod
     def hist_coef_(s, lo, width, hist, cum, q):
         _check_hist(s, lo, width, hist.shape[1] if hist.dim() == 2 else -1, hist, cum, q)
-        n, m = s.shape[1], q.shape[1]
-        nb = hist.shape[1]
-        t = ((s - lo[:, None]) / width[:, None]).clamp(0, nb)
-        b = t.to(torch.int64).clamp(max=nb - 1)
-        frac = t - b.to(t.dtype)
-        u = (cum.gather(1, b).to(s.dtype) + frac * hist.gather(1, b).to(s.dtype)) / n
-        pos = u * (m - 1)
-        j = pos.to(torch.int64).clamp(0, m - 1)
-        j1 = (j + 1).clamp(max=m - 1)
-        f = pos - j.to(pos.dtype)
-        q0 = q.gather(1, j)
-        s.sub_(q0 + f * (q.gather(1, j1) - q0))
+        b, frac = histogram_bins(s, lo[:, None], width[:, None], hist.shape[1])
+        u = (cum.gather(1, b).to(s.dtype) + frac * hist.gather(1, b).to(s.dtype)) / s.shape[1]
+        s.sub_(_target_at(q.t(), u.t()).t())  # the reference's interpolation works on columns
         return s
 
 

@@ -30,7 +30,20 @@ import torch
 from .._validate import check_int
 from .flow import step_with_transport
 
-__all__ = ["flow_step_histogram", "histogram_levels"]
+__all__ = ["flow_step_histogram", "histogram_levels", "histogram_bins"]
+
+
+def histogram_bins(xp: torch.Tensor, lo: torch.Tensor, width: torch.Tensor, num_bins: int):
+    """Bin index and position inside the bin of every entry of ``xp`` for the bins ``[lo + b width, lo + (b+1)
+    width)``, b = 0 … num_bins − 1 (values below / above the range clamped into the first / last bin).
+
+    Shape:
+        xp any shape, ``lo`` / ``width`` broadcastable to it -> (int64 bin index, fraction in [0, 1] in xp's
+        dtype), both of xp's shape.
+    """
+    t = ((xp - lo) / width).clamp(0, num_bins)
+    b = t.to(torch.int64).clamp(max=num_bins - 1)  # t >= 0: truncation is floor
+    return b, t - b.to(t.dtype)
 
 
 def histogram_levels(xp: torch.Tensor, num_bins: int) -> torch.Tensor:
@@ -43,9 +56,7 @@ def histogram_levels(xp: torch.Tensor, num_bins: int) -> torch.Tensor:
     lo = xp.amin(0)
     width = (xp.amax(0) - lo) / num_bins
     width = torch.where(width > 0, width, torch.ones_like(width))
-    t = ((xp - lo) / width).clamp(0, num_bins)
-    b = t.to(torch.int64).clamp(max=num_bins - 1)  # t >= 0: truncation is floor
-    frac = t - b.to(t.dtype)
+    b, frac = histogram_bins(xp, lo, width, num_bins)
     counts = torch.zeros(k, num_bins, dtype=torch.int64, device=xp.device)
     counts.scatter_add_(1, b.t(), torch.ones_like(b.t()))
     below = torch.cumsum(counts, dim=1) - counts
