@@ -48,7 +48,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 
 import torch
 
@@ -249,10 +248,8 @@ def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5
 
 
 def _run_fields(note, timing):
-    """Fields shared by every row of one run: a fresh run id, machine, versions, git revision."""
-    return {"run_id": time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6], "suite": SUITE,
-            "git_rev": harness.git_rev(), "machine": harness.machine_info(), "threads": torch.get_num_threads(),
-            "versions": harness.versions(), "note": note, "timing": timing}
+    """Fields shared by every row of one run (:func:`bench.harness.run_fields`) and its ``timing``."""
+    return harness.run_fields(SUITE, torch.get_num_threads(), note, timing=timing)
 
 
 def run_events(sizes, results_path, device, note="", budget_s=None, cases=None, compiled="target"):

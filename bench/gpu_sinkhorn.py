@@ -66,7 +66,6 @@ import sys
 import tempfile
 import time
 import traceback
-import uuid
 
 import torch
 
@@ -311,10 +310,8 @@ def keops_status():
 
 
 def _run_fields(note, timing, iterations):
-    return {"run_id": time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6], "suite": SUITE,
-            "git_rev": harness.git_rev(), "machine": harness.machine_info(), "threads": torch.get_num_threads(),
-            "versions": harness.versions(), "note": note, "timing": timing, "case": CASE, "dtype": "float32",
-            "blur": BLUR, "epsilon": BLUR ** 2, "cost": "0.5*|x-y|^2", "debias": False, "iterations": iterations}
+    return harness.run_fields(SUITE, torch.get_num_threads(), note, timing=timing, case=CASE, dtype="float32",
+                              blur=BLUR, epsilon=BLUR ** 2, cost="0.5*|x-y|^2", debias=False, iterations=iterations)
 
 
 def run(cases, results_path, device, note="", budget_s=None, t_begin=None, iterations=ITERATIONS, rows=None,

@@ -167,6 +167,14 @@ def _child(args):
     print("@@RESULT " + json.dumps(res), flush=True)
 
 
+def run_fields(suite: str, threads: int, note: str = "", **extra: Any) -> Dict[str, Any]:
+    """Fields shared by every row of one run: a fresh ``run_id``, ``suite``, ``git_rev`` (:func:`git_rev`),
+    ``machine``, ``threads``, ``versions``, ``note``, then ``extra`` (e.g. ``timing``)."""
+    return dict({"run_id": time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6], "suite": suite,
+                 "git_rev": git_rev(), "machine": machine_info(), "threads": threads, "versions": versions(),
+                 "note": note}, **extra)
+
+
 def run_suite(module: str, runs: Iterable[Dict[str, Any]], threads: int = 2, repeats: int = 3, warmup: int = 1,
               results_path: str = RESULTS, timeout: float = 1800.0, note: str = "") -> List[Dict[str, Any]]:
     """Run every entry of ``runs`` (dicts with keys case, impl, params, mode) in its own subprocess.
@@ -175,9 +183,7 @@ def run_suite(module: str, runs: Iterable[Dict[str, Any]], threads: int = 2, rep
     an ``error`` field instead of stopping the suite. Returns the rows.
     """
     mod = importlib.import_module(module)
-    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    common = {"run_id": run_id, "suite": mod.SUITE, "git_rev": git_rev(), "machine": machine_info(),
-              "threads": threads, "versions": versions(), "note": note}
+    common = run_fields(mod.SUITE, threads, note)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     rows = []
