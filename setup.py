@@ -95,7 +95,7 @@ def _cuda_extensions():
         return []
     nvcc = _nvcc()
     has_torch_cuda, cap = _torch_cuda()
-    if nvcc is None or not (has_torch_cuda or flag in ("1", "true", "yes", "on")):
+    if nvcc is None or not (has_torch_cuda or _flag("FASTDPOT_CUDA")):
         return []
     only = _only()
     archs = os.environ.get("FASTDPOT_CUDA_ARCH") or (f"{cap[0]}{cap[1]}" if cap else "80;90")
