@@ -31,12 +31,16 @@ NETWORK = (35e9, 60e-6)  # multi-node, 400 Gb/s-class RoCE/InfiniBand: ≈ 35 GB
 GPU_SECONDS_PER_PARTICLE_DIRECTION = 0.098 / (1e7 * 128)
 
 
-def bytes_per_step(k, batch, bins, world):
+def bytes_per_step(k, d, batch, bins, world):
     """Payload bytes of one step's messages and the bytes each rank sends (ring all-reduce: 2(P-1)/P of the
-    message; broadcast: the root sends the message once per tree level, counted once here)."""
-    msgs = dict(header=6 * 8, release=k * batch * 8, extremes=2 * k * 8, counts=k * bins * 8, flags=2 * 8)
+    message; broadcast: the root sends the message once per tree level, counted once here). The broadcasts: the
+    go/stop code, the header (key, σ, k, d, L), the (k, d) directions, the (k, B) release and its (B,) levels; the
+    all-reduces: 2k extremes, the (k, bins) counts, the non-finite flag and the drift norm."""
+    msgs = dict(stop=8, header=5 * 8, directions=k * d * 8, release=k * batch * 8 + batch * 8, extremes=2 * k * 8,
+                counts=k * bins * 8, flags=2 * 8)
     ring = 2 * (world - 1) / world
-    sent = msgs["header"] + msgs["release"] + ring * (msgs["extremes"] + msgs["counts"] + msgs["flags"])
+    sent = msgs["stop"] + msgs["header"] + msgs["directions"] + msgs["release"] + \
+        ring * (msgs["extremes"] + msgs["counts"] + msgs["flags"])
     return msgs, (sent if world > 1 else 0.0)
 
 
@@ -45,12 +49,12 @@ def _worker(rank, world, store, out, n, d, k, bins, batch, steps):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    from fastdpot.flow import DPSlicedWassersteinFlow
+    from fastdpot.flows import DistributedSlicedWassersteinFlow
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=600))
-    flow = DPSlicedWassersteinFlow(n, d, k, 1.0, reg=0.01, noise_multiplier=1.0, batch_size=batch, steps=steps,
-                                   quantiles="histogram", num_quantiles=bins, secure_mode=False,
+    flow = DistributedSlicedWassersteinFlow(n, d, k, 1.0, diffusion=0.01, noise_multiplier=1.0, batch_size=batch,
+                                            steps=steps, quantiles="histogram", histogram_bins=bins, secure_mode=False,
                                    generator=torch.Generator().manual_seed(0), process_group=dist.group.WORLD)
     data = torch.randn(4 * batch, d, generator=torch.Generator().manual_seed(1)) if rank == 0 else None
     stamps = []
@@ -74,15 +78,14 @@ def measure(n, d, k, bins, batch, world, steps, tmp):
         return json.load(f)
 
 
-def model(setups, k, bins, batch, n=10 ** 9, world=8):
+def model(setups, k, bins, batch, d=48, n=10 ** 9, world=8):
     """Per-step time of N = 10^9 particles over `world` ranks: compute (N/P)·k·t_pd + the collectives at the
-    assumed bus bandwidths (latency α + bytes/busbw per collective, 4 all-reduces and 2 broadcasts).
+    assumed bus bandwidths (latency α + bytes/busbw per collective: 4 all-reduces and 6 broadcasts).
     ``setups``: {name: (t_pd seconds per particle·direction, (busbw, α))}."""
-    msgs, _ = bytes_per_step(k, batch, bins, world)
+    msgs, _ = bytes_per_step(k, d, batch, bins, world)
     rows = []
     for name, (step_s_per_pd, (busbw, alpha)) in setups.items():
-        comm = 6 * alpha + (msgs["header"] + msgs["release"]) / busbw + \
-            (msgs["extremes"] + msgs["counts"] + msgs["flags"]) / busbw
+        comm = 10 * alpha + sum(msgs.values()) / busbw
         comp = n / world * k * step_s_per_pd
         rows.append(dict(setup=name, particles_per_rank=n // world, compute_s=comp, comm_s=comm,
                          step_s=comp + comm, comm_fraction=comm / (comp + comm)))
@@ -105,7 +108,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         for kind, world, n in (("weak", 1, per), ("weak", 2, 2 * per), ("strong", 1, strong), ("strong", 2, strong)):
             t = measure(n, d, k, bins, batch, world, steps, tmp)
-            msgs, sent = bytes_per_step(k, batch, bins, world)
+            msgs, sent = bytes_per_step(k, d, batch, bins, world)
             rows.append(dict(run_id=run_id, git_rev=rev.strip(), suite="distributed", scaling=kind, world=world,
                              n=n, d=d, k=k, bins=bins, batch=batch, **t,
                              s_per_particle_direction=t["step_s"] * world / (n * k), bytes=msgs,

@@ -13,7 +13,7 @@ plus a table evaluation per rank.
 case ``histogram_step`` (issue 18): the same points step with ``quantiles="histogram"`` (``bins`` = 1024 bins per
 direction, no sort): impl ``fastdpot`` is the C++ histogram kernel (csrc/flow_histogram.cpp: three passes that
 recompute the projections per block of particles, nothing of size N·k stored), ``reference`` the torch reference
-(:func:`fastdpot.reference.flow_histogram.flow_step_histogram`). Compare it with case ``step`` impl ``fastdpot``
+(:func:`fastdpot.reference.flow.flow_step`). Compare it with case ``step`` impl ``fastdpot``
 (the C++ exact step) of the same run_id.
 
     python -m bench.flow            # full sizes (the lead runs this on a quiet machine)
@@ -54,7 +54,7 @@ def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0)
         s["seed"][0] += 1
         mode, q = quantiles if isinstance(quantiles, tuple) else (quantiles, None)  # ("histogram", bins)
         new, drift, _ = flow_step(s["x"], s["y"], s["th"], noise_std=noise_std, step_size=step_size,
-                                  seed=s["seed"][0], quantiles=mode, num_quantiles=q, backend=backend)
+                                  seed=s["seed"][0], quantiles=mode, histogram_bins=q, backend=backend)
         return new
 
     return Case(setup=setup, forward=forward)

@@ -93,8 +93,8 @@ def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):
 
     def forward(state):
         x, y, th = state
-        return flow_step(x, y, th, noise_std=0.5, step_size=1.0, reg=0.0, seed=1234, quantiles=quantiles,
-                         num_quantiles=NUM_BINS if quantiles == "histogram" else None, backend=backend)
+        return flow_step(x, y, th, noise_std=0.5, step_size=1.0, diffusion=0.0, seed=1234, quantiles=quantiles,
+                         histogram_bins=NUM_BINS if quantiles == "histogram" else None, backend=backend)
 
     return Case(setup=setup, forward=forward, device=device)
 
@@ -332,13 +332,13 @@ def api_run(N, d, k, steps, results_path, device, note="", quantiles="exact", nu
     in d dimensions (CelebA latent shape: d = 48), k directions, ``steps`` steps at (ε, δ) = (10, 1e-5) on a
     synthetic private set of unit-sphere rows (B = 250 per step). Records the wall time per step (host clock with
     synchronisation; sampling, accounting and the kernel call included), peak device memory and ε spent."""
-    from fastdpot.flow import DPSlicedWassersteinFlow
+    from fastdpot.flows import DPSlicedWassersteinFlow
 
     g = torch.Generator().manual_seed(0)
     private = torch.randn(50_000, d, generator=g)
     private /= private.norm(dim=1, keepdim=True)
-    flow = DPSlicedWassersteinFlow(N, d, k, step_size=1.0, reg=1e-4, target_epsilon=10.0, delta=1e-5,
-                                   batch_size=M_PRIVATE, steps=steps, quantiles=quantiles, num_quantiles=num_bins,
+    flow = DPSlicedWassersteinFlow(N, d, k, step_size=1.0, diffusion=1e-4, target_epsilon=10.0, delta=1e-5,
+                                   batch_size=M_PRIVATE, steps=steps, quantiles=quantiles, histogram_bins=num_bins,
                                    generator=torch.Generator().manual_seed(1), device=device, backend="auto")
     flow.run(private, steps=1, progress=False)  # warm-up (JIT compilation); accounted like every step
     if device == "cuda":

@@ -24,8 +24,8 @@ def profile_mode(n, d, k, quantiles, steps, backend="triton"):
     from .gpu_flow import M_PRIVATE, NUM_BINS, _inputs
 
     x, y, th = _inputs(n, M_PRIVATE, d, k, "cuda")
-    kw = dict(noise_std=0.5, step_size=1.0, reg=1e-3, seed=1234, quantiles=quantiles,
-              num_quantiles=NUM_BINS if quantiles == "histogram" else None, backend=backend)
+    kw = dict(noise_std=0.5, step_size=1.0, diffusion=1e-3, seed=1234, quantiles=quantiles,
+              histogram_bins=NUM_BINS if quantiles == "histogram" else None, backend=backend)
     for _ in range(2):
         flow_step(x, y, th, **kw)
     torch.cuda.synchronize()

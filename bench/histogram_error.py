@@ -21,7 +21,7 @@ import argparse
 import torch
 
 from fastdpot.ops.flow_step import flow_step
-from fastdpot.reference.flow_histogram import histogram_levels
+from fastdpot.reference.flow import histogram_levels
 
 
 def _sw2(a, b, n_dir=200, seed=0):
@@ -50,11 +50,11 @@ def measure(n=20000, d=8, k=50, m=1000, steps=30, bins=(16, 64, 256, 1024, 4096)
     ranks = torch.argsort(torch.argsort(xp, dim=0), dim=0).double() / (n - 1)
     rows = []
     for b in bins:
-        _, d_hist, _ = flow_step(x0, y, ths[0], seed=1, quantiles="histogram", num_quantiles=b, **kw)
+        _, d_hist, _ = flow_step(x0, y, ths[0], seed=1, quantiles="histogram", histogram_bins=b, **kw)
         level = float((histogram_levels(xp, b) - ranks).abs().max())
         xh = x0
         for t in range(steps):
-            xh = flow_step(xh, y, ths[t], seed=t + 1, quantiles="histogram", num_quantiles=b, **kw)[0]
+            xh = flow_step(xh, y, ths[t], seed=t + 1, quantiles="histogram", histogram_bins=b, **kw)[0]
         rows.append(dict(bins=b, level=level, drift=float((d_hist - d_exact).norm() / d_exact.norm()),
                          sw2=_sw2(xh, xe)))
     return rows, _sw2(xe, y)

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from fastdpot.flow import DPSlicedWassersteinFlow
+from fastdpot.flows import DPSlicedWassersteinFlow
 
 
 def make_class(n=3000, d=16, seed=0):
@@ -40,8 +40,8 @@ def errors(particles, data):
 
 def run_one(data, release, step_size, num_bins, seed, epsilon=10.0, steps=300, batch=100, particles=1000):
     d = data.shape[1]
-    kw = dict(release="sketch", num_bins=num_bins) if release == "sketch" else {}
-    flow = DPSlicedWassersteinFlow(particles, d, d, step_size, target_epsilon=epsilon, delta=1e-5, radius=1.0,
+    kw = dict(release="sketch", sketch_bins=num_bins) if release == "sketch" else {}
+    flow = DPSlicedWassersteinFlow(particles, d, d, step_size, target_epsilon=epsilon, delta=1e-5, clip_radius=1.0,
                                    batch_size=batch, steps=steps, directions="orthogonal", init="gaussian_scaled",
                                    init_scale=0.3, generator=torch.Generator().manual_seed(seed), **kw)
     t0 = time.perf_counter()

@@ -100,7 +100,7 @@ def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, num_bins=10):
 
         return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
                                      generator=s["gen"],
-                                     secure_mode=False, release="sketch", num_bins=num_bins)
+                                     secure_mode=False, release="sketch", sketch_bins=num_bins)
 
     def setup():
         s = _setup(n, m, d, k)

@@ -20,14 +20,14 @@ Contracts (``rows`` x ``n`` tensors, C-contiguous):
   per row (``kernels/histogram.py``'s bins: values clamped into the first / last bin).
 * ``hist_coef_(s, lo, width, hist, cum, q)``: ``s <- s - T(s)`` in place, T the linear interpolation of the sorted
   private row ``q`` (rows, M) at position ``u (M - 1)``, u the histogram-CDF level ``(cum_b + frac n_b) / n``
-  (:func:`fastdpot.reference.flow_histogram.histogram_levels`).
+  (:func:`fastdpot.reference.flow.histogram_levels`).
 """
 from __future__ import annotations
 
 import torch
 
 from ._ext import _try_import
-from .reference.flow_histogram import _target_at, histogram_bins
+from .reference.flow import histogram_bins, target_at as _target_at
 
 __all__ = ["CUB", "TORCH", "cuda_status", "PER_ROW_MIN_N", "MAX_HIST_BINS"]
 

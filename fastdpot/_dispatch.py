@@ -10,7 +10,9 @@ Each op (``"sliced_wasserstein"``, ``"flow_step"``, ``"sinkhorn"``, ...) maps ba
 * ``keops``     -- pykeops symbolic reductions.
 
 ``backend="auto"`` asks each registered ``auto`` rule (an ordered list of backends per device type, optionally with
-a minimum problem size) and takes the first one that is available. Asking explicitly for a backend that is not
+a minimum problem size) and takes the first one that is available and has every feature the call needs (a row
+declares the optional features it implements, e.g. op ``flow_step``'s ``"shard"``: a step over one process's rows of
+sharded particles). Asking explicitly for a backend that is not
 registered or not available raises :class:`~fastdpot._ext.BackendUnavailableError` naming what to install.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ BACKENDS = ("reference", "cpu", "triton", "cuda", "keops")
 class _Impl:
     fn: Callable
     available: Callable[[], Tuple[bool, Optional[str]]]
+    features: frozenset = frozenset()
 
 
 @dataclass
@@ -45,16 +48,18 @@ def _always():
     return True, None
 
 
-def register(op: str, backend: str, available: Callable[[], Tuple[bool, Optional[str]]] = _always):
+def register(op: str, backend: str, available: Callable[[], Tuple[bool, Optional[str]]] = _always,
+             features: Tuple[str, ...] = ()):
     """Decorator: register ``fn`` as the ``backend`` implementation of ``op``.
 
-    ``available()`` returns ``(ok, reason)``; it is called lazily at dispatch time.
+    ``available()`` returns ``(ok, reason)``; it is called lazily at dispatch time. ``features``: the optional
+    features of the op this row implements (:func:`dispatch`'s ``needs``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
     def deco(fn):
-        _TABLE.setdefault(op, _Op()).impls[backend] = _Impl(fn, available)
+        _TABLE.setdefault(op, _Op()).impls[backend] = _Impl(fn, available, frozenset(features))
         return fn
 
     return deco
@@ -81,13 +86,17 @@ def available_backends(op: str) -> Dict[str, Tuple[bool, Optional[str]]]:
     return {b: impl.available() for b, impl in entry.impls.items()}
 
 
-def dispatch(op: str, backend: str = "auto", device_type: str = "cpu", size: int = 0) -> Tuple[str, Callable]:
-    """Return ``(backend_name, implementation)`` of ``op``.
+def dispatch(op: str, backend: str = "auto", device_type: str = "cpu", size: int = 0,
+             needs: Tuple[str, ...] = ()) -> Tuple[str, Callable]:
+    """Return ``(backend_name, implementation)`` of ``op``: the row asked for, or (``"auto"``) the first available
+    row of the device's rule that has every feature in ``needs``, else ``reference``.
 
     Raises:
         ValueError: unknown backend name.
-        BackendUnavailableError: an explicitly requested backend is not registered for ``op`` or failed to load.
+        BackendUnavailableError: an explicitly requested backend is not registered for ``op``, failed to load, or
+            lacks a feature in ``needs``.
     """
+    needs = frozenset(needs)
     entry = _TABLE.get(op)
     if entry is None:
         raise KeyError(f"unknown op {op!r}; registered: {registered_ops()}")
@@ -101,10 +110,14 @@ def dispatch(op: str, backend: str = "auto", device_type: str = "cpu", size: int
         ok, reason = impl.available()
         if not ok:
             raise BackendUnavailableError(f"backend '{backend}' for op '{op}' is unavailable: {reason}")
+        if not needs <= impl.features:
+            with_it = sorted(b for b, i in entry.impls.items() if needs <= i.features)
+            raise BackendUnavailableError(f"backend '{backend}' for op '{op}' does not implement "
+                                          f"{sorted(needs - impl.features)}; backends that do: {with_it}")
         return backend, impl.fn
     for name, min_size in entry.auto.get(device_type, []):
         impl = entry.impls.get(name)
-        if impl is not None and size >= min_size and impl.available()[0]:
+        if impl is not None and size >= min_size and needs <= impl.features and impl.available()[0]:
             return name, impl.fn
     if "reference" in entry.impls:
         return "reference", entry.impls["reference"].fn

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["draw_seed", "make_generator", "random_directions"]
+__all__ = ["draw_seed", "make_generator", "random_projections"]
 
 _SEED_HIGH = 2 ** 62
 
@@ -51,35 +51,43 @@ def make_generator(seed: Optional[int] = None, *, secure_mode: bool = False, dev
 
 
 
-def random_directions(num_projections: int, dim: int, generator=None, *,
-                      orthogonal: bool = False, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Directions θ_1..θ_k on the unit sphere S^{d-1}, as rows of a (k, d) tensor.
+def random_projections(num_projections: int, dim: int, generator=None, *, orthogonal: bool = False,
+                       dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    """Projections θ_1..θ_k on the unit sphere S^{d-1}, as rows of a (k, d) tensor: the one sampler of directions.
 
     ``orthogonal=False``: i.i.d. uniform (normalised standard Gaussians). ``orthogonal=True``: ``⌈k/d⌉`` independent
     blocks, each the first ``min(d, rows left)`` rows of a Haar-random orthogonal matrix (QR of a Gaussian matrix with
     the signs of R's diagonal folded in; Mezzadri, Notices AMS 2007); every direction is marginally uniform, rows
     within a block are orthonormal, so :func:`fastdpot.privacy.orthogonal_sliced_sensitivity` bounds the
-    projection's sensitivity deterministically. Computed in float64, returned in ``dtype``.
+    projection's sensitivity deterministically. Drawn and normalised in float64, returned in ``dtype``.
 
-    ``generator``: a ``torch.Generator`` (``None``: torch's global one) or a
-    :class:`fastdpot.privacy.randomness.PrivacyRandomness` (private directions: secret OS-random normals in secure
-    mode, the same draws as its ``torch.Generator`` in replayable mode).
+    Args:
+        num_projections: k >= 1. dim: d >= 1.
+        generator: a ``torch.Generator`` (``None``: torch's global one) or a
+            :class:`fastdpot.privacy.randomness.PrivacyRandomness` (private directions: secret OS-random normals in
+            secure mode, the same draws as its ``torch.Generator`` in replayable mode).
+        orthogonal: blocks of orthonormal rows (above).
+        dtype: of the result (float64 by default). device: of the result (default: the generator's).
 
     Shape:
-        returns (k, d), k = ``num_projections``, d = ``dim``; unit rows.
+        returns (k, d); unit rows.
 
     Raises:
-        ValueError: k < 1 or d < 1.
+        ValueError: k < 1 or d < 1 (or not integers), a generator of another type.
     """
-    k, d = int(num_projections), int(dim)
-    if k < 1 or d < 1:
-        raise ValueError(f"num_projections and dim must be >= 1, got {num_projections!r}, {dim!r}")
+    from ._validate import check_generator, check_int
+
+    k = check_int(num_projections, "num_projections")
+    d = check_int(dim, "dim")
+    check_generator(generator)
+    if device is None:
+        device = generator.device if isinstance(generator, torch.Generator) else "cpu"
     if generator is None or isinstance(generator, torch.Generator):
         def normal(*shape):
-            return torch.randn(*shape, generator=generator, dtype=torch.float64)
+            return torch.randn(*shape, generator=generator, dtype=torch.float64, device=device)
     else:
         def normal(*shape):
-            return generator.normal(shape, dtype=torch.float64)
+            return generator.normal(shape, dtype=torch.float64, device=device)
     if not orthogonal:
         th = normal(k, d)
         return (th / th.norm(dim=1, keepdim=True)).to(dtype)

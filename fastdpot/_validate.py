@@ -120,6 +120,29 @@ def check_same_dim(x: torch.Tensor, y: torch.Tensor, xname: str, yname: str) -> 
     return int(x.shape[-1])
 
 
+def check_device_available(device, name: str = "device") -> torch.device:
+    """A device fastdpot computes on and this machine has: ``"cpu"``, or ``"cuda[:i]"`` with CUDA available.
+
+    Raises:
+        ValueError: not a device, a device type fastdpot does not support (``meta``, ...), CUDA asked for without a
+            CUDA device (or an index beyond the visible ones).
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{name} must be a torch.device or a device string, got {device!r} ({err})") from None
+    if dev.type not in SUPPORTED_DEVICES:
+        raise ValueError(f"{name}={str(dev)!r} is not a device fastdpot computes on; use one of "
+                         f"{list(SUPPORTED_DEVICES)}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}={str(dev)!r} but CUDA is not available on this machine (torch "
+                             f"{torch.__version__}); use device='cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"{name}={str(dev)!r} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return dev
+
+
 def check_device(x: torch.Tensor, name: str) -> torch.Tensor:
     """Refuse a tensor on a device fastdpot does not compute on (``meta``, ``xla``, ...), naming the argument."""
     if x.device.type not in SUPPORTED_DEVICES:
@@ -144,11 +167,8 @@ def check_generator(g, name: str = "generator", *, allow_privacy: bool = True):
     """None, a ``torch.Generator`` or (``allow_privacy``) a :class:`fastdpot.privacy.randomness.PrivacyRandomness`."""
     if g is None or isinstance(g, torch.Generator):
         return g
-    if allow_privacy:
-        from .privacy.randomness import PrivacyRandomness
-
-        if isinstance(g, PrivacyRandomness):
-            return g
+    if allow_privacy and getattr(type(g), "is_privacy_source", False):  # a PrivacyRandomness (no import: the
+        return g  # privacy core imports this module)
     raise TypeError(f"{name} must be a torch.Generator or None, got {type(g).__name__} ({g!r}); to seed, pass "
                     f"fastdpot.make_generator(seed)")
 

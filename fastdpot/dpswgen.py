@@ -1,12 +1,18 @@
-"""DPSWgen: a generator trained with the DP sliced Wasserstein loss (baseline of Sebag et al., TMLR; mechanism of Rakotomamonjy & Ralaivola, ICML 2021).
+"""DPSWgen: a generator trained with the DP sliced Wasserstein loss (baseline of Sebag et al., TMLR; mechanism of
+Rakotomamonjy & Ralaivola, ICML 2021).
+
+The caller brings the generator, as Opacus' ``make_private`` takes the caller's model: any ``nn.Module`` with an
+integer ``latent_dim`` attribute that maps (B, latent_dim) latents to B rows of the private data's shape
+(:mod:`fastdpot.experiments.dpswgen` has the MLP of Sebag et al. and a small convolutional one).
+:func:`train_dpswgen` trains it in place and returns it in a :class:`DPSWgenResult` with the ε spent.
 
 Each training step releases ``X_b Θᵀ + V`` for a fresh batch X_b of B private rows, drawn uniformly without
 replacement (:class:`fastdpot.privacy.FixedSizeSampler`, a new subset every step, never a replayed epoch), rows
-clipped to ``radius`` inside the loss, fresh directions Θ and fresh noise N(0, σ²). Every release is recorded in the
-run's :class:`fastdpot.privacy.PrivacyLedger` (through its :class:`fastdpot.privacy.PrivacyBudget`) *before* it
-happens (substitution neighbours, RDP for sampling without replacement, δ split between the accountant and the
-per-step sensitivity tail over Θ, the tails of the releases made charged to δ); training stops when the next release
-would exceed the target ε, and the ε actually spent is reported.
+clipped to ``clip_radius`` inside the loss, fresh directions Θ and fresh noise N(0, σ²). Every release is recorded
+in the run's :class:`fastdpot.privacy.PrivacyLedger` *before* it happens (substitution neighbours, RDP for sampling
+without replacement, δ split between the accountant and the per-step sensitivity tail over Θ, the tails of the
+releases made charged to δ). Either σ is calibrated so that T steps spend a target ε (training stops if the next
+release would exceed it), or σ is given and the ε the T steps spent is reported, as in Opacus.
 """
 from __future__ import annotations
 
@@ -17,74 +23,92 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from ._validate import (check_choice, check_delta, check_epsilon, check_int, check_positive, check_tensor,
-                        resolve_alias)
-from .sliced import _check_release, dp_sliced_wasserstein, dp_sliced_wasserstein_noise_std, sliced_wasserstein
+from . import _dispatch
+from ._validate import (check_choice, check_delta, check_epsilon, check_generator, check_int, check_positive,
+                        check_tensor, resolve_alias)
+from .privacy.accounting import ACCOUNTANTS
+from .privacy.sensitivity import BOUNDS
+from .sliced import _check_release, dp_sliced_wasserstein, dp_sliced_wasserstein_noise_std
 
-__all__ = ["MLPGenerator", "ConvGenerator", "DPSWgenResult", "train_dpswgen"]
+__all__ = ["DPSWgenResult", "train_dpswgen"]
 
 
-class MLPGenerator(nn.Module):
-    """The DPSWgen generator of Sebag et al., TMLR: latent→256→ReLU→512→BN→ReLU→256→ReLU→out (linear output).
+def _check_model(model, name: str = "model", attrs: Sequence[str] = ("latent_dim",), *,
+                 dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None) -> nn.Module:
+    """Refuse a generator module the trainers cannot train: not an ``nn.Module``, an integer attribute of ``attrs``
+    missing or < 1, no trainable parameter, floating parameters of another dtype or on another device than the data.
 
-    Shape: (B, latent_dim) -> (B, out_dim).
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``. ValueError: the rest, naming the attribute or the fix.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module (the generator to train), got {type(model).__name__}")
+    for attr in attrs:
+        if not hasattr(model, attr):
+            raise ValueError(f"{name} must have an integer attribute {attr!r} (the trainers read it), "
+                             f"{type(model).__name__} has none")
+        check_int(getattr(model, attr), f"{name}.{attr}")
+    params = [q for q in model.parameters() if q.requires_grad]
+    if not params:
+        raise ValueError(f"{name} has no trainable parameter (requires_grad=True): nothing to train")
+    for q in params:
+        if dtype is not None and q.is_floating_point() and q.dtype != dtype:
+            raise ValueError(f"{name}'s parameters are {q.dtype} but the data are {dtype}; convert one of them "
+                             f"(e.g. {name}.to({dtype}))")
+        if device is not None and q.device != device:
+            raise ValueError(f"{name}'s parameters are on {q.device} but the data are on {device}; move one of "
+                             f"them (e.g. {name}.to({str(device)!r}))")
+    return model
 
-    def __init__(self, latent_dim: int, out_dim: int):
-        super().__init__()
-        self.latent_dim = check_int(latent_dim, "latent_dim")
-        self.out_dim = check_int(out_dim, "out_dim")
-        self.net = nn.Sequential(
-            nn.Linear(latent_dim, 256), nn.ReLU(),
-            nn.Linear(256, 512), nn.BatchNorm1d(512), nn.ReLU(),
-            nn.Linear(512, 256), nn.ReLU(),
-            nn.Linear(256, out_dim),
-        )
 
-    def forward(self, z):
-        """Generated rows: z (B, latent_dim) latent codes -> (B, out_dim)."""
-        return self.net(z)
+def _check_output(model: nn.Module, inputs: Sequence[torch.Tensor], row_shape: Sequence[int], name: str,
+                  what: str, *, flat: bool = False) -> None:
+    """Run ``model(*inputs)`` once (eval mode, no grad, training mode restored) and refuse an output that is not
+    (len(inputs[0]), *row_shape) (``flat``: whose rows, flattened, are not). ``inputs`` hold no random draw: the
+    check changes no generator's state."""
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(*inputs)
+    finally:
+        model.train(was)
+    want = (inputs[0].shape[0],) + tuple(row_shape)
+    if isinstance(out, torch.Tensor) and flat and out.dim() >= 1:
+        out = out.reshape(out.shape[0], -1)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"{name} must map {what} to rows of shape {want}, got {got}")
 
 
-class ConvGenerator(nn.Module):
-    """A small transposed-convolution generator for images in [0, 1] (sigmoid output).
+def _latents(num: int, latent_dim: int, generator: Optional[torch.Generator], dtype: torch.dtype,
+             device: torch.device) -> torch.Tensor:
+    """(num, latent_dim) standard normals drawn on ``generator``'s device (the global CPU RNG when None), moved
+    to ``device``: a CPU generator gives the same latents for a CPU or a CUDA model."""
+    src = generator.device if generator is not None else None
+    return torch.randn(num, latent_dim, generator=generator, dtype=dtype, device=src).to(device)
 
-    latent → linear → (64, H/4, W/4) → ConvT(64→32, ×2) → BN → ReLU → ConvT(32→C, ×2) → sigmoid.
 
-    Shape: (B, latent_dim) -> (B, C, H, W), H and W multiples of 4.
-    """
-
-    def __init__(self, latent_dim: int, image_shape: Sequence[int]):
-        super().__init__()
-        if len(image_shape) != 3 or image_shape[1] % 4 or image_shape[2] % 4:
-            raise ValueError(f"image_shape must be (C, H, W) with H, W multiples of 4, got {tuple(image_shape)}")
-        self.latent_dim = check_int(latent_dim, "latent_dim")
-        self.image_shape = tuple(int(s) for s in image_shape)
-        c, h, w = self.image_shape
-        self.h4, self.w4 = h // 4, w // 4
-        self.fc = nn.Sequential(nn.Linear(latent_dim, 64 * self.h4 * self.w4), nn.ReLU())
-        self.deconv = nn.Sequential(
-            nn.ConvTranspose2d(64, 32, 4, 2, 1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.ConvTranspose2d(32, c, 4, 2, 1), nn.Sigmoid(),
-        )
-
-    def forward(self, z):
-        """Generated images: z (B, latent_dim) latent codes -> (B, C, H, W) in [0, 1]."""
-        return self.deconv(self.fc(z).view(-1, 64, self.h4, self.w4))
+def _model_dtype_device(model: nn.Module):
+    q = next(model.parameters())
+    return (q.dtype if q.is_floating_point() else torch.get_default_dtype()), q.device
 
 
 @dataclass
 class DPSWgenResult:
     """What :func:`train_dpswgen` returns.
 
-    ``epsilon`` is the ε spent (accountant's value at ``delta_accountant``, plus the sensitivity tails in δ: the
-    run is (epsilon, delta)-DP); ``steps`` the number of private releases made; ``losses`` the DP loss per step
-    (computed from that step's noisy release and the generated rows only: post-processing, publishable).
+    ``generator`` is the caller's module, trained in place. ``epsilon`` is the ε spent (accountant's value at δ
+    minus the sensitivity tails of the releases made: the run is (epsilon, delta)-DP; ``math.inf`` for a
+    non-private run); ``target_epsilon`` the ε σ was calibrated for (None when ``noise_std`` was given);
+    ``steps`` the number of private releases made; ``noise_std`` σ, the standard deviation of the noise on each
+    projected value; ``losses`` the DP loss per step (computed from that step's noisy release and the generated
+    rows only: post-processing, publishable); ``stopped_by_budget`` whether the target ε refused a step.
     """
     generator: nn.Module
     epsilon: float
     delta: float
-    target_epsilon: float
+    target_epsilon: Optional[float]
     steps: int
     noise_std: float
     details: dict
@@ -92,176 +116,209 @@ class DPSWgenResult:
     stopped_by_budget: bool = False
 
     def sample(self, num_samples: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """``num_samples`` generated rows (eval mode; post-processing, no privacy cost)."""
+        """``num_samples`` generated rows (eval mode; post-processing, no privacy cost).
+
+        Shape: -> (num_samples, *row shape of the training data), on the generator module's device.
+        """
         g = self.generator
+        dtype, device = _model_dtype_device(g)
         was = g.training
         g.eval()
-        with torch.no_grad():
-            z = torch.randn(num_samples, g.latent_dim, generator=generator)
-            out = g(z)
-        g.train(was)
+        try:
+            with torch.no_grad():
+                out = g(_latents(check_int(num_samples, "num_samples"), g.latent_dim, generator, dtype, device))
+        finally:
+            g.train(was)
         return out
 
 
-def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, delta: Optional[float] = None, *,
-                  steps: Optional[int] = None, batch_size: int = 250,
-                  num_projections: int = 70, radius: float = 1.0, p: int = 2, latent_dim: int = 16,
-                  model: str = "mlp", lr: float = 1e-3, bound: str = "chernoff", accountant: str = "rdp",
-                  noise_std: Optional[float] = None, generator: Optional[torch.Generator] = None,
-                  backend: str = "auto", budget_checks: int = 10, log_every: int = 0,
-                  secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None,
-                  progress: bool = True, target_epsilon: Optional[float] = None,
+def train_dpswgen(private_data: torch.Tensor, model: nn.Module, epsilon: Optional[float] = None,
+                  delta: Optional[float] = None, *, steps: Optional[int] = None, batch_size: int = 250,
+                  num_projections: int = 70, clip_radius: float = 1.0, p: int = 2, lr: float = 1e-3,
+                  bound: str = "chernoff", accountant: str = "rdp", noise_std: Optional[float] = None,
+                  generator: Optional[torch.Generator] = None, backend: str = "auto", budget_checks: int = 10,
+                  log_every: int = 0, secure_mode: bool = True, release: str = "points",
+                  sketch_bins: Optional[int] = None, progress: bool = True, target_epsilon: Optional[float] = None,
                   target_delta: Optional[float] = None, epochs: Optional[float] = None) -> DPSWgenResult:
-    r"""Train a DPSWgen generator on private rows with the DP sliced Wasserstein loss.
+    r"""Train the caller's generator ``model`` on private rows with the DP sliced Wasserstein loss.
 
-    Per step: spend the step in the budget (before releasing), draw a fresh uniform batch of B rows without
-    replacement, draw latents, and minimise DP-SW_p^p(clip(X_b), G(z)) (noise σ on both sides' projections; the
-    gradient reaches G through the generated side only) with Adam.
+    Per step: record the step in the ledger (before releasing), draw a fresh uniform batch of B rows without
+    replacement, draw B latents, and minimise DP-SW_p^p(clip(X_b), G(z)) (noise σ on both sides' projections; the
+    gradient reaches G through the generated side only) with Adam (learning rate ``lr``).
+
+    .. math::
+        \mathrm{DP\text{-}SW}_p^p = \frac1k\sum_{j=1}^k W_p^p\big(\theta_j^\top X_b + v_j,\;
+        \theta_j^\top G(z) + w_j\big), \qquad v_j, w_j \sim \mathcal N(0, \sigma^2 I_B)
+
+    The noise is given by exactly one of ``epsilon`` (σ calibrated so that the T steps spend ε at δ; training
+    stops if the ledger refuses a block) or ``noise_std`` (σ fixed; all T steps run and the ε they spent at δ is
+    reported, as Opacus' ``make_private(noise_multiplier=...)`` does).
 
     Args:
-        private_data: (n, d) private rows (latents, or flattened images for ``model="conv"`` with shape (n, C, H, W)).
+        private_data: (n, d) private rows, or (n, \*S) for any row shape S (e.g. images (n, C, H, W)); float32 or
+            float64, on the device of ``model``.
+        model: the generator to train, in place: an ``nn.Module`` with an integer attribute ``latent_dim``,
+            mapping (B, latent_dim) latents to (B, \*S) rows; its floating parameters of the data's dtype. Its
+            initial weights are the caller's (initialise it from a seed for a replayable run).
         epsilon: target ε (``math.inf``: non-private run, σ = 0, nothing accounted); Opacus' name
-            ``target_epsilon=`` is an alias (give one of the two).
-        delta: target δ of the whole run (alias ``target_delta=``).
-        epochs: Opacus-style alternative to ``steps``: T = ⌈epochs · n / B⌉ (give one of the two).
-        steps: T, the number of training steps the noise is calibrated for.
+            ``target_epsilon=`` is an alias (give one of the two). Not with ``noise_std``.
+        delta: δ of the whole run (alias ``target_delta=``).
+        steps: T, the number of training steps (and of releases); or ``epochs``: T = ⌈epochs · n / B⌉ (Opacus
+            style; give one of the two).
         batch_size: B (fixed; sample rate B/n).
         num_projections: k directions per step.
-        radius: ℓ2 bound private rows are clipped to (inside the loss).
+        clip_radius: ℓ2 radius the private rows (flattened) are clipped to, inside the loss.
         p: 1 or 2.
-        latent_dim: dimension of the generator's input noise.
-        model: "mlp" (:class:`MLPGenerator`) or "conv" (:class:`ConvGenerator`, image data).
         lr: Adam learning rate.
         bound: sensitivity bound over Θ: "chernoff" (default, proven), "bernstein" or "clt" (approximation).
-        accountant: "rdp" (sampling without replacement is accounted with RDP).
-        noise_std: σ to use instead of the calibrated one (training then stops when the budget refuses a step).
-        generator: torch.Generator of the initial weights and the latents (public draws); with ``secure_mode=False``
-            also of the batches, directions and noise keys (a replayable run: same seed, same losses and weights).
+        accountant: "rdp" or "pld" (the calibration targets it; sampling without replacement is accounted with
+            RDP).
+        noise_std: σ (standard deviation of the noise on each projected value) instead of a calibrated one; not
+            with ``epsilon``.
+        generator: torch.Generator of the latents (public draws); with ``secure_mode=False`` also of the batches,
+            directions and noise keys (a replayable run: same seed and same initial weights, same losses and
+            weights). None: a generator seeded from fresh entropy.
         secure_mode: True (default): batches, directions and noise keys come from the operating system (secret,
             never stored, not replayable). False: from ``generator`` (no guarantee against anyone who holds its
             seed).
-        backend: backend of the loss.
-        release, num_bins: ``"points"`` (default) or ``"sketch"`` with L = ``num_bins`` bins: the private side of
-            every step is released as a sliced quantile sketch (:func:`fastdpot.sliced.dp_sliced_wasserstein`); the
-            same σ, sensitivity and accounting.
-        budget_checks: the T steps are recorded in the budget in this many blocks, each *before* its steps run
+        backend: backend of the loss ("auto" or one of :data:`fastdpot._dispatch.BACKENDS`).
+        release, sketch_bins: ``"points"`` (default) or ``"sketch"`` with L = ``sketch_bins`` bins per direction:
+            the private side of every step is released as a sliced quantile sketch
+            (:func:`fastdpot.sliced.dp_sliced_wasserstein`); the same σ, sensitivity and accounting.
+        budget_checks: the T steps are recorded in the ledger in this many blocks, each *before* its steps run
             (a PLD/RDP evaluation per step would dominate the run time); a run cut short over-counts, never under.
         log_every: print the loss every this many steps (0: silent).
         progress: show a tqdm bar (steps, loss), redrawn at a bounded rate (every 30 s when stderr is not a
             terminal).
 
     Shape:
-        private_data (n, d) or (n, C, H, W) -> a generator of rows of the same shape.
+        private_data (n, \*S), model: (B, latent_dim) -> (B, \*S).
 
     Returns:
-        :class:`DPSWgenResult` with the trained generator and the ε spent (≤ target).
+        :class:`DPSWgenResult` with ``model`` (trained) and the ε spent (≤ ``epsilon`` when one was given).
 
     Raises:
-        ValueError: invalid arguments (ε, δ, sizes, radius, model, B > n).
+        TypeError: ``model`` not an ``nn.Module``, ``private_data`` not a tensor; no ε / σ, δ or T given.
+        ValueError: every invalid argument, before anything is released: ε, δ, sizes, ``clip_radius``, both
+            ``noise_std`` and ``epsilon``, B > n, a model without ``latent_dim`` or whose output does not have the
+            rows' shape, dtype or device mismatches, unknown bound / accountant / backend / release.
+        BackendUnavailableError: an explicitly requested ``backend`` that is not available here.
 
     References:
-        Rakotomamonjy & Ralaivola, ICML 2021 (DP-SWD, Prop. 2); Sebag et al., TMLR (DPSWgen baseline, Table 1);
-        dp-accounting ``SampledWithoutReplacementDpEvent``.
+        Rakotomamonjy & Ralaivola, "Differentially Private Sliced Wasserstein Distance", ICML 2021 (DP-SWD,
+        Prop. 2); Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance",
+        TMLR (DPSWgen baseline, Table 1); dp-accounting ``SampledWithoutReplacementDpEvent``.
     """
-    from .privacy import FixedSizeSampler, PrivacyLedger
+    from ._progress import progress_bar
+    from .privacy import FixedSizeSampler, PrivacyLedger, sliced_sensitivity, split_delta
+    from .privacy.randomness import PrivacyRandomness
 
+    # ---- every argument is checked here, before the ledger records anything
     check_tensor(private_data, "private_data", dtypes=(torch.float32, torch.float64))
+    if private_data.dim() < 2:
+        raise ValueError(f"private_data must be (n, d) or (n, *row_shape), got shape {tuple(private_data.shape)}")
+    _check_model(model, "model", ("latent_dim",), dtype=private_data.dtype, device=private_data.device)
     eps_name = "epsilon" if target_epsilon is None else "target_epsilon"  # errors name what the caller passed
     delta_name = "delta" if target_delta is None else "target_delta"
     epsilon = resolve_alias(epsilon, target_epsilon, "epsilon", "target_epsilon")
     delta = resolve_alias(delta, target_delta, "delta", "target_delta")
-    if epsilon is None or delta is None:
-        raise TypeError("train_dpswgen() needs the target ε and δ: epsilon= / target_epsilon= and delta= / "
-                        "target_delta=")
-    if epochs is not None:
-        if steps is not None:
-            raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
-        check_positive(epochs, "epochs")
-        steps = max(1, math.ceil(float(epochs) * private_data.shape[0] / check_int(batch_size, "batch_size")))
-    if steps is None:
-        raise TypeError("train_dpswgen() needs steps= (or epochs=)")
-    private = not math.isinf(float(epsilon))
-    epsilon = check_epsilon(epsilon, eps_name, allow_inf=True)
+    if noise_std is not None and epsilon is not None:
+        raise ValueError(f"give {eps_name} (σ calibrated so that the steps spend it) or noise_std (σ fixed, the "
+                         f"ε spent is reported), not both: got {eps_name}={epsilon!r}, noise_std={noise_std!r}")
+    if noise_std is None and epsilon is None:
+        raise TypeError("train_dpswgen() needs the privacy target: epsilon= (or target_epsilon=), or noise_std=")
+    if delta is None:
+        raise TypeError("train_dpswgen() needs delta= (or target_delta=)")
     delta = check_delta(delta, delta_name)
-    T = check_int(steps, "steps")
-    model = check_choice(model, "model", ("mlp", "conv"))
+    if noise_std is not None:
+        sigma = check_positive(noise_std, "noise_std")
+        private = True
+    else:
+        epsilon = check_epsilon(epsilon, eps_name, allow_inf=True)
+        private = not math.isinf(epsilon)
     n = private_data.shape[0]
     B = check_int(batch_size, "batch_size")
     if B > n:
         raise ValueError(f"batch_size must be <= number of private rows {n}, got {B}")
-    radius = check_positive(radius, "radius")
+    if epochs is not None:
+        if steps is not None:
+            raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
+        steps = max(1, math.ceil(check_positive(epochs, "epochs") * n / B))
+    if steps is None:
+        raise TypeError("train_dpswgen() needs steps= (or epochs=)")
+    T = check_int(steps, "steps")
+    k = check_int(num_projections, "num_projections")
+    clip_radius = check_positive(clip_radius, "clip_radius")
+    check_choice(p, "p", (1, 2))
+    lr = check_positive(lr, "lr")
+    check_choice(bound, "bound", BOUNDS)
+    check_choice(accountant, "accountant", ACCOUNTANTS)
+    check_generator(generator, "generator", allow_privacy=False)
+    check_choice(backend, "backend", ("auto",) + _dispatch.BACKENDS)
     budget_checks = check_int(budget_checks, "budget_checks")
-    _check_release(release, num_bins)
-    if num_bins is not None and num_bins > B:
-        raise ValueError(f"num_bins must be at most batch_size={B}, got {num_bins}")
+    log_every = check_int(log_every, "log_every", 0)
+    for flag, value in (("secure_mode", secure_mode), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{flag} must be a bool, got {value!r}")
+    _check_release(release, sketch_bins)
+    if sketch_bins is not None and sketch_bins > B:
+        raise ValueError(f"sketch_bins must be at most batch_size={B}, got {sketch_bins}")
+    if release == "sketch" and backend not in ("auto", "reference"):
+        raise ValueError(f"release='sketch' is computed in torch: backend must be 'auto' or 'reference', got "
+                         f"{backend!r}")
+    if release == "points" and backend != "auto":
+        from .ops.sliced_wasserstein import select_backend
+
+        select_backend(B, B, private_data.device.type, backend)  # BackendUnavailableError now, not at step 1
+    _check_output(model, (torch.zeros(2, model.latent_dim, dtype=private_data.dtype, device=private_data.device),),
+                  private_data.shape[1:], "model", "(B, latent_dim) latents")
     flat = private_data.reshape(n, -1)
     d = flat.shape[1]
-    if model == "mlp" and private_data.dim() != 2:
-        raise ValueError(f"private_data must be (n, d) for model='mlp', got shape {tuple(private_data.shape)}")
-    if model != "mlp" and private_data.dim() != 4:
-        raise ValueError(f"private_data must be (n, C, H, W) for model='conv', got {tuple(private_data.shape)}")
-    if generator is None:
-        generator = torch.Generator()
-        generator.seed()
-    init_seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
-    with torch.random.fork_rng(devices=[]):  # the initial weights from `generator`, not the global RNG
-        torch.manual_seed(init_seed)
-        net = MLPGenerator(latent_dim, d) if model == "mlp" else ConvGenerator(latent_dim, private_data.shape[1:])
-    net = net.to(private_data.dtype)
 
+    # ---- noise and ledger (the calibration may still refuse an unreachable ε: nothing released yet)
     if private and noise_std is None:
-        sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, B, n, T, num_projections, d, radius,
+        sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, B, n, T, k, d, clip_radius,
                                                          bound=bound, accountant=accountant)
-    elif private:
-        # the caller's σ: same δ split and sensitivity, multiplier σ/Δ; the budget decides how many steps run
-        from .privacy import sliced_sensitivity, split_delta
-
-        sigma = check_positive(noise_std, "noise_std")
+    elif private:  # the caller's σ: same δ split and sensitivity, multiplier σ/Δ; all T steps run
         delta_acc, delta_tail = split_delta(delta, T)
-        sens = sliced_sensitivity(check_int(num_projections, "num_projections"), d, delta_tail, bound=bound,
-                                  diameter=2.0 * radius)
+        sens = sliced_sensitivity(k, d, delta_tail, bound=bound, diameter=2.0 * clip_radius)
         details = dict(noise_multiplier=sigma / sens, sensitivity=sens, delta_accountant=delta_acc,
                        delta_tail=delta_tail, sample_rate=B / n, steps=T, batch_size=B, dataset_size=n,
-                       num_projections=num_projections, dim=d, radius=radius, bound=bound, epsilon=epsilon,
+                       num_projections=k, dim=d, clip_radius=clip_radius, bound=bound, epsilon=None,
                        delta=delta, accountant=accountant, calibrated=False)
-    if private:  # the budget checks ε at δ minus the tails of the releases recorded so far ("spent" tails)
+    if private:  # ε is checked / reported at δ minus the tails of the releases recorded so far ("spent" tails)
         ledger = PrivacyLedger(delta, T, delta_tail=details["delta_tail"], tails="spent", target_epsilon=epsilon,
                                noise_multiplier=details["noise_multiplier"], accountant=accountant)
         ledger.bind(B / n, "without_replacement", dataset_size=n, batch_size=B)
     else:
         sigma, details, ledger = 0.0, dict(noise_multiplier=0.0, note="epsilon=inf: non-private run"), None
 
-    from .privacy.randomness import PrivacyRandomness
-
-    if not isinstance(secure_mode, bool):
-        raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
+    if generator is None:
+        generator = torch.Generator()
+        generator.seed()
     rng = PrivacyRandomness(True) if secure_mode else PrivacyRandomness(False, generator)
     sampler = FixedSizeSampler(n, B, generator=rng)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    opt = torch.optim.Adam([q for q in model.parameters() if q.requires_grad], lr=lr)
     losses: List[float] = []
     block = max(1, math.ceil(T / budget_checks))
-    allowed = 0  # steps already recorded in the budget and not yet run
+    allowed = 0  # steps already recorded in the ledger and not yet run
     stopped = False
     done = 0
-    net.train()
-    from ._progress import progress_bar
-
+    model.train()
     bar = progress_bar(total=T, desc="DPSWgen" if private else "SWgen", disable=not progress)
     while done < T:
         if private and allowed == 0:
-            want = ledger.max_steps(min(block, T - done))  # what the budget accepts of the next block
+            want = ledger.max_steps(min(block, T - done))  # what the target ε accepts of the next block
             if want == 0:
                 stopped = True
                 break
             ledger.record(want)  # the block's releases, recorded before any of them happens
             allowed = want
-        idx = sampler.sample()
-        x = flat[idx]
-        lat = torch.randn(B, net.latent_dim, generator=generator, dtype=private_data.dtype)
-        y = net(lat).reshape(B, -1)
-        loss = dp_sliced_wasserstein(y, private=x, noise_std=sigma, num_projections=num_projections, p=p,
-                                     generator=rng, backend=backend,
-                                     radius=radius, release=release, num_bins=num_bins)
+        x = flat[sampler.sample()]
+        y = model(_latents(B, model.latent_dim, generator, private_data.dtype, private_data.device)).reshape(B, -1)
+        loss = dp_sliced_wasserstein(y, private=x, noise_std=sigma, num_projections=k, p=p, generator=rng,
+                                     backend=backend, clip_radius=clip_radius, release=release,
+                                     sketch_bins=sketch_bins)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -272,33 +329,12 @@ def train_dpswgen(private_data: torch.Tensor, epsilon: Optional[float] = None, d
         bar.set_postfix(loss=f"{losses[-1]:.4g}")
         if log_every and done % log_every == 0:
             print(f"[dpswgen] step {done}/{T} loss {losses[-1]:.4f}", flush=True)
-
     bar.close()
+
     eps_spent = ledger.epsilon() if private else math.inf
     if private:
-        budget = ledger.budget
-        details = dict(details, delta_accountant_final=budget.delta_accountant,
-                       delta_tail_spent=budget.delta_tail_spent, steps_recorded=budget.steps)
-    return DPSWgenResult(generator=net, epsilon=eps_spent, delta=delta, target_epsilon=epsilon, steps=done,
+        acc = ledger.accountant
+        details = dict(details, delta_accountant_final=delta - ledger.delta_tail * acc.steps,
+                       delta_tail_spent=ledger.delta_tail * acc.steps, steps_recorded=acc.steps)
+    return DPSWgenResult(generator=model, epsilon=eps_spent, delta=delta, target_epsilon=epsilon, steps=done,
                          noise_std=sigma, details=details, losses=losses, stopped_by_budget=stopped)
-
-
-def evaluate_sw(result_or_net, data: torch.Tensor, num_samples: int = 500, num_projections: int = 200,
-                generator: Optional[torch.Generator] = None) -> float:
-    """Non-private SW_2^2 between ``num_samples`` generated rows and (up to ``num_samples``) rows of ``data``.
-
-    For evaluation on held-out / public data only: evaluating on private data is a release that is not accounted.
-    """
-    net = result_or_net.generator if isinstance(result_or_net, DPSWgenResult) else result_or_net
-    was = net.training
-    net.eval()
-    with torch.no_grad():
-        z = torch.randn(num_samples, net.latent_dim, generator=generator, dtype=data.dtype)
-        y = net(z).reshape(num_samples, -1)
-        x = data.reshape(data.shape[0], -1)[:num_samples]
-        val = float(sliced_wasserstein(x, y, num_projections, generator=generator))
-    net.train(was)
-    return val
-
-
-__all__.append("evaluate_sw")

@@ -19,7 +19,8 @@ from ._validate import (check_choice, check_delta, check_generator, check_int, c
                         check_tensor, resolve_alias)
 from .ops import sliced_wasserstein as _op
 # kept importable from here (kernels/, tests, users): the op's direction sampler and autograd Functions
-from .ops.sliced_wasserstein import _DTYPES, GradientInForward, SlicedWassersteinCPU, random_projections  # noqa: F401
+from ._random import random_projections
+from .ops.sliced_wasserstein import _DTYPES
 
 __all__ = ["sliced_wasserstein", "dp_sliced_wasserstein", "SlicedWassersteinLoss", "DPSlicedWassersteinLoss",
            "dp_sliced_wasserstein_noise_std", "random_projections"]
@@ -75,7 +76,7 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, num_projections: Option
     num_projections = resolve_alias(num_projections, n_projections, "num_projections", "n_projections")
     generator = resolve_alias(generator, _seed_generator(seed), "generator", "seed")
     check_generator(generator, allow_privacy=False)
-    return _op.sliced_wasserstein(x, y, projections, p, backend=backend, num_projections=num_projections,
+    return _op.sliced_wasserstein_op(x, y, projections, p, backend=backend, num_projections=num_projections,
                                   generator=generator)
 
 
@@ -93,8 +94,8 @@ def _seed_generator(seed):
 def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[torch.Tensor] = None,
                           noise_std: Optional[float] = None, num_projections: Optional[int] = None, p: int = 2,
                           projections: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
-                          backend: str = "auto", return_noise: bool = False, radius: Optional[float] = None,
-                          secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None):
+                          backend: str = "auto", return_noise: bool = False, clip_radius: Optional[float] = None,
+                          secure_mode: bool = True, release: str = "points", sketch_bins: Optional[int] = None):
     r"""DP sliced Wasserstein distance DP-SW_p^p (Rakotomamonjy & Ralaivola, ICML 2021): Gaussian mechanism on the projected private data.
 
     .. math::
@@ -104,7 +105,7 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
     The same directions Θ for both sides, independent noise on each side. The release that carries the privacy
     guarantee is ``private Θᵀ + V``; everything computed from it (the loss, the gradient w.r.t. ``generated``) is
     post-processing. The guarantee itself — which (ε, δ) a given ``noise_std`` buys — needs a norm bound on the
-    private rows (pass ``radius``: rows are clipped to it *inside*, before projection), the sensitivity of the
+    private rows (pass ``clip_radius``: rows are clipped to it *inside*, before projection), the sensitivity of the
     random projection and an accountant over all releases: see :func:`dp_sliced_wasserstein_noise_std` and
     :class:`DPSlicedWassersteinLoss`. This function alone releases once and accounts nothing.
 
@@ -117,7 +118,7 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
         generated: (N, d) generated / public rows (float32 / float64), the side gradients are meant for; never
             clipped, its noise is not needed for privacy.
         private: (M, d) private rows (keyword-only, required), same dtype and device; the only side the
-            guarantee covers (clipped to ``radius`` inside).
+            guarantee covers (clipped to ``clip_radius`` inside).
         noise_std: σ >= 0 (keyword-only, required), the standard deviation of the Gaussian noise added to every
             projected value (same unit as the rows). 0 gives the non-private distance.
         num_projections: k (random directions from ``generator``) when ``projections`` is None.
@@ -130,7 +131,7 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
             replayable; a ``torch.Generator`` then raises ValueError).
         backend: "auto", "reference", "cpu", "triton", "cuda".
         return_noise: also return the exact noise added, (M, k) and (N, k), so the reference can replay the run.
-        radius: if given, rows of ``private`` with norm > radius are scaled onto the ball of that radius before
+        clip_radius: if given, rows of ``private`` with norm > radius are scaled onto the ball of that radius before
             projection (the mechanism's norm bound; ‖x − x'‖ ≤ 2·radius under substitution).
         release: ``"points"`` (default: every projected private value with noise σ, the paper's release) or
             ``"sketch"``: the private side is released as the sliced quantile sketch
@@ -141,7 +142,7 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
             size N (no noise: the target is the unsmoothed law) and the loss is
             ``(1/k) Σ_j Σ_l (m'_l/N)·|ȳ_jl − Q_j(u'_l)|^p`` with ȳ_jl the generated bin means at their levels u'_l.
             Computed in torch (backend "auto" or "reference"); differentiable w.r.t. ``y`` only.
-        num_bins: L, 1 <= L <= min(M, N), required with ``release="sketch"``.
+        sketch_bins: L, 1 <= L <= min(M, N), required with ``release="sketch"``.
 
     Shape:
         generated (N, d), private (M, d), projections (k, d) -> 0-d tensor
@@ -156,8 +157,8 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
         TypeError: more than one positional argument (the former ``(x_private, y, noise_std, ...)`` order), or
             ``private`` / ``noise_std`` missing.
         ValueError: as :func:`sliced_wasserstein` (messages name ``private`` and ``generated``), plus ``noise_std``
-        < 0 or non-finite, ``radius`` <= 0, ``private`` and ``generated`` the same tensor, a ``torch.Generator``
-        with ``secure_mode=True``, ``release`` not one of the two, ``num_bins`` missing with ``"sketch"``, given
+        < 0 or non-finite, ``clip_radius`` <= 0, ``private`` and ``generated`` the same tensor, a ``torch.Generator``
+        with ``secure_mode=True``, ``release`` not one of the two, ``sketch_bins`` missing with ``"sketch"``, given
         with ``"points"``, < 1 or above the batch sizes, a compiled backend with ``"sketch"``.
 
     References:
@@ -168,12 +169,12 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
     if noise_std is None:
         raise TypeError("dp_sliced_wasserstein() needs noise_std= (σ >= 0, keyword-only)")
     noise_std = check_nonnegative(noise_std, "noise_std")
-    _check_release(release, num_bins)
-    if radius is not None:
-        radius = check_positive(radius, "radius")
+    _check_release(release, sketch_bins)
+    if clip_radius is not None:
+        clip_radius = check_positive(clip_radius, "clip_radius")
         from .privacy import clip_rows
 
-        x_private = clip_rows(x_private, radius)
+        x_private = clip_rows(x_private, clip_radius)
     from .privacy.randomness import PrivacyRandomness, privacy_randomness
 
     rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
@@ -183,9 +184,9 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
         if backend not in ("auto", "reference"):
             raise ValueError(f"release='sketch' is computed in torch: backend must be 'auto' or 'reference', got "
                              f"{backend!r}")
-        return _sketch_loss(x_private, y, theta, p, noise_std, num_bins, rng, bool(return_noise))
+        return _sketch_loss(x_private, y, theta, p, noise_std, sketch_bins, rng, bool(return_noise))
     # the noise key is drawn from rng after the directions (seed=None)
-    return _op.sliced_wasserstein(x_private, y, projections, p, noise_std, None, return_noise, backend,
+    return _op.sliced_wasserstein_op(x_private, y, projections, p, noise_std, None, return_noise, backend,
                                   num_projections=num_projections, generator=rng, names=names)
 
 
@@ -216,34 +217,34 @@ def _private_generated(fname, generated, legacy, private):
     return private, generated
 
 
-def _check_release(release, num_bins):
+def _check_release(release, sketch_bins):
     check_choice(release, "release", _RELEASES)
     if release == "sketch":
-        if num_bins is None:
-            raise ValueError("num_bins (L, the sketch's bins per direction) is required for release='sketch'")
-        check_int(num_bins, "num_bins", 1)
-    elif num_bins is not None:
-        raise ValueError(f"num_bins is only used with release='sketch', got num_bins={num_bins!r}")
+        if sketch_bins is None:
+            raise ValueError("sketch_bins (L, the sketch's bins per direction) is required for release='sketch'")
+        check_int(sketch_bins, "sketch_bins", 1)
+    elif sketch_bins is not None:
+        raise ValueError(f"sketch_bins is only used with release='sketch', got sketch_bins={sketch_bins!r}")
 
 
-def _sketch_loss(x_private, y, theta, p, noise_std, num_bins, rng, return_noise):
+def _sketch_loss(x_private, y, theta, p, noise_std, sketch_bins, rng, return_noise):
     """DP-SW_p^p with the private side released as a sliced quantile sketch (see :func:`dp_sliced_wasserstein`)."""
     from .privacy.sketch import (bin_index, bin_levels, bin_sizes, quantile_table_eval, sketch_quantile_table,
                                  sliced_quantile_sketch)
 
     m, n = x_private.shape[0], y.shape[0]
-    if num_bins > min(m, n):
-        raise ValueError(f"num_bins must be at most both batch sizes (private: {m}, generated: {n}), got {num_bins}")
+    if sketch_bins > min(m, n):
+        raise ValueError(f"sketch_bins must be at most both batch sizes (private: {m}, generated: {n}), got {sketch_bins}")
     x = x_private.detach().to(torch.float64)
     # the rows were clipped by the caller's radius (or are used as given): clip at a radius no row exceeds
     r = float(torch.linalg.vector_norm(x, dim=1).max()) * (1.0 + 1e-12) + 1e-300
-    sk = sliced_quantile_sketch(x, theta.detach(), num_bins, noise_std, radius=r, generator=rng,
+    sk = sliced_quantile_sketch(x, theta.detach(), sketch_bins, noise_std, clip_radius=r, generator=rng,
                                 return_noise=return_noise)
     table, levels = sketch_quantile_table(sk)
     th = theta.to(y.dtype)
     yp = torch.sort(y @ th.transpose(0, 1), dim=0).values  # (N, k), differentiable w.r.t. y
-    sizes = bin_sizes(n, num_bins).to(y.device)
-    sums = torch.zeros(num_bins, th.shape[0], dtype=y.dtype, device=y.device).index_add(
+    sizes = bin_sizes(n, sketch_bins).to(y.device)
+    sums = torch.zeros(sketch_bins, th.shape[0], dtype=y.dtype, device=y.device).index_add(
         0, bin_index(sizes).to(y.device), yp)
     gen_means = (sums / sizes.to(y.dtype).unsqueeze(1)).transpose(0, 1)  # (k, L)
     target = quantile_table_eval(table.to(y.device), levels.to(y.device), bin_levels(sizes).to(y.device))
@@ -255,7 +256,7 @@ def _sketch_loss(x_private, y, theta, p, noise_std, num_bins, rng, return_noise)
 def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Optional[float] = None,
                                     batch_size: Optional[int] = None, dataset_size: Optional[int] = None,
                                     steps: Optional[int] = None, num_projections: Optional[int] = None,
-                                    dim: Optional[int] = None, radius: Optional[float] = None,
+                                    dim: Optional[int] = None, clip_radius: Optional[float] = None,
                                     bound: str = "chernoff", accountant: str = "rdp", *,
                                     target_epsilon: Optional[float] = None, target_delta: Optional[float] = None,
                                     epochs: Optional[float] = None) -> Tuple[float, dict]:
@@ -265,7 +266,7 @@ def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Opti
 
     1. ``split_delta(delta, steps)`` -> δ_acc for the accountant and δ_tail per release for the sensitivity bound
        over the random directions (union bound over the ``steps`` draws of Θ: δ = δ_acc + steps·δ_tail);
-    2. Δ = ``sliced_sensitivity(k, d, δ_tail, bound, diameter=2·radius)`` — rows clipped to ``radius`` differ by at
+    2. Δ = ``sliced_sensitivity(k, d, δ_tail, bound, diameter=2·radius)`` — rows clipped to ``clip_radius`` differ by at
        most 2·radius under substitution, Rakotomamonjy & Ralaivola, ICML 2021 (Lemma 2 / CLT variant);
     3. z = ``calibrate_noise_multiplier(ε, δ_acc, B/n, steps, sampling="without_replacement")`` — fixed-size
        batches drawn uniformly without replacement, fresh every step, substitution neighbours, RDP;
@@ -278,7 +279,7 @@ def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Opti
         steps: T, the number of releases (training steps).
         num_projections: k.
         dim: d.
-        radius: the ℓ2 norm bound the private rows are clipped to.
+        clip_radius: the ℓ2 norm bound the private rows are clipped to.
         bound: "chernoff" (default, proven), "bernstein" (proven, looser), "clt" (k > 30, the authors' normal
             approximation: not a guarantee, see :func:`fastdpot.privacy.sliced_sensitivity`) — any bound
             :func:`fastdpot.privacy.sliced_sensitivity` offers.
@@ -295,7 +296,7 @@ def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Opti
         sample_rate, steps, ...). σ is a standard deviation on projected values.
 
     Raises:
-        ValueError: invalid ε, δ, sizes (batch_size > dataset_size), radius <= 0, unknown bound, bound="clt" with
+        ValueError: invalid ε, δ, sizes (batch_size > dataset_size), clip_radius <= 0, unknown bound, bound="clt" with
             k <= 30; a required argument missing; a name given together with its alias (or ``steps`` with
             ``epochs``); an unreachable target (the message says why).
 
@@ -313,7 +314,7 @@ def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Opti
         raise ValueError(f"give steps or epochs, not both (got steps={steps!r}, epochs={epochs!r})")
     required = dict(epsilon=epsilon, delta=delta, batch_size=batch_size, dataset_size=dataset_size,
                     steps=steps if epochs is None else epochs, num_projections=num_projections, dim=dim,
-                    radius=radius)
+                    clip_radius=clip_radius)
     missing = [k for k, v in required.items() if v is None]
     if missing:
         raise ValueError(f"dp_sliced_wasserstein_noise_std needs {missing} (epsilon/delta may be passed as "
@@ -331,10 +332,10 @@ def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Opti
     T = check_int(steps, "steps")
     k = check_int(num_projections, "num_projections")
     d = check_int(dim, "dim")
-    radius = check_positive(radius, "radius")
+    clip_radius = check_positive(clip_radius, "clip_radius")
     # `bound` is validated by the privacy core (it owns the list of bounds: clt, bernstein, ...)
     delta_acc, delta_tail = privacy.split_delta(delta, T)
-    sens = privacy.sliced_sensitivity(k, d, delta_tail, bound=bound, diameter=2.0 * radius)
+    sens = privacy.sliced_sensitivity(k, d, delta_tail, bound=bound, diameter=2.0 * clip_radius)
     q = B / n
     try:
         z = privacy.calibrate_noise_multiplier(epsilon, delta_acc, q, T, sampling="without_replacement",
@@ -344,7 +345,7 @@ def dp_sliced_wasserstein_noise_std(epsilon: Optional[float] = None, delta: Opti
     sigma = float(z) * float(sens)
     details = dict(noise_multiplier=float(z), sensitivity=float(sens), delta_accountant=float(delta_acc),
                    delta_tail=float(delta_tail), sample_rate=q, steps=T, batch_size=B, dataset_size=n,
-                   num_projections=k, dim=d, radius=radius, bound=bound, epsilon=float(epsilon),
+                   num_projections=k, dim=d, clip_radius=clip_radius, bound=bound, epsilon=float(epsilon),
                    delta=float(delta), accountant=accountant)
     return sigma, details
 
@@ -387,8 +388,8 @@ class SlicedWassersteinLoss(nn.Module):
 class DPSlicedWassersteinLoss(nn.Module):
     """``nn.Module`` form of :func:`dp_sliced_wasserstein`: fresh directions and fresh noise at every call.
 
-    Built directly (``noise_std``, optional ``radius``) it accounts nothing. Built with :meth:`from_privacy` it
-    holds the calibration: it clips private rows to ``radius`` inside, checks that every batch has the size the
+    Built directly (``noise_std``, optional ``clip_radius``) it accounts nothing. Built with :meth:`from_privacy` it
+    holds the calibration: it clips private rows to ``clip_radius`` inside, checks that every batch has the size the
     accountant assumed, counts releases and refuses the release number ``steps + 1`` (the guarantee covers
     ``steps`` releases; the caller must still sample batches uniformly without replacement, fresh each step —
     :class:`fastdpot.privacy.FixedSizeSampler`).
@@ -397,7 +398,7 @@ class DPSlicedWassersteinLoss(nn.Module):
     replayable; a ``generator`` then raises ValueError); ``secure_mode=False`` replays them from ``generator`` (no
     guarantee against anyone who holds its seed).
 
-    ``release="sketch"`` with ``num_bins=L`` releases the private side as a sliced quantile sketch (see
+    ``release="sketch"`` with ``sketch_bins=L`` releases the private side as a sliced quantile sketch (see
     :func:`dp_sliced_wasserstein`): same σ, same sensitivity and accounting, L noisy bin means per direction.
 
     Call: ``loss(generated, private=x_private)`` — the private rows keyword-only (see :meth:`forward`).
@@ -406,12 +407,12 @@ class DPSlicedWassersteinLoss(nn.Module):
     Shape: generated (N, d), private (M, d) -> 0-d tensor (DP-SW_p^p).
     """
 
-    def __init__(self, noise_std: float, num_projections: int, p: int = 2, radius: Optional[float] = None,
+    def __init__(self, noise_std: float, num_projections: int, p: int = 2, clip_radius: Optional[float] = None,
                  generator: Optional[torch.Generator] = None, backend: str = "auto", *, secure_mode: bool = True,
-                 release: str = "points", num_bins: Optional[int] = None):
+                 release: str = "points", sketch_bins: Optional[int] = None):
         super().__init__()
-        _check_release(release, num_bins)
-        self.release, self.num_bins = release, num_bins
+        _check_release(release, sketch_bins)
+        self.release, self.sketch_bins = release, sketch_bins
         from .privacy.randomness import PrivacyRandomness, privacy_randomness
 
         self._rng = (generator if isinstance(generator, PrivacyRandomness)
@@ -420,7 +421,7 @@ class DPSlicedWassersteinLoss(nn.Module):
         self.noise_std = check_nonnegative(noise_std, "noise_std")
         self.num_projections = check_int(num_projections, "num_projections")
         self.p = check_choice(p, "p", (1, 2))
-        self.radius = None if radius is None else check_positive(radius, "radius")
+        self.clip_radius = None if clip_radius is None else check_positive(clip_radius, "clip_radius")
         self.generator = generator
         self.backend = backend
         self.privacy = None
@@ -430,9 +431,9 @@ class DPSlicedWassersteinLoss(nn.Module):
     def from_privacy(cls, epsilon: Optional[float] = None, delta: Optional[float] = None,
                      batch_size: Optional[int] = None, dataset_size: Optional[int] = None,
                      steps: Optional[int] = None, num_projections: Optional[int] = None, dim: Optional[int] = None,
-                     radius: Optional[float] = None, bound: str = "chernoff", p: int = 2,
+                     clip_radius: Optional[float] = None, bound: str = "chernoff", p: int = 2,
                      generator: Optional[torch.Generator] = None, backend: str = "auto", *,
-                     secure_mode: bool = True, release: str = "points", num_bins: Optional[int] = None,
+                     secure_mode: bool = True, release: str = "points", sketch_bins: Optional[int] = None,
                      target_epsilon: Optional[float] = None, target_delta: Optional[float] = None,
                      epochs: Optional[float] = None):
         """Module whose ``noise_std`` makes ``steps`` releases (ε, δ)-DP.
@@ -441,16 +442,16 @@ class DPSlicedWassersteinLoss(nn.Module):
         ``target_epsilon``, ``target_delta`` and ``epochs`` are accepted there and here as aliases).
         """
         sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, batch_size, dataset_size, steps,
-                                                         num_projections, dim, radius, bound=bound,
+                                                         num_projections, dim, clip_radius, bound=bound,
                                                          target_epsilon=target_epsilon, target_delta=target_delta,
                                                          epochs=epochs)
-        mod = cls(sigma, num_projections, p=p, radius=radius, generator=generator, backend=backend,
-                  secure_mode=secure_mode, release=release, num_bins=num_bins)
+        mod = cls(sigma, num_projections, p=p, clip_radius=clip_radius, generator=generator, backend=backend,
+                  secure_mode=secure_mode, release=release, sketch_bins=sketch_bins)
         mod.privacy = details
         return mod
 
     def forward(self, generated: torch.Tensor, *legacy, private: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """One release: DP-SW_p^p between ``generated`` and the private rows (clipped to ``radius`` inside).
+        """One release: DP-SW_p^p between ``generated`` and the private rows (clipped to ``clip_radius`` inside).
 
         Called as ``loss(generated, private=x_private)``: the private rows are keyword-only, so neither the former
         ``loss(x_private, y)`` order nor PyTorch's ``loss(input, target)`` order can put them in the unprotected
@@ -485,8 +486,8 @@ class DPSlicedWassersteinLoss(nn.Module):
                                           f"{self.privacy['steps']} releases, all of them used; nothing was released")
         out = dp_sliced_wasserstein(y, private=x_private, noise_std=self.noise_std,
                                     num_projections=self.num_projections, p=self.p, generator=self._rng,
-                                    backend=self.backend, radius=self.radius, release=self.release,
-                                    num_bins=self.num_bins)
+                                    backend=self.backend, clip_radius=self.clip_radius, release=self.release,
+                                    sketch_bins=self.sketch_bins)
         self.releases += 1
         return out
 
@@ -533,5 +534,5 @@ class DPSlicedWassersteinLoss(nn.Module):
 
     def extra_repr(self):
         return (f"noise_std={self.noise_std:.4g}, num_projections={self.num_projections}, p={self.p}, "
-                f"radius={self.radius}, backend={self.backend!r}, release={self.release!r}"
-                + (f", num_bins={self.num_bins}" if self.num_bins is not None else ""))
+                f"clip_radius={self.clip_radius}, backend={self.backend!r}, release={self.release!r}"
+                + (f", sketch_bins={self.sketch_bins}" if self.sketch_bins is not None else ""))

@@ -43,8 +43,8 @@ from fastdpot._cuda_prims import CUB, MAX_HIST_BINS
 __all__ = ["flow_step_triton", "flow_step_cuda"]
 
 
-def flow_step_triton(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles,
-                     num_quantiles, return_noise, sketch=None, prims=None):
+def flow_step_triton(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
+                     num_quantiles, histogram_bins, return_noise, sketch=None, shard=None, prims=None):
     """Backend function of op ``"flow_step"`` (signature of the dispatch contract).
 
     Args:
@@ -52,14 +52,15 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
         private: (M, d) private batch, already clipped / normalised by the public function.
         projections: (k, d) directions.
         noise_std: σ >= 0, standard deviation of the noise on projected values (both sides).
-        step_size: h > 0. reg: λ >= 0 (Brownian term sqrt(2 λ h) ξ).
+        step_size: h > 0. diffusion: λ >= 0 (Brownian term sqrt(2 λ h) ξ).
         seed: 62-bit integer (``fastdpot.draw_seed``); noise streams per kernels/_common.py.
-        quantiles: "exact" | "grid" | "histogram"; num_quantiles: Q for grid (default N), bins for histogram
+        quantiles: "exact" | "grid" | "histogram"; num_quantiles: Q for grid (default N); histogram_bins: B for
+            histogram (default 1024).
             (default 1024).
         return_noise: also return ``dict(particles=(N, k) σ-scaled, private=(M, k) σ-scaled, brownian=(N, d)
             standard normals or None)``, the exact draws, so the torch reference replays the step.
         sketch: None, or ``(table (k, L), levels (L,))`` with ``private=None``: the target of the particle of rank
-            r is the table's piecewise-linear ``Q_j(r/(N-1))`` (``fastdpot.reference.flow_sketch``; evaluated in
+            r is the table's piecewise-linear ``Q_j(r/(N-1))`` (``fastdpot.reference.flow``; evaluated in
             float64). Only ``quantiles="exact"``; no private noise is drawn (``noise["private"]`` is None).
         prims: None (``torch.sort``, the histogram kernels of ``kernels/histogram.py``) or a primitive set of
             :mod:`fastdpot._cuda_prims` (see :func:`flow_step_cuda`).
@@ -75,7 +76,7 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
     References:
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
         (Sebag et al., TMLR, Euler--Maruyama scheme and drift); the histogram mode is fastdpot's
-        (``fastdpot.reference.flow_histogram``).
+        (``fastdpot.reference.flow``).
     """
     if quantiles not in ("exact", "grid", "histogram"):
         raise ValueError(f"quantiles must be one of ['exact', 'grid', 'histogram'], got {quantiles!r}")
@@ -94,12 +95,13 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, r
     if n < 2:
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
     with device_guard(x):
-        return _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles,
+        return _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, diffusion, seed, quantiles,
+                          num_quantiles if quantiles == "grid" else histogram_bins,
                           return_noise, sketch, prims=prims)
 
 
-def flow_step_cuda(particles, private, projections, *, noise_std, step_size, reg, seed, quantiles, num_quantiles,
-                   return_noise, sketch=None, prims=None):
+def flow_step_cuda(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
+                   num_quantiles, histogram_bins, return_noise, sketch=None, shard=None, prims=None):
     """Backend function of op ``"flow_step"``, backend ``cuda``: the Triton step with CUB sorts and the
     shared-memory histogram passes (``fastdpot._C_cuda_flow``, :mod:`fastdpot._cuda_prims`).
 
@@ -110,7 +112,7 @@ def flow_step_cuda(particles, private, projections, *, noise_std, step_size, reg
       int32 indices and scatters ``s - T`` into a separate buffer. Device memory per chunk: 12 bytes per
       (direction, particle) plus two rows of scratch, against about 28 with ``torch.sort``. (Writing in rank order
       and sorting the coefficients back by index was measured slower on an H200: docs/gpu.md.)
-    * histogram (``num_quantiles <= 6144`` bins): the chunk's noisy projections are stored once (4 bytes per
+    * histogram (``histogram_bins <= 6144``): the chunk's noisy projections are stored once (4 bytes per
       entry), counted into per-block shared-memory histograms and transported in place with the row's tables in
       shared memory, then reduced to the drift -- instead of three passes that each recompute projections and noise
       and count with global atomics.
@@ -119,13 +121,14 @@ def flow_step_cuda(particles, private, projections, *, noise_std, step_size, reg
     (:data:`fastdpot._cuda_prims.CUB` by default; the tests pass :data:`~fastdpot._cuda_prims.TORCH` to run this
     code path on CPU under ``TRITON_INTERPRET=1``).
     """
-    return flow_step_triton(particles, private, projections, noise_std=noise_std, step_size=step_size, reg=reg,
-                            seed=seed, quantiles=quantiles, num_quantiles=num_quantiles, return_noise=return_noise,
+    return flow_step_triton(particles, private, projections, noise_std=noise_std, step_size=step_size,
+                            diffusion=diffusion, seed=seed, quantiles=quantiles, num_quantiles=num_quantiles,
+                            histogram_bins=histogram_bins, return_noise=return_noise, shard=shard,
                             sketch=sketch, prims=CUB if prims is None else prims)
 
 
-def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantiles, num_quantiles, return_noise,
-               sketch=None, prims=None):
+def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, diffusion, seed, quantiles, bins_or_q,
+               return_noise, sketch=None, prims=None):
     sigma = float(noise_std)
     seed_p, seed_q, seed_b = (stream_seed(seed, s) for s in (STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN))
     dev, dt = x.device, x.dtype
@@ -133,9 +136,9 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
     new = torch.empty((n, d), dtype=dt, device=dev)
     noise_p = torch.zeros((n, k), dtype=dt, device=dev) if return_noise else None
     noise_q = torch.zeros((m, k), dtype=dt, device=dev) if return_noise else None
-    brown = torch.empty((n, d), dtype=dt, device=dev) if return_noise and reg > 0 else None
-    brown_std = math.sqrt(2.0 * float(reg) * float(step_size))
-    bins = 1024 if num_quantiles is None else int(num_quantiles)
+    brown = torch.empty((n, d), dtype=dt, device=dev) if return_noise and diffusion > 0 else None
+    brown_std = math.sqrt(2.0 * float(diffusion) * float(step_size))
+    bins = 1024 if bins_or_q is None else int(bins_or_q)
     use_prims = prims is not None and dt == torch.float32  # the CUB sorts take float32 keys
     hist_prims = prims is not None and quantiles == "histogram" and bins <= MAX_HIST_BINS and n < 2 ** 31
     if quantiles == "histogram" and d <= histogram.FUSED_MAX_D and not hist_prims:
@@ -184,7 +187,7 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, reg, seed, quantil
                 coef = _sorted_transport(coef, idx, out, sort_prims,
                                          lambda ps, ix, dst: transport_exact(ps, ix, qs, dst))
             else:
-                q = n if num_quantiles is None else int(num_quantiles)
+                q = n if bins_or_q is None else int(bins_or_q)
                 coef = _sorted_transport(coef, idx, out, sort_prims,
                                          lambda ps, ix, dst: transport_grid(ps, ix, qs, q, dst))
         accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,

@@ -15,7 +15,7 @@ registers (same Philox counters, so the same values), so no (N, k) projection ar
 Error against exact mode: ``|u - r_i/(N-1)| <= (n_b + 1)/N`` for every particle (the exact rank lies among the
 ``n_b`` particles of its bin), so the transported target moves by at most the private quantile function's
 variation over that level interval (tested in tests/test_triton_flow.py). Reference:
-``fastdpot.reference.flow_histogram.flow_step_histogram``.
+``fastdpot.reference.flow.flow_step``.
 """
 from __future__ import annotations
 

@@ -132,7 +132,7 @@ def transport_grid(sorted_proj: torch.Tensor, index: torch.Tensor, sorted_target
 def table_segments(n: int, levels: torch.Tensor):
     """Sketch mode: the table segment ``s_r`` and weight ``w_r = (u_r - lv[s_r]) / (lv[s_r+1] - lv[s_r])`` of every
     rank r at level ``u_r = r/(N-1)`` (the same for every direction), float64; L = 1 gives s = 0, w = 0.
-    The piecewise-linear rule (end segments extended) is :mod:`fastdpot.reference.flow_sketch`'s.
+    The piecewise-linear rule (end segments extended) is :mod:`fastdpot.reference.flow`'s.
 
     Shape: levels (L,) strictly increasing in [0, 1] -> (seg (N,) int64, w (N,) float64).
     """

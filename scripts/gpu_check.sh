@@ -81,7 +81,7 @@ grep '"suite": "gpu_flow"' bench/results.jsonl > "$OUTDIR/gpu_flow_results.jsonl
 # the dense engines first (no KeOps), then KeOps (online), which can crash in its code generation on a new CUDA
 [ "$QUICK" = 1 ] || step sinkhorn-dense 70 bash scripts/gpu_sinkhorn.sh 65 --impls geomloss_tensorized,fastdpot_tensorized
 [ "$QUICK" = 1 ] || step sinkhorn-keops 60 bash scripts/gpu_sinkhorn.sh 55 --impls geomloss_online,fastdpot,fastdpot_keops
-[ "$QUICK" = 1 ] || step ldp-400k 60 python -m fastdpot.ldp --points 400000 --data-batch 2048 --steps 300 \
+[ "$QUICK" = 1 ] || step ldp-400k 60 python -m fastdpot.experiments.ldp --points 400000 --data-batch 2048 --steps 300 \
     --eval-points 2000 --replayable-noise --device cuda --backend tensorized --time-budget-s 30 \
     --out "$OUTDIR/ldp_400k.json"
 

@@ -7,7 +7,7 @@ import torch
 
 import fastdpot as F
 from fastdpot import privacy as P
-from fastdpot.flow import flow_step
+from fastdpot.ops.flow_step import flow_step
 from fastdpot.sinkhorn import select_backend, sinkhorn
 from fastdpot.sliced import random_projections
 
@@ -40,7 +40,7 @@ META_CASES = {
                                                                                   progress=False), "private_data"),
     "clip_rows": (lambda: P.clip_rows(META, 1.0), "x"),
     "sliced_quantile_sketch": (lambda: P.sliced_quantile_sketch(META, _theta(dtype=torch.float64), 2, 0.1,
-                                                                radius=1.0), "x_private"),
+                                                                clip_radius=1.0), "x_private"),
     "class_conditional": (lambda: F.sinkhorn.class_conditional(META, LABELS, 2), "x"),
     "laplace_local_mechanism": (lambda: P.laplace_local_mechanism(META, 1.0, 1.0), "x"),
     "gaussian_local_mechanism": (lambda: P.gaussian_local_mechanism(META, 1.0, 1e-5, 1.0), "x"),
@@ -254,12 +254,15 @@ def test_dpswgen_shows_progress(monkeypatch):
 
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stderr", buf)
+    from fastdpot.experiments.dpswgen import MLPGenerator
+
     data = torch.randn(30, 2, generator=torch.Generator().manual_seed(6))
-    train_dpswgen(data, math.inf, 1e-5, steps=3, batch_size=10, num_projections=4, generator=F.make_generator(1))
+    train_dpswgen(data, MLPGenerator(4, 2), math.inf, 1e-5, steps=3, batch_size=10, num_projections=4,
+                  generator=F.make_generator(1))
     assert "SWgen" in buf.getvalue() and "3/3" in buf.getvalue()
     buf.truncate(0)
-    train_dpswgen(data, math.inf, 1e-5, steps=2, batch_size=10, num_projections=4, generator=F.make_generator(1),
-                  progress=False)
+    train_dpswgen(data, MLPGenerator(4, 2), math.inf, 1e-5, steps=2, batch_size=10, num_projections=4,
+                  generator=F.make_generator(1), progress=False)
     assert "SWgen" not in buf.getvalue()
 
 
@@ -314,7 +317,7 @@ def test_env_report_has_no_keops_cuda_notice_on_a_cpu_machine():
 def test_cli_flow_help_gives_every_option_one_help_text_and_one_default():
     import argparse
 
-    from fastdpot.mainjob.cli import build_parser
+    from fastdpot.experiments.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["flow"]
@@ -332,11 +335,12 @@ def _public_members_without_docstring():
     import importlib
     import inspect
 
-    modules = ["fastdpot", "fastdpot.sliced", "fastdpot.sinkhorn", "fastdpot.flow", "fastdpot.privacy",
-               "fastdpot.dpswgen", "fastdpot.dp_sinkhorn", "fastdpot.ldp", "fastdpot.audit",
-               "fastdpot.mainjob.baselines", "fastdpot.mainjob.autoencoder", "fastdpot.mainjob.tuning",
-               "fastdpot.mainjob.pipeline", "fastdpot.mainjob.metrics", "fastdpot.mainjob.data",
-               "fastdpot.mainjob.cli", "fastdpot.mainjob.distributed_stage"]
+    modules = ["fastdpot", "fastdpot.sliced", "fastdpot.sinkhorn", "fastdpot.flows", "fastdpot.privacy",
+               "fastdpot.dpswgen", "fastdpot.dp_sinkhorn", "fastdpot.ldp", "fastdpot.audit", "fastdpot.ops.flow_step",
+               "fastdpot.experiments.dpswgen", "fastdpot.experiments.dp_sinkhorn", "fastdpot.experiments.ldp",
+               "fastdpot.experiments.baselines", "fastdpot.experiments.autoencoder", "fastdpot.experiments.tuning",
+               "fastdpot.experiments.pipeline", "fastdpot.experiments.metrics", "fastdpot.experiments.data",
+               "fastdpot.experiments.cli", "fastdpot.experiments.distributed_stage"]
     seen, missing = set(), []
     for name in modules:
         mod = importlib.import_module(name)
@@ -374,7 +378,7 @@ def test_each_loss_forward_documents_its_arguments(loss):
 
 # ---------------------------------------------------------------------------------- Opacus names, one name per ε
 def test_noise_std_accepts_opacus_names_and_names_what_the_caller_passed():
-    kw = dict(batch_size=250, dataset_size=2000, num_projections=20, dim=4, radius=1.0)
+    kw = dict(batch_size=250, dataset_size=2000, num_projections=20, dim=4, clip_radius=1.0)
     sigma, details = F.dp_sliced_wasserstein_noise_std(8.0, 1e-5, steps=80, **kw)
     sigma2, details2 = F.dp_sliced_wasserstein_noise_std(target_epsilon=8.0, target_delta=1e-5, epochs=10, **kw)
     assert details2["steps"] == 80 and sigma2 == sigma
@@ -397,32 +401,37 @@ def test_noise_std_accepts_opacus_names_and_names_what_the_caller_passed():
 def test_opacus_aliases_in_the_trainers_and_the_loss_module():
     from fastdpot.dp_sinkhorn import DPSinkhornConfig
     from fastdpot.dpswgen import train_dpswgen
+    from fastdpot.experiments.dpswgen import MLPGenerator
 
     cfg = DPSinkhornConfig(max_grad_norm=1.5, target_delta=1e-6)
-    assert cfg.clip_norm == 1.5 and cfg.delta == 1e-6 and cfg.max_grad_norm is None
-    with pytest.raises(ValueError, match="clip_norm or its alias max_grad_norm"):
-        DPSinkhornConfig(clip_norm=2.0, max_grad_norm=1.0)
-    kw = dict(batch_size=250, dataset_size=2000, num_projections=20, dim=4, radius=1.0)
+    assert cfg.clip_radius == 1.5 and cfg.delta == 1e-6 and cfg.max_grad_norm is None
+    with pytest.raises(ValueError, match="clip_radius or its alias max_grad_norm"):
+        DPSinkhornConfig(clip_radius=2.0, max_grad_norm=1.0)
+    kw = dict(batch_size=250, dataset_size=2000, num_projections=20, dim=4, clip_radius=1.0)
     a = F.DPSlicedWassersteinLoss.from_privacy(8.0, 1e-5, steps=80, **kw)
     b = F.DPSlicedWassersteinLoss.from_privacy(target_epsilon=8.0, target_delta=1e-5, epochs=10, **kw)
     assert a.noise_std == b.noise_std and b.privacy["steps"] == 80
     x = torch.randn(40, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    r = train_dpswgen(x, target_epsilon=math.inf, target_delta=1e-5, epochs=0.5, batch_size=20, latent_dim=2,
+    model = MLPGenerator(2, 3).double()
+    r = train_dpswgen(x, model, target_epsilon=math.inf, target_delta=1e-5, epochs=0.5, batch_size=20,
                       progress=False, generator=torch.Generator().manual_seed(1), secure_mode=False)
     assert r.steps == 1
     with pytest.raises(ValueError, match="epsilon or its alias target_epsilon"):
-        train_dpswgen(x, 1.0, 1e-5, target_epsilon=2.0, steps=1, batch_size=20, progress=False)
+        train_dpswgen(x, model, 1.0, 1e-5, target_epsilon=2.0, steps=1, batch_size=20, progress=False)
     with pytest.raises(ValueError, match="steps or epochs"):
-        train_dpswgen(x, 1.0, 1e-5, steps=1, epochs=1.0, batch_size=20, progress=False)
+        train_dpswgen(x, model, 1.0, 1e-5, steps=1, epochs=1.0, batch_size=20, progress=False)
 
 
 def test_train_dpswgen_errors_name_the_budget_argument_the_caller_used():
     from fastdpot.dpswgen import train_dpswgen
 
+    from fastdpot.experiments.dpswgen import MLPGenerator
+
     x = torch.randn(40, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    m = MLPGenerator(2, 3).double()
     with pytest.raises(ValueError, match="^target_epsilon must be > 0"):
-        train_dpswgen(x, target_epsilon=-1.0, delta=1e-5, steps=1, batch_size=20, progress=False)
+        train_dpswgen(x, m, target_epsilon=-1.0, delta=1e-5, steps=1, batch_size=20, progress=False)
     with pytest.raises(ValueError, match="^epsilon must be > 0"):
-        train_dpswgen(x, -1.0, 1e-5, steps=1, batch_size=20, progress=False)
+        train_dpswgen(x, m, -1.0, 1e-5, steps=1, batch_size=20, progress=False)
     with pytest.raises(ValueError, match="^target_delta must be in"):
-        train_dpswgen(x, 1.0, target_delta=2.0, steps=1, batch_size=20, progress=False)
+        train_dpswgen(x, m, 1.0, target_delta=2.0, steps=1, batch_size=20, progress=False)

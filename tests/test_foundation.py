@@ -195,45 +195,38 @@ def test_env_install_location_flags_a_stale_editable_install(monkeypatch, tmp_pa
 
 
 # ---------------------------------------------------------------- import cost
-# the main job's old import paths: thin modules that re-export fastdpot.mainjob's public names
-_OLD_MAIN_JOB_PATHS = {f"fastdpot.{m}": f"fastdpot.mainjob.{m}" for m in (
-    "data", "data.datasets", "data.idx", "metrics", "pipeline", "cli", "autoencoder", "baselines", "tuning")}
+# the main job's old import paths: thin modules that re-export fastdpot.experiments's public names
+def test_import_loads_no_application_module_and_the_old_paths_are_gone():
+    # `import fastdpot` is the library only; the applications (fastdpot.experiments: data, auto-encoders, metrics,
+    # pipeline, CLI, ...) load when imported; the old alias modules no longer exist
+    import importlib
 
-
-def test_import_loads_no_main_job_module():
-    # `import fastdpot` is the library only; the main job (fastdpot.mainjob: data, auto-encoders, metrics, pipeline,
-    # CLI, ...) and its old import paths load on use
     code = ("import sys, fastdpot; print(' '.join(sorted(m for m in sys.modules if m.startswith('fastdpot'))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     loaded = set(out.stdout.split())
-    main_job = {m for m in loaded if m == "fastdpot.mainjob" or m.startswith("fastdpot.mainjob.")}
-    main_job |= loaded & set(_OLD_MAIN_JOB_PATHS)
-    assert not main_job, sorted(main_job)
-    # the public names keep working, loaded on first access
-    assert fastdpot.PipelineConfig.__name__ == "PipelineConfig" and callable(fastdpot.run_pipeline)
-    assert fastdpot.data.load_digits is not None and "metrics" in dir(fastdpot) and "mainjob" in dir(fastdpot)
-    assert fastdpot.mainjob.__name__ == "fastdpot.mainjob"
+    assert not {m for m in loaded if m.startswith("fastdpot.experiments")}, sorted(loaded)
+    for old in ("fastdpot.mainjob", "fastdpot.pipeline", "fastdpot.metrics", "fastdpot.cli", "fastdpot.data",
+                "fastdpot.autoencoder", "fastdpot.baselines", "fastdpot.tuning", "fastdpot.flow",
+                "fastdpot.distributed", "fastdpot.distributed_jobs", "fastdpot.label_flow", "fastdpot.class_flow"):
+        with pytest.raises(ImportError):
+            importlib.import_module(old)
     with pytest.raises(AttributeError):
         fastdpot.no_such_name
 
 
-def test_old_main_job_import_paths_re_export_the_same_objects():
-    import importlib
-
-    for old, new in _OLD_MAIN_JOB_PATHS.items():
-        o, n = importlib.import_module(old), importlib.import_module(new)
-        names = getattr(o, "__all__", None) or [k for k in vars(o) if not k.startswith("_")]
-        assert names, old
-        for name in names:
-            assert getattr(o, name) is getattr(n, name), f"{old}.{name}"
-        for name in getattr(n, "__all__", []):  # every public name of the new module is reachable by the old path
-            assert getattr(o, name) is getattr(n, name), f"{old}.{name}"
-    from fastdpot import distributed_jobs
-    from fastdpot.mainjob import distributed_stage
-
-    assert distributed_jobs.pipeline_group is distributed_stage.pipeline_group
-    assert fastdpot.PipelineConfig is importlib.import_module("fastdpot.pipeline").PipelineConfig
+def test_the_top_level_namespace_is_the_public_api():
+    assert sorted(set(fastdpot.__all__)) == sorted(fastdpot.__all__)
+    for name in fastdpot.__all__:
+        assert hasattr(fastdpot, name), name
+    # in a fresh interpreter, `import fastdpot` binds nothing but the API and the subpackages it lives in
+    code = "import fastdpot; print(' '.join(k for k in vars(fastdpot) if not k.startswith('_')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    public = set(out.stdout.split())
+    submodules = {"sliced", "flows", "privacy", "sinkhorn", "ops", "reference"}
+    assert public - set(fastdpot.__all__) <= submodules, sorted(public - set(fastdpot.__all__) - submodules)
+    for internal in ("dispatch", "pipeline", "cli", "data", "mainjob", "PipelineConfig", "run_pipeline"):
+        assert internal not in fastdpot.__all__ and not hasattr(fastdpot, internal), internal
 
 
 # ---------------------------------------------------------------- API: errors at construction, budget errors

@@ -141,15 +141,15 @@ def _gaussian_projection(backend: str, variant: str) -> AuditSetup:
 
 def _flow_step(backend: str, variant: str) -> AuditSetup:
     """One flow step's private release, the noisy projections ``clip(y)Θᵀ + V`` of DPSWflow-r (Sebag et al.,
-    TMLR), through :func:`fastdpot.flow.flow_step` on ``backend``.
+    TMLR), through :func:`fastdpot.ops.flow_step` on ``backend``.
 
     The release is read back with ``return_noise=True`` (the exact draws of the kernel, which the replay tests
     show are the ones its update uses); each of the n private rows is an independent one-row release. Rows are
-    clipped as :class:`fastdpot.flow.DPSlicedWassersteinFlow` does before the step (flow_step itself releases and
+    clipped as :class:`fastdpot.flows.DPSlicedWassersteinFlow` does before the step (flow_step itself releases and
     clips nothing). Worst case and claim as for the Gaussian projection mechanism.
     """
     _check_variant(variant, VARIANTS)
-    from ..flow import flow_step
+    from ..ops.flow_step import flow_step
 
     k, d = 2, 3
     theta, x, x2 = _projection_geometry()
@@ -188,7 +188,7 @@ def _flow_step_particles(backend: str, variant: str) -> AuditSetup:
     :func:`_flow_step`.
     """
     _check_variant(variant, ("correct", "sensitivity_2x", "no_clip"))
-    from ..flow import flow_step
+    from ..ops.flow_step import flow_step
 
     k, d, n_part, h = 2, 3, 64, 0.5
     theta, x, x2 = _projection_geometry()
@@ -215,7 +215,7 @@ def _flow_step_particles(backend: str, variant: str) -> AuditSetup:
 
 def _dpswd_private_side(backend: str, variant: str) -> AuditSetup:
     """The DP-SWD loss's private-side release ``clip(x)θᵀ + v`` (Rakotomamonjy & Ralaivola, ICML 2021), read
-    end to end from the gradient of :func:`fastdpot.sliced.dp_sliced_wasserstein` (p = 2, ``radius`` = R: the
+    end to end from the gradient of :func:`fastdpot.sliced.dp_sliced_wasserstein` (p = 2, ``clip_radius`` = R: the
     function clips inside).
 
     With k = 1 direction, M = N rows and p = 2 the loss is ``(1/N) Σ_r (xs_(r) − ys_(r))²`` over the sorted noisy
@@ -243,7 +243,7 @@ def _dpswd_private_side(backend: str, variant: str) -> AuditSetup:
             loss, _, noise_y = dp_sliced_wasserstein(y, private=rows, noise_std=s, p=2, projections=theta.to(dev),
                                                      generator=g,
                                                      secure_mode=False, backend=backend, return_noise=True,
-                                                     radius=None if variant == "no_clip" else RADIUS)
+                                                     clip_radius=None if variant == "no_clip" else RADIUS)
             (grad,) = torch.autograd.grad(loss, y)
             grad, noise_y = grad.cpu(), noise_y.cpu()
             yp = (torch.zeros(m, d, dtype=_F64) @ theta.t() + noise_y.double()).squeeze(1)
@@ -398,12 +398,12 @@ def _composition(backend: str, variant: str) -> AuditSetup:
     return AuditSetup(mech, d0, d1, eps, DELTA, statistic=llr)
 
 
-def _sketch(num_bins: int):
-    """Audit case of the sliced quantile sketch with L = ``num_bins`` bins of a batch of B = 3 rows."""
-    return lambda backend, variant: _sketch_case(backend, variant, num_bins)
+def _sketch(sketch_bins: int):
+    """Audit case of the sliced quantile sketch with L = ``sketch_bins`` bins of a batch of B = 3 rows."""
+    return lambda backend, variant: _sketch_case(backend, variant, sketch_bins)
 
 
-def _sketch_case(backend: str, variant: str, num_bins: int) -> AuditSetup:
+def _sketch_case(backend: str, variant: str, sketch_bins: int) -> AuditSetup:
     """The sliced quantile sketch of a batch (:func:`fastdpot.privacy.sliced_quantile_sketch`): k·L noisy bin sums.
 
     Worst case: an extreme sorted rank. The batch holds B = 3 rows, two fixed at the origin; the third is
@@ -417,7 +417,7 @@ def _sketch_case(backend: str, variant: str, num_bins: int) -> AuditSetup:
     directions (every (direction, bin) gets its own noise draw), read back as bin sums (means × sizes).
     """
     _check_variant(variant, VARIANTS)
-    k, d, b, L = 2, 3, 3, num_bins
+    k, d, b, L = 2, 3, 3, sketch_bins
     theta, x, x2 = _projection_geometry()
     sigma = _sigma_for(EPSILON, lambda s: _p.projection_mechanism_epsilon(s, k, d, DELTA, 2 * RADIUS)[0])
     others = torch.zeros(b - 1, d, dtype=_F64)
@@ -426,12 +426,12 @@ def _sketch_case(backend: str, variant: str, num_bins: int) -> AuditSetup:
         rows = torch.cat([others, data])
         th = theta.repeat(n, 1)
         if variant == "truncated":
-            sk = _p.sliced_quantile_sketch(rows, th, L, 0.0, radius=RADIUS)
+            sk = _p.sliced_quantile_sketch(rows, th, L, 0.0, clip_radius=RADIUS)
             sums = sk.means * sk.sizes.double() + sigma * truncated_normal(sk.means.shape, g)
         else:
             s = sigma / 2 if variant == "sensitivity_2x" else sigma
             r = 1e6 if variant == "no_clip" else RADIUS
-            sk = _p.sliced_quantile_sketch(rows, th, L, s, radius=r, generator=g, secure_mode=False)
+            sk = _p.sliced_quantile_sketch(rows, th, L, s, clip_radius=r, generator=g, secure_mode=False)
             sums = sk.means * sk.sizes.double()
         return sums.reshape(n, k * L)
 

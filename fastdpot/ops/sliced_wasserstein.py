@@ -3,12 +3,12 @@ directions, its validated entry point :func:`sliced_wasserstein` and its backend
 
 The losses of :mod:`fastdpot.sliced` (argument aliases, privacy randomness, clipping, the sketch release, the
 modules) call :func:`sliced_wasserstein`; it checks its arguments (:func:`check_inputs`), draws the directions when
-none are given (:func:`random_projections`) and dispatches (:mod:`fastdpot._dispatch`).
+none are given (:func:`fastdpot._random.random_projections`) and dispatches (:mod:`fastdpot._dispatch`).
 
 Backends (signature ``fn(x, y, projections, p, noise_std, seed, return_noise)``):
 
-* ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` (pure torch, autograd), noise drawn in
-  float64 from a ``torch.Generator`` seeded with ``seed`` and cast;
+* ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` (pure torch, autograd), with the C++
+  kernel's keyed noise (:func:`reference_noise`);
 * ``cpu`` — ``csrc/sliced.cpp``: projections by torch's BLAS per chunk of directions, then one fused C++ pass per
   direction (Philox noise, radix argsort with 32-bit indices, quantile matching, gradient scattered through the
   permutation), OpenMP over directions, GIL released. The gradient w.r.t. x and y is computed *during* the forward
@@ -31,12 +31,13 @@ import torch
 
 from .. import _dispatch
 from .._ext import cpp_status, load_cpp
-from .._validate import (check_choice, check_generator, check_int, check_nonnegative, check_same_dim, check_seed,
+from .._validate import (check_choice, check_nonnegative, check_same_dim, check_seed,
                          check_tensor, check_unit_rows)
 from ..reference import sliced as _ref
+from .._random import random_projections
 from ._triton import register_cuda, register_triton
 
-__all__ = ["sliced_wasserstein", "check_inputs", "random_projections", "select_backend", "GradientInForward",
+__all__ = ["sliced_wasserstein_op", "check_inputs", "select_backend", "GradientInForward",
            "SlicedWassersteinCPU", "reference_noise"]
 
 OP = "sliced_wasserstein"
@@ -49,18 +50,17 @@ _CHUNK_BYTES = 64 * 2 ** 20
 # backends
 # ------------------------------------------------------------------------------------------------------------
 def reference_noise(x, y, k, noise_std, seed):
-    """The ``reference`` backend's noise, ``(noise_x (N, k), noise_y (M, k))`` in x's dtype and device: float64
-    wide-tail normals (never float32 randn, capped at 5.77σ) from a ``torch.Generator`` on x's device seeded with
-    ``seed``, scaled by ``noise_std``, then cast. Also used by ``bench.gpu_flow``'s ``reference_compiled`` anchor,
-    so that it adds exactly the reference's noise."""
-    from ..privacy.randomness import PrivacyRandomness
+    """The ``reference`` backend's noise, ``(noise_x (N, k), noise_y (M, k))`` in x's dtype and device: the keyed
+    privacy-grade normals of :mod:`fastdpot.reference.philox` (all 64 bits of ``seed`` key them) in the C++
+    kernel's layout (``csrc/sliced.cpp``: element (i, j) of the x noise is normal ``j·N + i`` of stream 0, of the y
+    noise normal ``j·M + i`` of stream 1), scaled by ``noise_std``. Also used by ``bench.gpu_flow``'s
+    ``reference_compiled`` anchor, so that it adds exactly the reference's noise."""
+    from ..reference.philox import keyed_normals
 
-    gen = torch.Generator(device=x.device)
-    gen.manual_seed(int(seed))
-    src = PrivacyRandomness(False, gen)  # keyed by the release's (secret, in secure mode) seed
-    noise_x = (src.normal((x.shape[0], k), device=x.device) * noise_std).to(x.dtype)
-    noise_y = (src.normal((y.shape[0], k), device=x.device) * noise_std).to(x.dtype)
-    return noise_x, noise_y
+    n, m = x.shape[0], y.shape[0]
+    nx = keyed_normals(seed, 0, 0, k * n, per_block=2, device=x.device).reshape(k, n).t() * noise_std
+    ny = keyed_normals(seed, 1, 0, k * m, per_block=2, device=x.device).reshape(k, m).t() * noise_std
+    return nx.to(x.dtype), ny.to(x.dtype)
 
 
 @_dispatch.register(OP, "reference")
@@ -178,36 +178,11 @@ register_cuda(OP, "dpswd", "sliced_wasserstein_cuda")  # the same with CUB sorts
 # ------------------------------------------------------------------------------------------------------------
 # entry point
 # ------------------------------------------------------------------------------------------------------------
-def random_projections(num_projections: int, dim: int, generator: Optional[torch.Generator] = None,
-                       dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
-    """k directions uniform on the sphere S^{d-1}: normalised standard Gaussian rows (float64 draws).
-
-    ``generator``: a ``torch.Generator`` (``None``: torch's global one) or a
-    :class:`fastdpot.privacy.randomness.PrivacyRandomness` (the directions of a private release).
-
-    Shape:
-        -> (k, d) with k = ``num_projections``, d = ``dim``.
-
-    Raises:
-        ValueError: ``num_projections`` or ``dim`` not an integer >= 1.
-    """
-    k = check_int(num_projections, "num_projections")
-    d = check_int(dim, "dim")
-    check_generator(generator)
-    if device is None:
-        device = generator.device if isinstance(generator, torch.Generator) else "cpu"
-    if generator is not None and not isinstance(generator, torch.Generator):  # a PrivacyRandomness (private Θ)
-        theta = generator.normal((k, d), dtype=torch.float64, device=device)
-    else:
-        theta = torch.randn(k, d, generator=generator, dtype=torch.float64, device=device)
-    return (theta / theta.norm(dim=1, keepdim=True)).to(dtype)
-
-
 def check_inputs(x: torch.Tensor, y: torch.Tensor, p: int = 2, num_projections: Optional[int] = None,
                  projections: Optional[torch.Tensor] = None, generator=None,
                  names: Sequence[str] = ("x", "y")) -> torch.Tensor:
     """The op's argument checks; returns the directions: ``projections`` checked and cast to x's dtype, or, when
-    None, ``num_projections`` directions drawn by :func:`random_projections` from ``generator``.
+    None, ``num_projections`` directions drawn by :func:`fastdpot._random.random_projections` from ``generator``.
 
     ``names`` are the names of x and y in the error messages. Raises ValueError as :func:`sliced_wasserstein`.
     """
@@ -254,7 +229,7 @@ def select_backend(n: int, m: int, device_type: str = "cpu", backend: str = "aut
     return _dispatch_for(n, m, device_type, backend)[0]
 
 
-def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, projections: Optional[torch.Tensor] = None, p: int = 2,
+def sliced_wasserstein_op(x: torch.Tensor, y: torch.Tensor, projections: Optional[torch.Tensor] = None, p: int = 2,
                        noise_std: float = 0.0, seed: Optional[int] = 0, return_noise: bool = False,
                        backend: str = "auto", *, num_projections: Optional[int] = None, generator=None,
                        names: Sequence[str] = ("x", "y")):
@@ -274,7 +249,7 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, projections: Optional[t
         x: (N, d) float32 / float64.
         y: (M, d), same dtype and device as x.
         projections: (k, d) directions with unit-norm rows, or None: ``num_projections`` directions drawn from
-            ``generator`` (:func:`random_projections`).
+            ``generator`` (:func:`fastdpot._random.random_projections`).
         p: 1 or 2.
         noise_std: σ >= 0 of the noise added to every projected value of both sides (0: no noise).
         seed: key of the noise streams, an integer in [0, 2**63); None: drawn by ``generator.seed()`` after the

@@ -79,23 +79,23 @@ def ldp_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> floa
     return (c + math.sqrt(c * c + epsilon)) / (epsilon * math.sqrt(2.0)) * sensitivity
 
 
-def clip_rows(x: torch.Tensor, radius: float) -> torch.Tensor:
-    """Rows with ℓ2 norm > ``radius`` scaled onto the sphere of that radius; other rows untouched.
+def clip_rows(x: torch.Tensor, clip_radius: float) -> torch.Tensor:
+    """Rows with ℓ2 norm > ``clip_radius`` scaled onto the sphere of that radius; other rows untouched.
 
     Shape:
         x: (N, d) -> (N, d).
 
-    The scale factor is computed in float64, so a clipped row's norm exceeds ``radius`` by at most the rounding of
+    The scale factor is computed in float64, so a clipped row's norm exceeds ``clip_radius`` by at most the rounding of
     the output dtype (a relative 2^-24 in float32).
 
     Raises:
-        TypeError / ValueError: x not a finite floating (N, d) tensor, radius <= 0.
+        TypeError / ValueError: x not a finite floating (N, d) tensor, clip_radius <= 0.
     """
     check_tensor(x, "x", 2)
-    radius = check_positive(radius, "radius")
+    clip_radius = check_positive(clip_radius, "clip_radius")
     norms = torch.linalg.vector_norm(x.double(), dim=1, keepdim=True)
-    scale = torch.clamp(radius / torch.clamp(norms, min=radius), max=1.0)
-    return torch.where(norms > radius, (x.double() * scale).to(x.dtype), x)
+    scale = torch.clamp(clip_radius / torch.clamp(norms, min=clip_radius), max=1.0)
+    return torch.where(norms > clip_radius, (x.double() * scale).to(x.dtype), x)
 
 
 def normalize_rows(x: torch.Tensor) -> torch.Tensor:
@@ -121,8 +121,8 @@ def normalize_rows(x: torch.Tensor) -> torch.Tensor:
     return out.to(x.dtype)
 
 
-def project_l1_ball(x: torch.Tensor, radius: float) -> torch.Tensor:
-    """Euclidean projection of each row onto the ℓ1 ball of ``radius`` (rows inside are returned unchanged).
+def project_l1_ball(x: torch.Tensor, clip_radius: float) -> torch.Tensor:
+    """Euclidean projection of each row onto the ℓ1 ball of ``clip_radius`` (rows inside are returned unchanged).
 
     Sort-based algorithm (Duchi, Shalev-Shwartz, Singer & Chandra, ICML 2008, Fig. 1): soft-threshold ``|x|`` at
     the τ ≥ 0 for which ``‖max(|x| − τ, 0)‖₁ = radius``. Computed in float64.
@@ -131,15 +131,15 @@ def project_l1_ball(x: torch.Tensor, radius: float) -> torch.Tensor:
         x: (N, d) -> (N, d).
 
     Raises:
-        TypeError / ValueError: x not a finite floating (N, d) tensor, radius <= 0.
+        TypeError / ValueError: x not a finite floating (N, d) tensor, clip_radius <= 0.
     """
     check_tensor(x, "x", 2)
-    radius = check_positive(radius, "radius")
+    clip_radius = check_positive(clip_radius, "clip_radius")
     xd = x.double()
     a = xd.abs()
-    outside = a.sum(dim=1) > radius
+    outside = a.sum(dim=1) > clip_radius
     u, _ = torch.sort(a, dim=1, descending=True)
-    css = torch.cumsum(u, dim=1) - radius
+    css = torch.cumsum(u, dim=1) - clip_radius
     j = torch.arange(1, x.shape[1] + 1, dtype=xd.dtype, device=x.device)
     cond = (u - css / j) > 0
     # rho = largest index j (1-based) with u_j > (sum_{i<=j} u_i - r)/j; cond is true for j=1 when outside.
@@ -149,17 +149,17 @@ def project_l1_ball(x: torch.Tensor, radius: float) -> torch.Tensor:
     out = torch.where(outside.unsqueeze(1), proj, xd)
     # guard the rounding of the threshold: never leave a row above the radius
     l1 = out.abs().sum(dim=1, keepdim=True)
-    out = torch.where(l1 > radius, out * (radius / l1), out)
+    out = torch.where(l1 > clip_radius, out * (clip_radius / l1), out)
     return out.to(x.dtype)
 
 
 def gaussian_projection_mechanism(x_private: torch.Tensor, projections: torch.Tensor, noise_std: float,
-                                  radius: float, normalize: bool = False,
+                                  clip_radius: float, normalize: bool = False,
                                   generator: Optional[torch.Generator] = None, *,
                                   secure_mode: bool = True) -> torch.Tensor:
     r"""Release ``clip(X) Θᵀ + V`` — the Gaussian mechanism on random-direction projections (DP-SWD, flows).
 
-    The private rows are first forced into the declared geometry: clipped to ℓ2 norm ≤ ``radius``
+    The private rows are first forced into the declared geometry: clipped to ℓ2 norm ≤ ``clip_radius``
     (``normalize=False``) or put on the sphere of that radius (``normalize=True``: ``radius · x/‖x‖``). Under
     substitution of one row the change of ``X Θᵀ`` is then at most ``2·radius·sqrt(w(k, δ_t))`` with probability
     1 − δ_t over Θ (:func:`~fastdpot.privacy.sliced_sensitivity` with ``diameter = 2·radius``); the noise
@@ -171,7 +171,7 @@ def gaussian_projection_mechanism(x_private: torch.Tensor, projections: torch.Te
 
     Args:
         noise_std: σ, standard deviation of the Gaussian noise on each projected value (unit of the data).
-        radius: the declared data-norm bound R > 0.
+        clip_radius: the declared data-norm bound R > 0.
         normalize: put rows on the sphere of radius R instead of clipping.
         generator: source of the noise with ``secure_mode=False`` (``None``: a freshly seeded one).
         secure_mode: True (default): the noise comes from the operating system (secret, not replayable); passing a
@@ -180,7 +180,7 @@ def gaussian_projection_mechanism(x_private: torch.Tensor, projections: torch.Te
 
     Raises:
         TypeError / ValueError: non-finite or wrongly shaped inputs, mismatched d, rows of Θ not of unit norm,
-        ``noise_std`` <= 0, ``radius`` <= 0, a ``generator`` with ``secure_mode=True``.
+        ``noise_std`` <= 0, ``clip_radius`` <= 0, a ``generator`` with ``secure_mode=True``.
 
     Autograd: gradients flow to ``projections`` (the noise is additive); none should flow into private data.
 
@@ -198,22 +198,22 @@ def gaussian_projection_mechanism(x_private: torch.Tensor, projections: torch.Te
         raise ValueError(f"projections must have unit-norm rows (the sensitivity bound assumes θ on the sphere), "
                          f"got row norms in [{float(rn.min()):.6g}, {float(rn.max()):.6g}]")
     sigma = check_positive(noise_std, "noise_std")
-    radius = check_positive(radius, "radius")
+    clip_radius = check_positive(clip_radius, "clip_radius")
     rng = privacy_randomness(secure_mode, generator)
     if not isinstance(normalize, bool):
         raise ValueError(f"normalize must be a bool, got {normalize!r}")
     x = x_private.detach()
-    x = normalize_rows(x) * radius if normalize else clip_rows(x, radius)
+    x = normalize_rows(x) * clip_radius if normalize else clip_rows(x, clip_radius)
     x = x.to(projections.dtype)
     proj = x @ projections.transpose(0, 1)
     noise = rng.normal(proj.shape, dtype=proj.dtype, device=proj.device)
     return proj + sigma * noise
 
 
-def laplace_local_mechanism(x: torch.Tensor, epsilon: float, radius: float,
+def laplace_local_mechanism(x: torch.Tensor, epsilon: float, clip_radius: float,
                             generator: Optional[torch.Generator] = None, *,
                             secure_mode: bool = True) -> Tuple[torch.Tensor, float]:
-    r"""ε-local-DP release of each row: project onto the ℓ1 ball of ``radius``, add Laplace noise per coordinate.
+    r"""ε-local-DP release of each row: project onto the ℓ1 ball of ``clip_radius``, add Laplace noise per coordinate.
 
     Any two inputs of the ℓ1 ball differ by at most its diameter ``2·radius`` in ℓ1 norm, so the Laplace scale is
     ``b = 2·radius/ε`` (Dwork et al. 2006). Note: the paper (Reshetova et al., §5 "Data privatization") uses
@@ -231,7 +231,7 @@ def laplace_local_mechanism(x: torch.Tensor, epsilon: float, radius: float,
         ``(x_priv, scale)`` with ``scale = b`` (Laplace scale; the noise standard deviation is ``b·√2``).
 
     Raises:
-        TypeError / ValueError: x not a finite floating (N, d) tensor, ε <= 0, radius <= 0, a generator with
+        TypeError / ValueError: x not a finite floating (N, d) tensor, ε <= 0, clip_radius <= 0, a generator with
         ``secure_mode=True``.
 
     References:
@@ -240,20 +240,20 @@ def laplace_local_mechanism(x: torch.Tensor, epsilon: float, radius: float,
     """
     check_tensor(x, "x", 2)
     epsilon = check_epsilon(epsilon)
-    radius = check_positive(radius, "radius")
+    clip_radius = check_positive(clip_radius, "clip_radius")
     rng = privacy_randomness(secure_mode, generator)
-    scale = 2.0 * radius / epsilon
-    xb = project_l1_ball(x.detach(), radius)
+    scale = 2.0 * clip_radius / epsilon
+    xb = project_l1_ball(x.detach(), clip_radius)
     # Laplace(b) = b (E1 - E2) with E1, E2 i.i.d. Exp(1): never produces ±inf (unlike the inverse-cdf form at u=0).
     e1 = rng.exponential(xb.shape)
     e2 = rng.exponential(xb.shape)
     return xb + (scale * (e1 - e2)).to(dtype=xb.dtype, device=xb.device), scale
 
 
-def gaussian_local_mechanism(x: torch.Tensor, epsilon: float, delta: float, radius: float,
+def gaussian_local_mechanism(x: torch.Tensor, epsilon: float, delta: float, clip_radius: float,
                              generator: Optional[torch.Generator] = None, *,
                              secure_mode: bool = True) -> Tuple[torch.Tensor, float]:
-    r"""(ε, δ)-local-DP release of each row: clip to the ℓ2 ball of ``radius``, add N(0, σ² I).
+    r"""(ε, δ)-local-DP release of each row: clip to the ℓ2 ball of ``clip_radius``, add N(0, σ² I).
 
     σ is paper eq. 5 (:func:`ldp_gaussian_sigma`) with sensitivity ``Δ = 2·radius``, the ℓ2 diameter of the ball
     (any two users' inputs may differ by that much; the paper's experiments use the radius, which is too small
@@ -271,7 +271,7 @@ def gaussian_local_mechanism(x: torch.Tensor, epsilon: float, delta: float, radi
         ``(x_priv, sigma)``, σ the noise standard deviation per coordinate.
 
     Raises:
-        TypeError / ValueError: x not a finite floating (N, d) tensor, ε <= 0, δ outside (0, 1/2), radius <= 0,
+        TypeError / ValueError: x not a finite floating (N, d) tensor, ε <= 0, δ outside (0, 1/2), clip_radius <= 0,
         a generator with ``secure_mode=True``.
 
     References:
@@ -279,9 +279,9 @@ def gaussian_local_mechanism(x: torch.Tensor, epsilon: float, delta: float, radi
         Gaussian mechanism for differential privacy", 2019.
     """
     check_tensor(x, "x", 2)
-    radius = check_positive(radius, "radius")
-    sigma = ldp_gaussian_sigma(epsilon, delta, 2.0 * radius)
+    clip_radius = check_positive(clip_radius, "clip_radius")
+    sigma = ldp_gaussian_sigma(epsilon, delta, 2.0 * clip_radius)
     rng = privacy_randomness(secure_mode, generator)
-    xb = clip_rows(x.detach(), radius)
+    xb = clip_rows(x.detach(), clip_radius)
     noise = rng.normal(xb.shape, dtype=torch.float64)
     return xb + (sigma * noise).to(dtype=xb.dtype, device=xb.device), sigma

@@ -92,6 +92,9 @@ class PrivacyRandomness:
             ``torch.Generator``.
     """
 
+    #: What :func:`fastdpot._validate.check_generator` recognises as a privacy source.
+    is_privacy_source = True
+
     def __init__(self, secure_mode: bool = True, generator: Optional[torch.Generator] = None):
         if not isinstance(secure_mode, bool):
             raise ValueError(f"secure_mode must be a bool, got {secure_mode!r}")
@@ -168,13 +171,13 @@ class PrivacyRandomness:
             swapped[j] = swapped.get(i, i)
         return torch.tensor(out, dtype=torch.int64)
 
-    def directions(self, num_projections: int, dim: int, *, orthogonal: bool = False,
-                   dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """Directions on the sphere, as :func:`fastdpot._random.random_directions` (float64 draws from this
+    def projections(self, num_projections: int, dim: int, *, orthogonal: bool = False,
+                    dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Projections on the sphere, as :func:`fastdpot._random.random_projections` (float64 draws from this
         source). Shape (k, d)."""
-        from .._random import random_directions
+        from .._random import random_projections
 
-        return random_directions(num_projections, dim, self, orthogonal=orthogonal, dtype=dtype)
+        return random_projections(num_projections, dim, self, orthogonal=orthogonal, dtype=dtype)
 
 
 def privacy_randomness(secure_mode: bool = True, generator: Optional[torch.Generator] = None, *,

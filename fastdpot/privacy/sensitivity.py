@@ -131,7 +131,7 @@ def orthogonal_sliced_sensitivity(num_projections: int, dim: int, diameter: floa
     r"""ℓ2 sensitivity of ``X ↦ X Θᵀ`` for directions in blocks of orthonormal rows -- deterministic, no tail.
 
     Θ (k, d) made of ``⌈k/d⌉`` blocks, each block ``min(d, rows left)`` orthonormal rows (a block of d rows is an
-    orthogonal matrix; :func:`fastdpot._random.random_directions` with ``orthogonal=True`` draws each block as a
+    orthogonal matrix; :func:`fastdpot._random.random_projections` with ``orthogonal=True`` draws each block as a
     Haar-random rotation, so every direction is still marginally uniform on S^{d-1}). For a row difference u:
 
     .. math::  ‖Θ u‖^2 = \sum_b ‖Θ_b u‖^2 \le ⌈k/d⌉\,‖u‖^2, \qquad Δ = \mathrm{diameter}\,\sqrt{⌈k/d⌉},

@@ -41,7 +41,7 @@ class QuantileSketch(NamedTuple):
     noise: Optional[torch.Tensor] = None
 
 
-def bin_sizes(batch_size: int, num_bins: int) -> torch.Tensor:
+def bin_sizes(batch_size: int, sketch_bins: int) -> torch.Tensor:
     """Sizes of the L contiguous rank bins of a batch of B values: the first ``B mod L`` bins hold ⌈B/L⌉ ranks,
     the others ⌊B/L⌋ (a function of B and L only).
 
@@ -51,9 +51,9 @@ def bin_sizes(batch_size: int, num_bins: int) -> torch.Tensor:
         ValueError: B < 1, L < 1 or L > B.
     """
     b = check_int(batch_size, "batch_size", 1)
-    L = check_int(num_bins, "num_bins", 1)
+    L = check_int(sketch_bins, "sketch_bins", 1)
     if L > b:
-        raise ValueError(f"num_bins must be at most the batch size {b}, got {L}")
+        raise ValueError(f"sketch_bins must be at most the batch size {b}, got {L}")
     sizes = torch.full((L,), b // L, dtype=torch.int64)
     sizes[: b % L] += 1
     return sizes
@@ -78,8 +78,8 @@ def bin_index(sizes: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(sizes.numel()), sizes)
 
 
-def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, num_bins: int, noise_std: float,
-                           radius: float = 1.0, normalize: bool = False,
+def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, sketch_bins: int, noise_std: float,
+                           clip_radius: float = 1.0, normalize: bool = False,
                            generator: Optional[torch.Generator] = None, return_noise: bool = False, *,
                            secure_mode: bool = True) -> QuantileSketch:
     r"""Release the sliced quantile sketch of a private batch: per direction θ_j, the noisy means of the sorted
@@ -119,13 +119,13 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, n
     for add/remove neighbours (where B changes by one and the bins move).
 
     Args:
-        x_private: (B, d) private rows; clipped to the ℓ2 ball of ``radius`` (or, with ``normalize=True``, scaled
+        x_private: (B, d) private rows; clipped to the ℓ2 ball of ``clip_radius`` (or, with ``normalize=True``, scaled
             onto the sphere of that radius) inside.
         projections: Θ, (k, d) with unit-norm rows, drawn independently of the data.
-        num_bins: L, 1 <= L <= B. L = 1 releases each direction's mean; L = B every sorted value.
+        sketch_bins: L, 1 <= L <= B. L = 1 releases each direction's mean; L = B every sorted value.
         noise_std: σ >= 0, the standard deviation of the noise on each bin SUM (a length in the data's unit); 0 is
             the noiseless sketch (no privacy).
-        radius: r > 0, the clipping radius (neighbouring rows differ by at most 2r).
+        clip_radius: r > 0, the clipping radius (neighbouring rows differ by at most 2r).
         normalize: put the rows on the sphere of radius r instead of clipping.
         generator: ``torch.Generator`` of the noise, used only with ``secure_mode=False`` (replayable); or a
             :class:`~fastdpot.privacy.PrivacyRandomness` (then ``secure_mode`` is its own).
@@ -140,7 +140,7 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, n
 
     Raises:
         ValueError / TypeError: non-tensor, empty, non-finite or mis-shaped inputs, mismatched d, rows of Θ not of
-            unit norm, ``num_bins`` < 1 or > B, ``noise_std`` < 0 or not finite, ``radius`` <= 0,
+            unit norm, ``sketch_bins`` < 1 or > B, ``noise_std`` < 0 or not finite, ``clip_radius`` <= 0,
             ``generator`` not a torch.Generator, or given with ``secure_mode=True``.
 
     References:
@@ -154,12 +154,12 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, n
     if projections.shape[1] != d:
         raise ValueError(f"projections must have shape (k, d) with d = x_private.shape[1] = {d}, got "
                          f"{tuple(projections.shape)}")
-    num_bins = check_int(num_bins, "num_bins", 1)
-    if num_bins > b:
-        raise ValueError(f"num_bins must be at most the batch size B = {b} (one rank per bin at most), got "
-                         f"{num_bins}")
+    sketch_bins = check_int(sketch_bins, "sketch_bins", 1)
+    if sketch_bins > b:
+        raise ValueError(f"sketch_bins must be at most the batch size B = {b} (one rank per bin at most), got "
+                         f"{sketch_bins}")
     sigma = check_nonnegative(noise_std, "noise_std")
-    radius = check_positive(radius, "radius")
+    clip_radius = check_positive(clip_radius, "clip_radius")
     if not isinstance(normalize, bool):
         raise ValueError(f"normalize must be a bool, got {normalize!r}")
     rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
@@ -170,14 +170,14 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, n
         raise ValueError(f"projections must have unit-norm rows (the sensitivity bound assumes θ on the sphere), "
                          f"got row norms in [{float(rn.min()):.9g}, {float(rn.max()):.9g}]")
     x = x_private.detach().to(torch.float64)
-    x = normalize_rows(x) * radius if normalize else clip_rows(x, radius)
+    x = normalize_rows(x) * clip_radius if normalize else clip_rows(x, clip_radius)
     k = th.shape[0]
-    sizes = bin_sizes(b, num_bins)
+    sizes = bin_sizes(b, sketch_bins)
     # (B, k) projections, sorted per direction; bin sums by one index_add over the rank axis
     s = torch.sort(x @ th.transpose(0, 1), dim=0).values
-    sums = torch.zeros(num_bins, k, dtype=torch.float64, device=s.device)
+    sums = torch.zeros(sketch_bins, k, dtype=torch.float64, device=s.device)
     sums.index_add_(0, bin_index(sizes).to(s.device), s)
-    noise = rng.normal((k, num_bins), torch.float64, s.device) * sigma
+    noise = rng.normal((k, sketch_bins), torch.float64, s.device) * sigma
     means = (sums.transpose(0, 1) + noise) / sizes.to(s.device, torch.float64)
     levels = bin_levels(sizes).to(s.device)
     return QuantileSketch(means, levels, sizes.to(s.device), noise if return_noise else None)

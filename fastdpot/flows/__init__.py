@@ -1,0 +1,27 @@
+"""DP sliced-Wasserstein particle flows (Sebag et al., TMLR): one package, one config, one run loop, one step.
+
+Modules, each importing only those listed before it:
+
+* :mod:`~fastdpot.flows.config` — :class:`FlowConfig`, the settings (a frozen dataclass validated once);
+* :mod:`~fastdpot.flows.init` — data-independent initial particles;
+* :mod:`~fastdpot.flows.run` — the one run loop (:class:`FlowRunResult`);
+* :mod:`~fastdpot.flows.checkpoint` — checkpoints of single and sharded flows;
+* :mod:`~fastdpot.flows.flow` — :class:`DPSlicedWassersteinFlow` (each step: one release, then op
+  :func:`fastdpot.ops.flow_step`);
+* :mod:`~fastdpot.flows.labelled` — :class:`LabelledRowsFlow`, the label-private flow on rows [x, c·e_y];
+* :mod:`~fastdpot.flows.sharded` — :class:`DistributedSlicedWassersteinFlow` over a ``torch.distributed`` group, and
+  :func:`make_flow`, the factory that picks it when a process group is given;
+* :mod:`~fastdpot.flows.class_conditional` — :class:`ClassConditionalFlow`.
+"""
+from .._checkpoint import CheckpointError
+from .class_conditional import ClassConditionalFlow
+from .config import FlowConfig, LabelledFlowConfig
+from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError
+from .init import INIT_KINDS, draw_init
+from .labelled import LabelledRowsFlow
+from .run import STOP_REASONS, FlowRunResult
+from .sharded import DistributedSlicedWassersteinFlow, RankFailureError, make_flow, shard_range
+
+__all__ = ["DPSlicedWassersteinFlow", "ClassConditionalFlow", "LabelledRowsFlow", "DistributedSlicedWassersteinFlow",
+           "make_flow", "FlowConfig", "LabelledFlowConfig", "FlowRunResult", "STOP_REASONS", "INIT_KINDS",
+           "draw_init", "NonFiniteParticlesError", "RankFailureError", "CheckpointError", "shard_range"]
