@@ -11,8 +11,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Optional
 
-from .._validate import (check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive,
-                         check_probability)
+from .._validate import (check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_num_projections,
+                         check_positive, check_probability)
 from ..reference.flow import QUANTILE_MODES
 
 __all__ = ["FlowConfig", "LabelledFlowConfig", "VARIANTS", "RELEASES", "DIRECTIONS", "BOUNDS"]
@@ -25,12 +25,51 @@ BOUNDS = ("chernoff", "clt", "bernstein")
 
 @dataclass(frozen=True)
 class FlowConfig:
-    """The settings of one :class:`~fastdpot.flows.DPSlicedWassersteinFlow` (its constructor's arguments that define
-    the flow; meanings, units and defaults there). Validated at construction; ``target_epsilon=inf`` is stored as
-    None (the non-private flow).
+    """The settings of one :class:`~fastdpot.flows.DPSlicedWassersteinFlow` (the constructor's keywords, apart from
+    the public draws, device and backend). Validated at construction; ``target_epsilon=inf`` is stored as None (the
+    non-private flow). Privacy semantics: :mod:`fastdpot.flows.flow`.
+
+    Attributes:
+        num_particles: N >= 2.
+        dim: d, the dimension of particles and private rows.
+        num_projections: k >= 1 directions per step (k·d <= 2^31, :func:`fastdpot._validate.check_num_projections`).
+        step_size: h > 0.
+        diffusion: λ >= 0, the coefficient of the Brownian term sqrt(2λh)·ξ (the papers' entropic regularisation).
+        noise_multiplier: z = σ/Δ. Give this or ``target_epsilon`` (not both).
+        target_epsilon: ε budget: z is calibrated so that ``steps`` steps spend it (at the first ``run()``, when
+            the data set size n is known), and the run stops before a step would exceed it. None/inf with no noise
+            multiplier: non-private flow.
+        delta: total δ of the guarantee, ``δ = δ_acc + T·δ_tail``.
+        clip_radius: private rows are clipped to this ℓ2 radius inside the step (diameter ``2·clip_radius``).
+        normalize: scale every private row onto the sphere of radius ``clip_radius`` (the authors' pipeline)
+            instead of clipping.
+        batch_size: B private rows per step (uniform without replacement). Give this or ``sample_rate``.
+        sample_rate: q; then ``B = round(q·n)`` for a data set of n rows.
+        steps: T, the planned number of steps (required for a private flow: the δ split and calibration use it).
+        variant: ``"resample"`` (DPSWflow-r) or ``"presampled"`` (DPSWflow).
+        pool_size: number of pooled directions for ``"presampled"`` (default 10·k).
+        quantiles: ``"exact"``, ``"grid"`` or ``"histogram"`` (:func:`fastdpot.ops.flow_step`).
+        num_quantiles: Q >= 2, the size of the ``"grid"`` mode's quantile grid (default N).
+        histogram_bins: B >= 1, the ``"histogram"`` mode's bins per direction (required there).
+        bound: tail bound of the sliced sensitivity (:func:`fastdpot.privacy.sliced_sensitivity`): ``"chernoff"``
+            (default; proven, exact Beta moment generating function), ``"bernstein"`` (proven, looser) or ``"clt"``
+            (the papers' normal approximation, k >= 31; its tail can exceed δ_tail, so it is not a guarantee).
+            Unused with ``directions="orthogonal"``.
+        directions: ``"uniform"`` (i.i.d. on the sphere, the papers') or ``"orthogonal"`` (blocks of d orthonormal
+            directions, deterministic sensitivity ``2·clip_radius·sqrt(⌈k/d⌉)``; with ``"presampled"`` the pool is
+            made of such blocks and each step takes ``⌈k/d⌉`` whole blocks).
+        accountant: accountant kind of :class:`fastdpot.privacy.PrivacyAccountant` (``"rdp"``).
+        release: ``"points"`` (default: the B·k noisy projections, the papers' release) or ``"sketch"`` (the
+            sliced quantile sketch of the batch, L = ``sketch_bins`` noisy bin means per direction, isotonic fit,
+            then a table target for :func:`fastdpot.ops.flow_step`; same Δ, σ and accounting; no smoothing noise on
+            the particles). The ``"triton"`` and ``"cuda"`` backends take ``"sketch"`` with ``quantiles="exact"``
+            only.
+        sketch_bins: L, 1 <= L <= B, the sketch's bins per direction (required with ``release="sketch"``).
 
     Raises:
-        ValueError: every argument error of :class:`~fastdpot.flows.DPSlicedWassersteinFlow` (its docstring).
+        ValueError: a value out of range; both or inconsistent privacy arguments; a private flow without ``steps``
+            or without ``batch_size``/``sample_rate``; ``sketch_bins`` / ``histogram_bins`` / ``num_quantiles`` /
+            ``pool_size`` missing where required or given where unused.
     """
 
     num_particles: int
@@ -64,7 +103,7 @@ class FlowConfig:
     def __post_init__(self):
         from ..privacy.accounting import ACCOUNTANTS
 
-        k = check_int(self.num_projections, "num_projections", 1)
+        k = check_num_projections(self.num_projections, check_int(self.dim, "dim", 1))  # k·d <= 2^31
         self._set(num_particles=check_int(self.num_particles, "num_particles", 2), dim=check_int(self.dim, "dim", 1),
                   num_projections=k, step_size=check_positive(self.step_size, "step_size"),
                   diffusion=check_nonnegative(self.diffusion, "diffusion"), delta=check_delta(self.delta),
@@ -105,6 +144,7 @@ class FlowConfig:
                              f"{self.histogram_bins!r}")
         if self.variant == "presampled":
             self._set(pool_size=10 * k if self.pool_size is None else check_int(self.pool_size, "pool_size", k))
+            check_num_projections(self.pool_size, self.dim, "pool_size")  # the pool is a (pool_size, d) matrix
         elif self.pool_size is not None:
             raise ValueError(f"pool_size is only used with variant='presampled', got pool_size={self.pool_size!r}")
 

@@ -54,6 +54,8 @@ Privacy guarantee (what the code enforces, and what it assumes)
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 from typing import Callable, Optional, Union
 
@@ -90,41 +92,12 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
     .. math::  x_i \\leftarrow x_i - h\\,\\frac1k\\sum_j (s_{ij} - T_{ij})\\,\\theta_j + \\sqrt{2\\lambda h}\\,\\xi_i .
 
     Args:
-        num_particles: N >= 2.
-        dim: d, the dimension of particles and private rows.
-        num_projections: k >= 1 directions per step.
-        step_size: h > 0.
-        diffusion: λ >= 0, the coefficient of the Brownian term sqrt(2λh)·ξ (the papers' entropic regularisation).
-        noise_multiplier: z = σ/Δ. Give this or ``target_epsilon`` (not both).
-        target_epsilon: ε budget: z is calibrated so that ``steps`` steps spend it (at the first :meth:`run`, when
-            the data set size n is known), and the run stops before a step would exceed it. None/inf with no noise
-            multiplier: non-private flow.
-        delta: total δ of the guarantee, ``δ = δ_acc + T·δ_tail``.
-        clip_radius: private rows are clipped to this ℓ2 radius inside the step (diameter ``2·clip_radius``).
-        normalize: scale every private row onto the sphere of radius ``clip_radius`` (the authors' pipeline)
-            instead of clipping.
-        batch_size: B private rows per step (uniform without replacement). Give this or ``sample_rate``.
-        sample_rate: q; then ``B = round(q·n)`` for a data set of n rows.
-        steps: T, the planned number of steps (required for a private flow: the δ split and calibration use it).
-        variant: ``"resample"`` (DPSWflow-r) or ``"presampled"`` (DPSWflow).
-        pool_size: number of pooled directions for ``"presampled"`` (default 10·k).
-        quantiles: ``"exact"``, ``"grid"`` or ``"histogram"`` (:func:`fastdpot.ops.flow_step`).
-        num_quantiles: Q, the size of the ``"grid"`` mode's quantile grid (default N).
-        histogram_bins: B, the ``"histogram"`` mode's bins per direction (required there).
-        bound: tail bound of the sliced sensitivity (:func:`fastdpot.privacy.sliced_sensitivity`): ``"chernoff"``
-            (default; proven, exact Beta moment generating function), ``"bernstein"`` (proven, looser) or ``"clt"``
-            (the papers' normal approximation, k >= 31; its tail can exceed δ_tail, so it is not a guarantee).
-            Unused with ``directions="orthogonal"``.
-        directions: ``"uniform"`` (i.i.d. on the sphere, the papers') or ``"orthogonal"`` (blocks of d orthonormal
-            directions, deterministic sensitivity ``2·clip_radius·sqrt(⌈k/d⌉)``, see the module docstring; with
-            ``"presampled"`` the pool is made of such blocks and each step takes ``⌈k/d⌉`` whole blocks).
-        accountant: accountant kind of :class:`fastdpot.privacy.PrivacyAccountant` (``"rdp"``).
-        release: ``"points"`` (default: the B·k noisy projections, the papers' release) or ``"sketch"`` (the
-            sliced quantile sketch of the batch, L = ``sketch_bins`` noisy bin means per direction, isotonic fit,
-            then a table target for :func:`fastdpot.ops.flow_step`; same Δ, σ and accounting; no smoothing noise on
-            the particles; see the module docstring). The ``"triton"`` and ``"cuda"`` backends take ``"sketch"``
-            with ``quantiles="exact"`` only.
-        sketch_bins: L, 1 <= L <= B, the sketch's bins per direction (required with ``release="sketch"``).
+        num_particles, dim, num_projections, step_size: N >= 2 particles in R^d, k >= 1 directions per step, h > 0.
+        **settings: every other field of :class:`fastdpot.flows.FlowConfig` (documented there): the privacy
+            settings (``noise_multiplier`` or ``target_epsilon``, ``delta``, ``clip_radius``, ``normalize``,
+            ``batch_size`` or ``sample_rate``, ``steps``, ``bound``, ``directions``, ``accountant``), the release
+            (``release``, ``sketch_bins``), the variant (``variant``, ``pool_size``) and the step's own keywords
+            (``diffusion``, ``quantiles``, ``num_quantiles``, ``histogram_bins``).
         init: initial particles: a tensor (N, d), or a data-independent kind drawn from ``generator``
             (:func:`fastdpot.flows.draw_init`, float32): ``"gaussian"`` (default, N(0, s²·I_d)), ``"sphere"``
             (uniform on the sphere of radius s) or ``"gaussian_scaled"`` (N(0, (s²/d)·I_d)), s = ``init_scale``.
@@ -137,7 +110,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
             operating system (:class:`fastdpot.privacy.randomness.PrivacyRandomness`; secret, never stored, not
             replayable). False: from ``generator`` (replayable; no guarantee against anyone who holds its seed or a
             checkpoint). Ignored by a non-private flow (everything from ``generator``).
-        device: device of the particles.
+        device: device of the particles (``"cpu"`` or an available ``"cuda[:i]"``).
         backend: ``"auto"``, ``"reference"``, ``"cpu"``, ``"triton"`` or ``"cuda"`` for op ``flow_step``.
 
     A flow sharded over the ranks of a ``torch.distributed`` process group is
@@ -163,23 +136,12 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
 
     _config_class = FlowConfig
 
-    def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, diffusion: float = 0.0,
-                 noise_multiplier: Optional[float] = None, target_epsilon: Optional[float] = None,
-                 delta: float = 1e-5, clip_radius: float = 1.0, batch_size: Optional[int] = None,
-                 sample_rate: Optional[float] = None, steps: Optional[int] = None, variant: str = "resample",
-                 pool_size: Optional[int] = None, quantiles: str = "exact", num_quantiles: Optional[int] = None,
-                 histogram_bins: Optional[int] = None, bound: str = "chernoff", directions: str = "uniform",
+    def __init__(self, num_particles: int, dim: int, num_projections: int, step_size: float, *,
                  init: Union[None, str, torch.Tensor] = None, init_scale: float = 1.0,
                  generator: Optional[torch.Generator] = None, device: Union[str, torch.device] = "cpu",
-                 backend: str = "auto", normalize: bool = False, accountant: str = "rdp",
-                 secure_mode: bool = True, release: str = "points", sketch_bins: Optional[int] = None):
-        config = self._make_config(
-            num_particles=num_particles, dim=dim, num_projections=num_projections, step_size=step_size,
-            diffusion=diffusion, noise_multiplier=noise_multiplier, target_epsilon=target_epsilon, delta=delta,
-            clip_radius=clip_radius, normalize=normalize, batch_size=batch_size, sample_rate=sample_rate,
-            steps=steps, variant=variant, pool_size=pool_size, quantiles=quantiles, num_quantiles=num_quantiles,
-            histogram_bins=histogram_bins, bound=bound, directions=directions, accountant=accountant,
-            release=release, sketch_bins=sketch_bins)
+                 backend: str = "auto", secure_mode: bool = True, **settings):
+        config = self._make_config(num_particles=num_particles, dim=dim, num_projections=num_projections,
+                                   step_size=step_size, **settings)
         self._setup(config, init=init, init_scale=init_scale, generator=generator, device=device, backend=backend,
                     secure_mode=secure_mode)
 
@@ -202,7 +164,15 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
         return obj
 
     def _make_config(self, **fields) -> FlowConfig:
-        """The flow's config from the constructor's setting arguments (a subclass adds its own fields)."""
+        """The flow's config from the constructor's settings (a subclass adds its own fields).
+
+        Raises:
+            TypeError: a setting that is not a field of the config (the message names it).
+        """
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(self._config_class)})
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s) {unknown}; the settings are "
+                            f"the fields of {self._config_class.__name__}")
         return self._config_class(**fields)
 
     def _pre_setup(self):
@@ -239,6 +209,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
         self.secure_mode = secure_mode and self.private
         # every privacy draw goes through self._rng (OS randomness in secure mode, `generator` otherwise)
         self._rng = PrivacyRandomness(True) if self.secure_mode else PrivacyRandomness(False, generator)
+        self._init_record = self._record_init(init, generator, init_scale)  # before the draw (checkpoints)
         self._particles = self._initial_particles(init, generator, init_scale).to(self.device)
         self._pool = None
         d, k = c.dim, c.num_projections
@@ -247,6 +218,8 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
             self._pool = self._draw_directions(c.pool_size if c.directions == "uniform"
                                                else d * max(-(-c.pool_size // d), -(-k // d)))
         self._step = 0
+        self._releases_lost = 0  # counted releases whose particles a crash lost (fastdpot.flows.checkpoint)
+        self._in_flight = 0  # releases a run may make before its next checkpoint (set by the run loop)
         self._last_drift_norm = float("nan")
         self.last_run: Optional[FlowRunResult] = None  # what the last run() call did
         # the sampling the flow is bound to: "sampled" (run(): B of n rows) or "full" (step()), at the first step
@@ -360,7 +333,8 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
             # unbound, so the caller can fix it and retry
             bound = (n, self.config.resolve_batch(n)) if mode == "sampled" else (self._bound_n, self._bound_batch)
             if self.private:
-                self._ledger.bind(**self.config.accounting_event(mode, *bound))
+                with _calibration_notice(self, bound):
+                    self._ledger.bind(**self.config.accounting_event(mode, *bound))
             self._mode = mode
             self._bound_n, self._bound_batch = bound
         elif mode != self._mode:
@@ -514,7 +488,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
         if steps is None:
             if c.steps is None:
                 raise ValueError("steps is required: this flow has no planned number of steps")
-            steps = c.steps - self._step
+            steps = c.steps - (self._ledger.steps_spent if self.private else self._step)  # releases left
         else:
             steps = check_int(steps, "steps", 0)
         if checkpoint_path is not None:  # before any step is spent
@@ -528,7 +502,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
 
     def _stop_reason(self) -> Optional[str]:
         if self.private and not self.can_step():
-            return "budget" if self._step < self.config.steps else "planned_steps"
+            return "budget" if self._ledger.steps_spent < self.config.steps else "planned_steps"
         return None
 
     def _run_step(self, private_data, sampler):
@@ -568,5 +542,36 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
             TypeError: ``checkpoint_path`` not a str or os.PathLike, ``callback`` not callable.
             NonFiniteParticlesError: see :meth:`step` (the last checkpoint written stays intact).
         """
-        return run_flow(self, private_data, steps, progress, checkpoint_path, checkpoint_every, callback,
-                        progress_epsilon)
+        self._calibration_progress = bool(progress)  # the first run's calibration shows a line (_calibration_notice)
+        try:
+            return run_flow(self, private_data, steps, progress, checkpoint_path, checkpoint_every, callback,
+                            progress_epsilon)
+        finally:
+            self._calibration_progress = False
+
+
+@contextlib.contextmanager
+def _calibration_notice(flow, bound):
+    """While the ledger binds: when it calibrates z for a target ε (3-25 s at the first :meth:`run`), say so -- a
+    status line on the run's progress stream (when the run shows progress) and an INFO record of logger
+    ``fastdpot.flow`` with the z found and the time taken."""
+    if flow._ledger.noise_multiplier is not None:  # z given or already calibrated: nothing to wait for
+        yield
+        return
+    import logging
+    import time
+
+    from .._progress import progress_bar
+
+    c = flow.config
+    what = (f"calibrating the noise multiplier for ε={c.target_epsilon:g}, δ={c.delta:g} over T={c.steps} steps"
+            + (f" (batches of {bound[1]} of n={bound[0]} rows)" if bound[0] is not None else ""))
+    show = getattr(flow, "_calibration_progress", False) and flow._shows_progress()
+    bar = progress_bar(total=None, desc=f"DP-SW flow: {what}", disable=not show, bar_format="{desc} [{elapsed}]")
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        bar.close()
+    logging.getLogger("fastdpot.flow").info("%s: z = %.6g (%.1f s)", what, flow._ledger.noise_multiplier,
+                                            time.perf_counter() - t0)

@@ -98,7 +98,7 @@ def _run_configs(rank, group, names):
             f = _flow(group, **kw)
             f.run(_data() if rank == 0 else None, progress=False)
             res[name] = dict(full=f.gather_particles(), local=f.particles.clone(), shard=f.shard, eps=f.epsilon(),
-                             steps=f.steps_taken)
+                             steps=f.steps_taken, last_run=f.last_run)
     return res
 
 
@@ -209,6 +209,8 @@ def _check_invariance(one, runs, names):
             for got in per_rank:
                 got = got[name]
                 assert got["steps"] == 6 and got["eps"] == one[name]["eps"]  # one accounting event per step
+                # every rank reports its run like the one-process flow: stop reason, steps, ε
+                assert got["last_run"] == one[name]["last_run"] == type(ref.last_run)(6, 6, 6, "completed", ref.epsilon())
                 torch.testing.assert_close(got["full"], one[name]["full"], rtol=1e-4, atol=1e-5)
                 a, b = got["shard"]
                 spans.append(b - a)
@@ -246,6 +248,19 @@ def test_sharding_invariance_world_3_and_subgroup_2(tmp_path, world1):
     one = _run_configs(0, None, names)
     got = _ok(_spawn(tmp_path, 3, "invariance", names))
     _check_invariance(one, {3: [r[3] for r in got], 2: [r[2] for r in got[:2]]}, names)
+
+
+def test_make_flow_picks_the_sharded_flow_for_a_process_group(world1):
+    from fastdpot.flows import make_flow
+
+    one = make_flow(11, 3, 4, 0.5)
+    assert type(one) is DPSlicedWassersteinFlow
+    sharded = make_flow(**_BASE, process_group=dist.group.WORLD, generator=torch.Generator().manual_seed(3))
+    assert type(sharded) is DistributedSlicedWassersteinFlow and sharded.shard == (0, 11)
+    with pytest.raises(TypeError, match="process_group"):
+        DPSlicedWassersteinFlow(11, 3, 4, 0.5, process_group=dist.group.WORLD)  # no class switching: refused
+    sharded.run(_data(), steps=7, progress=False)  # T = 6 planned: the sharded run says why it stopped
+    assert sharded.last_run.stop_reason == "planned_steps" and sharded.steps_taken == 6
 
 
 def test_shard_range():

@@ -1,0 +1,147 @@
+"""The one ledger of a multi-stage private run: every stage's releases composed in one accountant.
+
+A private pipeline releases several things computed from the same sensitive set: a representation trained with
+DP-SGD, a flow's per-step releases, a DP statistic. Each stage is a (subsampled) Gaussian mechanism under the same
+neighbouring relation (replace one record by any other, its label free to change), so their Rényi-DP curves add
+order by order (Mironov, "Rényi Differential Privacy", IEEE CSF 2017, Prop. 1, adaptive composition): the run is
+(ε, δ)-DP with ε the accountant's value at δ for the composed curve. :class:`ComposedLedger` keeps that accountant
+(:class:`fastdpot.privacy.PrivacyAccountant`, RDP), records every stage's releases before they happen, and
+calibrates a stage's noise multiplier so that the composition of everything recorded so far *and* the stage's
+planned releases meets a given ε.
+
+Every stage here has a deterministic sensitivity (per-sample clipping; orthogonal directions for the flows), so all
+of δ goes to the accountant; a stage with a sensitivity tail (uniform directions) must not be composed here.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from .._validate import check_delta, check_epsilon, check_int, check_positive
+from .accounting import PrivacyAccountant
+from .budget import BudgetExceededError
+
+__all__ = ["ComposedLedger"]
+
+_SAMPLINGS = ("without_replacement", "full")
+
+
+class ComposedLedger:
+    """Every release of one run, composed (RDP, replace-one neighbours), against one (ε, δ).
+
+    Releases are recorded per stage with :meth:`record` before they happen (a release that would exceed ε is refused
+    and nothing is recorded). Each event is a Gaussian mechanism of noise multiplier z = σ/Δ (Δ the replace-one
+    sensitivity of the stage's release), either on a batch of exactly B of the n records drawn uniformly without
+    replacement (``sampling="without_replacement"``, :class:`fastdpot.privacy.FixedSizeSampler`) or on all of them
+    (``"full"``).
+
+    Args:
+        epsilon: ε > 0 of the whole run (``inf``: a non-private run; nothing is recorded, :meth:`epsilon` is inf).
+        delta: δ in (0, 1) of the whole run, all of it for the accountant.
+
+    Raises:
+        ValueError: ε <= 0, δ outside (0, 1).
+
+    References:
+        Mironov, "Rényi Differential Privacy", IEEE CSF 2017 (composition); Wang, Balle & Kasiviswanathan,
+        "Subsampled Rényi Differential Privacy and Analytical Moments Accountant", AISTATS 2019 (sampling without
+        replacement, as implemented by dp-accounting).
+    """
+
+    def __init__(self, epsilon: float, delta: float):
+        self.target_epsilon = check_epsilon(epsilon, "epsilon", allow_inf=True)
+        self.delta = check_delta(delta)
+        self._accountant = PrivacyAccountant("rdp")
+        self._stages: List[Dict[str, Any]] = []
+
+    @property
+    def private(self) -> bool:
+        return self.target_epsilon != float("inf")
+
+    @property
+    def stages(self) -> List[Dict[str, Any]]:
+        """Per stage: name, noise multiplier, event (sampling, n, B), releases recorded (a copy)."""
+        return [dict(s) for s in self._stages]
+
+    @staticmethod
+    def _event(sampling: str, dataset_size: int, batch_size: Optional[int]) -> Dict[str, Any]:
+        if sampling not in _SAMPLINGS:
+            raise ValueError(f"sampling must be one of {list(_SAMPLINGS)}, got {sampling!r}")
+        n = check_int(dataset_size, "dataset_size", 1)
+        if sampling == "full":
+            return dict(sample_rate=1.0, sampling="without_replacement", dataset_size=n, batch_size=n)
+        b = check_int(batch_size, "batch_size", 1)
+        if b > n:
+            raise ValueError(f"batch_size must be <= dataset_size = {n}, got {b}")
+        return dict(sample_rate=b / n, sampling="without_replacement", dataset_size=n, batch_size=b)
+
+    def epsilon(self, delta: Optional[float] = None) -> float:
+        """ε of everything recorded so far at δ (default: the run's δ); 0.0 before any release, inf non-private."""
+        if not self.private:
+            return float("inf")
+        delta = self.delta if delta is None else check_delta(delta)
+        return 0.0 if self._accountant.steps == 0 else float(self._accountant.get_epsilon(delta))
+
+    def _epsilon_with(self, z: float, event: Dict[str, Any], steps: int) -> float:
+        acc = self._accountant.copy()
+        acc.step(z, num_steps=steps, **event)
+        return float(acc.get_epsilon(self.delta))
+
+    def calibrate(self, steps: int, *, sampling: str = "without_replacement", dataset_size: int,
+                  batch_size: Optional[int] = None, epsilon: Optional[float] = None, tol: float = 1e-3) -> float:
+        """The smallest noise multiplier z (within ``tol``, rounded up) such that the releases recorded so far and
+        ``steps`` more of this event compose to at most ``epsilon`` (default: the run's ε). Records nothing.
+
+        Raises:
+            ValueError: a bad event, ε beyond the run's, a target already exceeded by what is recorded, or no
+                z <= 1e4 reaching it.
+        """
+        if not self.private:
+            raise ValueError("a non-private run (epsilon=inf) has no noise to calibrate")
+        steps = check_int(steps, "steps", 1)
+        event = self._event(sampling, dataset_size, batch_size)
+        eps = self.target_epsilon if epsilon is None else check_epsilon(epsilon, "epsilon")
+        if eps > self.target_epsilon:
+            raise ValueError(f"epsilon={eps!r} exceeds the run's epsilon {self.target_epsilon!r}")
+        if self.epsilon() >= eps:
+            raise ValueError(f"the releases recorded so far already spend ε = {self.epsilon():.4g} >= {eps!r}")
+        tol = check_positive(tol, "tol")
+        lo, hi = 1e-2, 1.0
+        while self._epsilon_with(hi, event, steps) > eps:
+            lo, hi = hi, hi * 2.0
+            if hi > 1e4:
+                raise ValueError(f"no noise multiplier <= 1e4 keeps {steps} more releases within ε = {eps!r}")
+        if self._epsilon_with(lo, event, steps) <= eps:
+            raise ValueError(f"ε = {eps!r} is met even at z = {lo} (no privacy to speak of): raise the steps or "
+                             f"lower ε")
+        while hi - lo > tol:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if self._epsilon_with(mid, event, steps) > eps else (lo, mid)
+        return hi
+
+    def record(self, stage: str, noise_multiplier: float, num_steps: int = 1, *,
+               sampling: str = "without_replacement", dataset_size: int, batch_size: Optional[int] = None) -> None:
+        """Record ``num_steps`` releases of ``stage`` BEFORE they happen.
+
+        Raises:
+            BudgetExceededError: they would exceed the run's ε (nothing is recorded: release nothing).
+            ValueError: a bad noise multiplier or event.
+        """
+        if not self.private:
+            return
+        z = check_positive(noise_multiplier, "noise_multiplier")
+        num_steps = check_int(num_steps, "num_steps", 1)
+        event = self._event(sampling, dataset_size, batch_size)
+        after = self._epsilon_with(z, event, num_steps)
+        if after > self.target_epsilon * (1 + 1e-9):
+            raise BudgetExceededError(f"{num_steps} more release(s) of {stage!r} (z = {z:.4g}) would bring ε to "
+                                      f"{after:.4g} > {self.target_epsilon!r}; nothing was released")
+        self._accountant.step(z, num_steps=num_steps, **event)
+        for s in self._stages:
+            if s["stage"] == stage and s["noise_multiplier"] == z and s["event"] == event:
+                s["releases"] += num_steps
+                return
+        self._stages.append(dict(stage=stage, noise_multiplier=z, event=event, releases=num_steps))
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The run's ε, δ and stages (plain Python types)."""
+        return dict(epsilon=self.target_epsilon, delta=self.delta, stages=self.stages)

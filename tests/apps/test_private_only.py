@@ -1,0 +1,119 @@
+"""The private-only protocol (fastdpot flow --public-size 0): a quick end-to-end run on real Fashion-MNIST whose
+composed ε is recomputed with dp-accounting, δ = 1/(N ln N), the sensitive rows handed only to the accounted
+mechanisms; the split, the label map and the label-private Gaussian's sensitivity."""
+import math
+
+import dp_accounting
+import pytest
+import torch
+
+import fastdpot.experiments.private_only as P
+from fastdpot.experiments.config import PipelineConfig
+from fastdpot.experiments.data.datasets import load_fashion_mnist_available
+from fastdpot.privacy import DEFAULT_ORDERS
+from fastdpot.privacy.composition import ComposedLedger
+
+
+def test_protocol_delta_and_split():
+    assert P.protocol_delta(55_000) == pytest.approx(1 / (55_000 * math.log(55_000)))
+    assert 1.65e-6 < P.protocol_delta(55_000) < 1.67e-6
+    s, v = P.private_split(60_000, 5_000, seed=3)
+    assert len(s) == 55_000 and len(v) == 5_000 and not set(s.tolist()) & set(v.tolist())
+    s2, v2 = P.private_split(60_000, 5_000, seed=3)
+    assert torch.equal(s, s2) and torch.equal(v, v2)
+    with pytest.raises(ValueError, match="validation_size"):
+        P.private_split(100, 100, seed=0)
+
+
+def test_labels_outside_the_public_domain_are_mapped_before_any_mechanism():
+    y = torch.tensor([0, 9, 10, -1, 3])
+    assert P._domain_labels(y).tolist() == [0, 9, 0, 0, 3]
+
+
+def test_label_private_gaussian_sensitivity_by_monte_carlo():
+    # the per-class (count, Σy, Σyyᵀ) vector moves by at most sqrt(6) when one record (y on the unit sphere, label c)
+    # is replaced by any other (y', c'), the label free to change; attained with c != c'
+    g = torch.Generator().manual_seed(0)
+    d, C, worst = 3, P.NUM_CLASSES, 0.0
+
+    def stats(y, lab):
+        n = y.shape[0]
+        out = torch.zeros(C, 1 + d + d * d, dtype=torch.float64)
+        out.index_add_(0, lab, torch.cat([torch.ones(n, 1, dtype=torch.float64), y,
+                                          (y[:, :, None] * y[:, None, :]).reshape(n, -1)], 1))
+        return out
+
+    for _ in range(200):
+        y = torch.nn.functional.normalize(torch.randn(8, d, generator=g, dtype=torch.float64), dim=1)
+        lab = torch.randint(0, C, (8,), generator=g)
+        y2, lab2 = y.clone(), lab.clone()
+        y2[0] = torch.nn.functional.normalize(torch.randn(d, generator=g, dtype=torch.float64), dim=0)
+        lab2[0] = int(torch.randint(0, C, (1,), generator=g))
+        worst = max(worst, float((stats(y, lab) - stats(y2, lab2)).norm()))
+    assert worst <= math.sqrt(6.0) * (1 + 1e-12) and worst > math.sqrt(6.0) * 0.999
+
+
+def _independent_epsilon(stages, delta):
+    acc = dp_accounting.rdp.RdpAccountant(orders=list(DEFAULT_ORDERS),
+                                          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    for s in stages:
+        e = s["event"]
+        gauss = dp_accounting.GaussianDpEvent(s["noise_multiplier"])
+        ev = gauss if e["batch_size"] == e["dataset_size"] else \
+            dp_accounting.SampledWithoutReplacementDpEvent(e["dataset_size"], e["batch_size"], gauss)
+        acc.compose(ev, s["releases"])
+    return acc.get_epsilon(delta)
+
+
+def test_the_label_private_gaussian_records_its_one_release():
+    led = ComposedLedger(2.0, 1e-5)
+    lat = torch.nn.functional.normalize(torch.randn(300, 4, generator=torch.Generator().manual_seed(1)), dim=1)
+    lab = torch.arange(300) % P.NUM_CLASSES
+    x, y, info = P.dp_gaussian_label_private(lat, lab, led, 500, torch.Generator().manual_seed(2))
+    assert x.shape == (500, 4) and y.shape == (500,) and info["sensitivity"] == pytest.approx(math.sqrt(6))
+    assert led.stages[0]["releases"] == 1 and led.stages[0]["event"]["batch_size"] == 300
+    assert led.epsilon() == pytest.approx(_independent_epsilon(led.stages, 1e-5), rel=1e-9) and led.epsilon() <= 2.0
+
+
+@pytest.mark.skipif(not load_fashion_mnist_available(), reason="needs the dataset-fashion-mnist package")
+def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch):
+    import fastdpot.dpsgd as dpsgd
+    import fastdpot.flows.class_conditional as cc
+
+    handed = {}
+    real_train, real_run = dpsgd.train_dp_sgd, cc.ClassConditionalFlow.run
+
+    def train_spy(model, data, loss_fn, **kw):
+        handed["dp_sgd"] = (data.clone(), kw["ledger"])
+        return real_train(model, data, loss_fn, **kw)
+
+    def run_spy(self, private_data, labels, **kw):
+        handed["flow"] = (private_data.clone(), labels.clone())
+        return real_run(self, private_data, labels, **kw)
+
+    monkeypatch.setattr(dpsgd, "train_dp_sgd", train_spy)
+    monkeypatch.setattr(cc.ClassConditionalFlow, "run", run_spy)
+    cfg = PipelineConfig(dataset="fashion-mnist", public_size=0, epsilon=8.0, max_train=1200, max_test=300,
+                         validation_size=200, rep_epochs=0.5, rep_batch_size=100, epochs=1.0, batch_size=50,
+                         num_particles=200, fid_samples=50, fid_real=50, classifiers="cnn", cnn_epochs=1,
+                         latent_dim=6, ae_width=4)
+    m = P.run_private_only(cfg, str(tmp_path / "run"), progress=False, cache_dir=str(tmp_path / "cache"))
+    n = m["n_sensitive"]
+    assert n == 1000 and m["n_validation"] == 200
+    assert m["delta"] == pytest.approx(1 / (n * math.log(n)))
+    assert [s["stage"] for s in m["stages"]] == ["representation", "flow"]
+    assert m["epsilon"] == pytest.approx(_independent_epsilon(m["stages"], m["delta"]), rel=1e-9)
+    assert 7.9 < m["epsilon"] <= 8.0 * (1 + 1e-9)  # the flow takes the rest of the composed budget
+    # the sensitive rows reach only the accounted mechanisms: DP-SGD gets the sensitive images (with the run's
+    # ledger), the flow the codes of the same images; nothing else is handed private rows for training
+    from fastdpot.experiments.data import load_dataset
+
+    train = load_dataset("fashion-mnist", "train", None, None, 1200)
+    sens, _ = P.private_split(1200, 200, seed=0)
+    data, ledger = handed["dp_sgd"]
+    assert torch.equal(data, train.images[sens].float() / 255.0) and ledger is not None
+    lat, lab = handed["flow"]
+    assert lat.shape == (n, 6) and torch.equal(lab, train.labels[sens])
+    assert set(m) >= {"accuracy_cnn", "fid", "label_fidelity", "wall_time_s"}
+    assert 0.0 <= m["label_fidelity"] <= 1.0
+    assert f"({m['epsilon']:.4g}," in (tmp_path / "run" / "privacy.md").read_text()
