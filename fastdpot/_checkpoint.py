@@ -64,8 +64,9 @@ def check_checkpoint_path(path, name: str = "checkpoint_path") -> str:
 
 
 def atomic_save(obj, path) -> None:
-    """``torch.save`` of ``obj`` to ``path`` through a temporary file in the same folder, then ``os.replace``: the
-    previous checkpoint stays intact until the new one is complete (a crash never corrupts it).
+    """``torch.save`` of ``obj`` (tensors and plain Python values, what :func:`load_checkpoint` reads back) to
+    ``path`` through a temporary file in the same folder, then ``os.replace``: the previous checkpoint stays intact
+    until the new one is complete (a crash never corrupts it).
 
     Raises:
         TypeError, ValueError: as :func:`check_checkpoint_path` (checked before writing).
@@ -86,13 +87,17 @@ def atomic_save(obj, path) -> None:
 
 
 def load_checkpoint(path, what: str) -> Any:
-    """``torch.load`` of a checkpoint written by ``save`` (unpickles: only load files you wrote).
+    """``torch.load(weights_only=True)`` of a checkpoint written by ``save``: tensors and plain Python values
+    (dicts, lists, tuples, str, numbers, bool, None) only. Nothing in the file is executed: a file that holds any
+    other object (a pickled class, a function, a payload) is refused before any of it runs. There is no opt-in to
+    full unpickling.
 
     Raises:
         TypeError: ``path`` not a str or ``os.PathLike``.
         FileNotFoundError: no file at ``path``.
-        CheckpointError: ``path`` is a directory, or the file is truncated / garbage / not a torch checkpoint; the
-            message names the file and ``what`` was expected.
+        CheckpointError: ``path`` is a directory, or the file is truncated / garbage / not a torch checkpoint, or
+            holds objects other than tensors and plain values; the message names the file and ``what`` was
+            expected.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
@@ -102,7 +107,7 @@ def load_checkpoint(path, what: str) -> Any:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{what} checkpoint {path!r} does not exist")
     try:
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=True, map_location="cpu")
     except (EOFError, pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, OSError, ValueError, KeyError,
             AttributeError, ImportError, IndexError, TypeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{what} checkpoint {path!r} is corrupt or not a checkpoint written by save() "

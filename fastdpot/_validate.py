@@ -14,7 +14,8 @@ import torch
 __all__ = [
     "check_tensor", "check_positive", "check_nonnegative", "check_probability", "check_delta",
     "check_epsilon", "check_int", "check_choice", "check_same_dim", "check_finite_tensor", "check_device",
-    "check_seed", "check_generator", "check_unit_rows", "unit_norm_tolerance", "resolve_alias",
+    "check_seed", "check_generator", "check_unit_rows", "unit_norm_tolerance", "resolve_alias", "check_bool",
+    "check_num_projections", "MAX_PROJECTION_ENTRIES",
 ]
 
 #: device types whose tensors fastdpot computes on (a meta tensor has no values to check or transport)
@@ -106,6 +107,31 @@ def check_int(v, name: str, minimum: int = 1) -> int:
     if v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {v!r}")
     return int(v)
+
+
+def check_bool(v, name: str) -> bool:
+    """A flag must be a real ``bool`` (``debias='yes'``, ``1`` or ``None`` would be read by truthiness)."""
+    if not isinstance(v, bool):
+        raise ValueError(f"{name} must be a bool (True or False), got {v!r}")
+    return v
+
+
+#: The largest number of entries k·d of the (k, d) direction matrix (drawn in float64: 2^31 entries = 16 GiB).
+MAX_PROJECTION_ENTRIES = 2 ** 31
+
+
+def check_num_projections(v, dim: Optional[int], name: str = "num_projections") -> int:
+    """k >= 1 directions in dimension d, with k·d <= :data:`MAX_PROJECTION_ENTRIES` (2^31): the (k, d) float64 direction
+    matrix must fit in memory (16 GiB at the limit), refused here rather than by a MemoryError at the first step.
+    ``dim=None`` (not known yet): k <= 2^31, the bound for d = 1."""
+    k = check_int(v, name)
+    d = 1 if dim is None else max(int(dim), 1)
+    if k * d > MAX_PROJECTION_ENTRIES:
+        where = f"in dimension d={d} " if dim is not None else ""
+        raise ValueError(f"{name}={k} directions {where}exceed the maximum k·d <= 2^31 entries of the (k, d) float64 "
+                         f"direction matrix (16 GiB): k <= {MAX_PROJECTION_ENTRIES // d}"
+                         f"{' here' if dim is not None else ' for any d'}")
+    return k
 
 
 def check_choice(v, name: str, choices: Sequence) -> object:

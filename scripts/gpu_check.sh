@@ -7,8 +7,9 @@
 # Each part has its own time limit and the parts run in order of importance, so a slow part cannot starve the rest.
 # Uses the torch (CUDA build) and Triton of the machine; never installs torch. Pure-Python packages the machine lacks
 # (dp-accounting, pykeops, keopscore, geomloss) come as wheels in .whl/ (carried by the caller, see docs/gpu.md).
-# Results: rows in bench/results.jsonl (suites gpu_flow, gpu_sinkhorn), bench/gpu_flow_table.md, and under $OUT (when
-# set): gpu_check.log, gpu_flow_results.jsonl, gpu_flow_table.md, ldp_400k.json and the Sinkhorn files.
+# Results: documents in bench/results/ (suites gpu_flow, gpu_sinkhorn; pytest-benchmark JSON, bench/store.py),
+# bench/gpu_flow_table.md, and under $OUT (when set): gpu_check.log, gpu_flow_results.json, gpu_flow_table.md,
+# ldp_400k.json and the Sinkhorn files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 unset TRITON_INTERPRET  # compiled kernels, not the interpreter
@@ -69,13 +70,15 @@ step softmin-lse 40 python -m bench.gpu_profile --lse 10000
 # 3. the benchmark table (flow step: triton / cuda, exact / histogram, reference at N <= 1e6; DP-SWD loss with the
 #    torch.compile anchor), then a private 10^7-particle run through DPSlicedWassersteinFlow (cuda backend)
 if [ "$QUICK" = 1 ]; then SIZES=(--only 1000000,48,128); else SIZES=(--only 10000000,48,128 --only 1000000,48,128); fi
+GPU_FLOW_RES="bench/results/gpu_flow-$(date +%Y%m%dT%H%M%S).json"
 step bench-flow 150 python -m bench.gpu_flow "${SIZES[@]}" --cases flow_step --max-reference-n 1e6 \
-    --table bench/gpu_flow_table.md --note "scripts/gpu_check.sh"
-step bench-dpswd 120 python -m bench.gpu_flow --dpswd-only 1000000,48,128 --note "scripts/gpu_check.sh"
+    --table bench/gpu_flow_table.md --note "scripts/gpu_check.sh" --results "$GPU_FLOW_RES"
+step bench-dpswd 120 python -m bench.gpu_flow --dpswd-only 1000000,48,128 --note "scripts/gpu_check.sh" \
+    --results "$GPU_FLOW_RES"
 step api-run 75 python -m bench.gpu_flow --api-run "${GPU_CHECK_API_RUN:-1e7,48,128,20}" \
-    --note "scripts/gpu_check.sh api run"
+    --note "scripts/gpu_check.sh api run" --results "$GPU_FLOW_RES"
 cp bench/gpu_flow_table.md "$OUTDIR/" 2>/dev/null || true
-grep '"suite": "gpu_flow"' bench/results.jsonl > "$OUTDIR/gpu_flow_results.jsonl" 2>/dev/null || true
+cp "$GPU_FLOW_RES" "$OUTDIR/gpu_flow_results.json" 2>/dev/null || true
 
 # 4. Sinkhorn on CUDA against GeomLoss (KeOps), and the LDP half-circle experiment at 400 000 points
 # the dense engines first (no KeOps), then KeOps (online), which can crash in its code generation on a new CUDA
@@ -86,6 +89,6 @@ grep '"suite": "gpu_flow"' bench/results.jsonl > "$OUTDIR/gpu_flow_results.jsonl
     --out "$OUTDIR/ldp_400k.json"
 
 cp bench/gpu_flow_table.md "$OUTDIR/" 2>/dev/null || true
-grep '"suite": "gpu_flow"' bench/results.jsonl > "$OUTDIR/gpu_flow_results.jsonl" 2>/dev/null || true
+cp "$GPU_FLOW_RES" "$OUTDIR/gpu_flow_results.json" 2>/dev/null || true
 echo "gpu_check: done in $(( $(date +%s) - T0 )) s, status $status" | tee -a "$LOG"
 exit $status

@@ -7,8 +7,9 @@
 # 2. points KeOps at a fresh cache folder and at the CUDA toolkit (CUDA_PATH/CUDA_HOME, /usr/local/cuda if unset);
 # 3. runs `python -m bench.gpu_sinkhorn --budget-s (SECONDS - 10)` under `timeout -s INT` a few seconds short of
 #    SECONDS (an interrupted run prints its table and keeps its rows);
-# 4. appends this run's rows to bench/results.jsonl and, when $OUT is set, copies them (gpu_sinkhorn_results.jsonl),
-#    the table (gpu_sinkhorn_table.md) and the log (gpu_sinkhorn.log) there.
+# 4. stores this run's document in bench/results/ (pytest-benchmark JSON, bench/store.py) and, when $OUT is set,
+#    copies it (gpu_sinkhorn_results-<date>.json), the table (gpu_sinkhorn_table.md) and the log (gpu_sinkhorn.log)
+#    there.
 # Exit status: 0 unless the benchmark itself crashed (no CUDA, a missing wheel, a KeOps failure or the time limit
 # are reported, not fatal).
 set -u
@@ -66,7 +67,8 @@ fi
 echo "gpu_sinkhorn: budget ${TOTAL} s (benchmark ${BUDGET} s, hard stop ${HARD} s); CUDA_HOME=${CUDA_HOME:-unset};" \
      "KEOPS_CACHE_FOLDER=${KEOPS_CACHE_FOLDER}"
 
-RES=$(mktemp /tmp/gpu_sinkhorn_rows.XXXXXX.jsonl)
+RES=$(mktemp /tmp/gpu_sinkhorn_rows.XXXXXX.json)
+STAMP=$(date +%Y%m%dT%H%M%S)
 TABLE=$(mktemp /tmp/gpu_sinkhorn_table.XXXXXX.md)
 LOG=$(mktemp /tmp/gpu_sinkhorn_log.XXXXXX.txt)
 timeout -s INT -k 5 "$HARD" "$PY" -m bench.gpu_sinkhorn "$@" --budget-s "$BUDGET" --results "$RES" --table "$TABLE" \
@@ -78,11 +80,11 @@ case $status in
     *) echo "gpu_sinkhorn: the benchmark exited with status $status" ;;
 esac
 
-[ -s "$RES" ] && cat "$RES" >> bench/results.jsonl
+[ -s "$RES" ] && cp "$RES" "bench/results/gpu_sinkhorn-$STAMP.json"
 chmod a+r "$RES" "$TABLE" "$LOG" 2>/dev/null
 if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT"
-    cat "$RES" >> "$OUT/gpu_sinkhorn_results.jsonl" 2>/dev/null || true  # appended: the script may run twice
+    [ -s "$RES" ] && cp "$RES" "$OUT/gpu_sinkhorn_results-$STAMP.json" 2>/dev/null  # the script may run twice
     cat "$TABLE" >> "$OUT/gpu_sinkhorn_table.md" 2>/dev/null || true
     cat "$LOG" >> "$OUT/gpu_sinkhorn.log" 2>/dev/null || true
 fi

@@ -22,8 +22,8 @@ def _theta(k=2, d=3, dtype=torch.float32):
 
 # every public tensor API, with the meta tensor in the slot named by the second element
 META_CASES = {
-    "sliced_wasserstein": (lambda: F.sliced_wasserstein(META, CPU, 4), "x"),
-    "sliced_wasserstein_y": (lambda: F.sliced_wasserstein(CPU, META, 4), "y"),
+    "sliced_wasserstein": (lambda: F.sliced_wasserstein(META, CPU, num_projections=4), "x"),
+    "sliced_wasserstein_y": (lambda: F.sliced_wasserstein(CPU, META, num_projections=4), "y"),
     "dp_sliced_wasserstein": (lambda: F.dp_sliced_wasserstein(CPU, private=META, noise_std=0.1, num_projections=4), "private"),
     "SlicedWassersteinLoss": (lambda: F.SlicedWassersteinLoss(4)(META, CPU), "x"),
     "DPSlicedWassersteinLoss": (lambda: F.DPSlicedWassersteinLoss(0.1, 4)(CPU, private=META), "private"),
@@ -100,7 +100,7 @@ def test_float32_normalised_projections_accepted_in_float64():
 
 def test_generator_of_the_wrong_type_is_a_type_error_naming_it():
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
-        F.sliced_wasserstein(CPU, CPU, 3, generator=0)
+        F.sliced_wasserstein(CPU, CPU, num_projections=3, generator=0)
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
         random_projections(3, 3, generator=0)
 
@@ -108,10 +108,10 @@ def test_generator_of_the_wrong_type_is_a_type_error_naming_it():
 # ---------------------------------------------------------------------------------------------------- overflow
 def test_sliced_overflow_of_float32_is_named():
     with pytest.raises(ValueError, match="overflows torch.float32"):
-        F.sliced_wasserstein(CPU * 1e30, CPU, 4, backend="reference")
+        F.sliced_wasserstein(CPU * 1e30, CPU, num_projections=4, backend="reference")
     with pytest.raises(ValueError, match="overflows torch.float32"):
-        F.sliced_wasserstein(CPU * 1e30, CPU, 4)
-    assert torch.isfinite(F.sliced_wasserstein(CPU.double() * 1e30, CPU.double(), 4))  # fits in float64
+        F.sliced_wasserstein(CPU * 1e30, CPU, num_projections=4)
+    assert torch.isfinite(F.sliced_wasserstein(CPU.double() * 1e30, CPU.double(), num_projections=4))  # fits in float64
 
 
 def test_sinkhorn_overflow_of_the_dtype_is_named():
@@ -153,12 +153,12 @@ def test_pld_infinite_at_tiny_delta_falls_back_to_rdp():
 # ------------------------------------------------------------------------------------------------ POT aliases
 def test_pot_aliases_of_the_sliced_api():
     x, y = CPU.double(), CPU.double() + 1
-    ref = F.sliced_wasserstein(x, y, 5, generator=F.make_generator(7))
+    ref = F.sliced_wasserstein(x, y, num_projections=5, generator=F.make_generator(7))
     assert torch.equal(F.sliced_wasserstein(x, y, n_projections=5, seed=7), ref)
     assert torch.equal(F.sliced_wasserstein(x, y, n_projections=5, seed=F.make_generator(7)), ref)
     assert torch.equal(F.SlicedWassersteinLoss(n_projections=5, seed=7)(x, y), ref)
     with pytest.raises(ValueError, match="not both"):
-        F.sliced_wasserstein(x, y, 5, n_projections=5)
+        F.sliced_wasserstein(x, y, num_projections=5, n_projections=5)
     with pytest.raises(ValueError, match="not both"):
         F.SlicedWassersteinLoss(5, generator=F.make_generator(1), seed=7)
     with pytest.raises(ValueError, match="seed must be"):

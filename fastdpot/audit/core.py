@@ -85,16 +85,39 @@ def clopper_pearson_upper(count, total, level: float):
     """One-sided Clopper–Pearson upper bound at ``level`` on a rate observed as ``count`` of ``total``.
 
     Vectorised over ``count`` (array-like of integers in [0, total]); 1 where ``count == total``.
+
+    Raises:
+        ValueError: ``total`` not an integer >= 1, a ``count`` not an integer in [0, total], ``level`` outside
+            (0, 1).
     """
-    count = np.asarray(count, dtype=np.float64)
+    if isinstance(total, bool) or not isinstance(total, Integral) or total < 1:
+        raise ValueError(f"total must be an integer >= 1, got {total!r}")
+    level = check_probability(level, "level", low_open=True, high_open=True)
+    raw = np.asarray(count)
+    if raw.dtype == bool or not (np.issubdtype(raw.dtype, np.integer) or
+                                 (np.issubdtype(raw.dtype, np.floating) and np.all(raw == np.floor(raw)))):
+        raise ValueError(f"count must hold integers, got {count!r}")
+    if raw.size and (raw.min() < 0 or raw.max() > total):
+        raise ValueError(f"count must lie in [0, total={total}], got values in [{raw.min()}, {raw.max()}]")
+    count = raw.astype(np.float64)
     out = _beta.ppf(level, count + 1.0, np.maximum(total - count, 1e-300))
     return np.where(count >= total, 1.0, out)
 
 
 def epsilon_lower_bound(fpr_upper, fnr_upper, delta: float):
-    """max(ln((1 − δ − FNR_hi)/FPR_hi), ln((1 − δ − FPR_hi)/FNR_hi), 0), vectorised (see the module docstring)."""
+    """max(ln((1 − δ − FNR_hi)/FPR_hi), ln((1 − δ − FPR_hi)/FNR_hi), 0), vectorised (see the module docstring).
+
+    Raises:
+        ValueError: a rate outside [0, 1] or not finite, ``delta`` outside [0, 1).
+    """
     fpr = np.asarray(fpr_upper, dtype=np.float64)
     fnr = np.asarray(fnr_upper, dtype=np.float64)
+    for name, v in (("fpr_upper", fpr), ("fnr_upper", fnr)):
+        if not np.all(np.isfinite(v)) or (v.size and (v.min() < 0 or v.max() > 1)):
+            raise ValueError(f"{name} must be rates in [0, 1], got {v!r}")
+    if isinstance(delta, bool) or not isinstance(delta, Real) or not 0.0 <= float(delta) < 1.0:
+        raise ValueError(f"delta must be a real number in [0, 1), got {delta!r}")
+    delta = float(delta)
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.log(np.maximum(1.0 - delta - fnr, 0.0) / fpr)
         b = np.log(np.maximum(1.0 - delta - fpr, 0.0) / fnr)

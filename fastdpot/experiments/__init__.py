@@ -1,6 +1,8 @@
-"""The main job, ``fastdpot flow``: private image generation with a DP sliced-Wasserstein flow in an
-auto-encoder's latent space (docs/mainjob.md). It uses the library (:mod:`fastdpot.flows`, :mod:`fastdpot.privacy`,
-...); the library never imports it, and ``import fastdpot`` does not load it.
+"""The applications built on the library: the main job ``fastdpot flow`` (private image generation with a DP
+sliced-Wasserstein flow in an auto-encoder's latent space, docs/mainjob.md), its private-only protocol
+(``--public-size 0``, docs/mainjob-private.md), and the experiments of the other methods (DPSWgen, DP-Sinkhorn, LDP).
+They use the library (:mod:`fastdpot.flows`, :mod:`fastdpot.privacy`, ...); the library never imports them, and
+``import fastdpot`` does not load them.
 
 Modules, in the order a run uses them:
 
@@ -18,8 +20,11 @@ Modules, in the order a run uses them:
 * :mod:`~fastdpot.experiments.baselines` — the DP Gaussian per class and public-only baselines (``--method``).
 * :mod:`~fastdpot.experiments.metrics` — FID and downstream classifiers (LogReg, MLP, CNN).
 * :mod:`~fastdpot.experiments.report` — ``samples.png``, ``metrics.json``, ``privacy.md``.
-* :mod:`~fastdpot.experiments.tuning` — the public-only hyper-parameter sweep (``python -m fastdpot.tuning``).
-
-The old module names (``fastdpot.pipeline``, ``fastdpot.data``, ``fastdpot.metrics``, ``fastdpot.autoencoder``,
-``fastdpot.cli``, ``fastdpot.baselines``, ``fastdpot.tuning``) are kept as thin modules that re-export these.
+* :mod:`~fastdpot.experiments.tuning` — the public-only hyper-parameter sweep
+  (``python -m fastdpot.experiments.tuning``).
+* :mod:`~fastdpot.experiments.private_only` — the private-only protocol (``fastdpot flow --public-size 0``), with
+  :mod:`~fastdpot.experiments.dp_representation` (the DP-SGD auto-encoder of the sensitive images).
+* :mod:`~fastdpot.experiments.dpswgen`, :mod:`~fastdpot.experiments.dp_sinkhorn`, :mod:`~fastdpot.experiments.ldp` —
+  the generator models, evaluations and command lines of the other methods (``python -m
+  fastdpot.experiments.dp_sinkhorn``, ``python -m fastdpot.experiments.ldp``).
 """

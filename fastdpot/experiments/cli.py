@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--celeba-dir", default=None,
                    help="folder of aligned CelebA JPEGs (crop 178, resize 64; default: none)")
     f.add_argument("--epsilon", type=_epsilon, default=d.epsilon, help="target ε; 'inf' for the non-private run")
-    f.add_argument("--delta", type=float, default=d.delta, help="target δ of the whole run, in (0, 1)")
+    f.add_argument("--delta", type=float, default=d.delta,
+                   help="target δ of the whole run, in (0, 1) (default: 1e-5; with --public-size 0, DPImageBench's "
+                        "1/(N ln N) for N sensitive images)")
     f.add_argument("--epochs", type=float, default=d.epochs, help="passes over the private data: T = epochs·n/B")
     f.add_argument("--batch-size", type=int, default=d.batch_size, help="B private rows per step")
     f.add_argument("--num-particles", type=int, default=None, help="N (default: size of the real test set)")
@@ -115,12 +117,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw the flow's batches, directions and noise from --seed (replayable: NO privacy guarantee "
                         "against anyone who holds the seed or the checkpoint; privacy.md and metrics.json say so); "
                         "default: secret randomness from the operating system")
-    f.add_argument("--method", default=d.method, choices=["flow", "gaussian", "public"],
+    f.add_argument("--method", default=d.method, choices=["flow", "gaussian", "public", "decoded"],
                    help="flow: the DP flow (with --epsilon inf: the non-private flow); gaussian: baseline, the DP "
                         "Gaussian per class in the same latent space at the same (ε, δ); public: baseline, the "
-                        "public part's own labelled latents decoded (no private data)")
+                        "public part's own labelled latents decoded (no private data); decoded (with --public-size 0, "
+                        "ANALYSIS, not private): the sensitive images' own codes decoded, the representation's cap")
     f.add_argument("--public-size", type=int, default=d.public_size,
-                   help="public training images (they train the auto-encoder), the rest private (default: half)")
+                   help="public training images (they train the auto-encoder), the rest private (default: half); "
+                        "0: the private-only protocol (no public image: a DP-SGD representation of the sensitive "
+                        "set, the label-private flow, one composed ε; DPImageBench's split and δ)")
+    f.add_argument("--validation-size", type=int, default=d.validation_size,
+                   help="with --public-size 0: the validation (tuning) split taken from the training set")
+    f.add_argument("--representation-share", type=float, default=d.representation_share,
+                   help="with --public-size 0: the fraction of ε the DP-SGD representation is calibrated to alone "
+                        "(the flow takes the rest of the composed budget)")
+    f.add_argument("--rep-epochs", type=float, default=d.rep_epochs,
+                   help="with --public-size 0: DP-SGD passes over the sensitive images")
+    f.add_argument("--rep-batch-size", type=int, default=d.rep_batch_size,
+                   help="with --public-size 0: DP-SGD's fixed batch size (sampled without replacement)")
+    f.add_argument("--rep-clip-radius", type=float, default=d.rep_clip_radius,
+                   help="with --public-size 0: DP-SGD's per-sample gradient bound C (Opacus' max_grad_norm)")
+    f.add_argument("--rep-lr", type=float, default=d.rep_lr, help="with --public-size 0: DP-SGD's Adam learning rate")
+    f.add_argument("--rep-label-weight", type=float, default=d.rep_label_weight,
+                   help="with --public-size 0: weight of the representation's label head (0: no head)")
+    f.add_argument("--labels-from", choices=["flow", "head"], default=d.labels_from,
+                   help="with --public-size 0: the samples' labels: the flow's label block, or the DP head's")
     f.add_argument("--flow-seeds", type=int, default=d.flow_seeds,
                    help="run the flow (or baseline) stage with this many seeds on the same split and auto-encoder; "
                         "metrics.json reports each and their mean / spread")
@@ -171,7 +192,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                          replayable_noise=args.replayable_noise, release=args.release, sketch_bins=args.sketch_bins,
                          method=args.method, public_size=args.public_size, flow_seeds=args.flow_seeds,
                          classifiers=args.classifiers, cnn_epochs=args.cnn_epochs,
-                         cnn_augment=args.cnn_augment, cnn_arch=args.cnn_arch)
+                         cnn_augment=args.cnn_augment, cnn_arch=args.cnn_arch,
+                         validation_size=args.validation_size, representation_share=args.representation_share,
+                         rep_epochs=args.rep_epochs, rep_batch_size=args.rep_batch_size,
+                         rep_clip_radius=args.rep_clip_radius, rep_lr=args.rep_lr,
+                         rep_label_weight=args.rep_label_weight, labels_from=args.labels_from)
     if args.device.startswith("cuda"):
         import torch
 
@@ -201,8 +226,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         if args.distributed:
             distributed.pipeline_done()
-    keys = ["dataset", "epsilon_spent", "delta", "steps", "noise_multiplier", "fid", "fid_generated_samples",
-            "fid_real_samples", "accuracy_logreg", "accuracy_mlp", "accuracy_cnn", "wall_time_s"]
+    keys = ["dataset", "epsilon_spent", "epsilon", "delta", "steps", "noise_multiplier", "fid", "fid_generated_samples",
+            "fid_real_samples", "accuracy_logreg", "accuracy_mlp", "accuracy_cnn", "label_fidelity", "wall_time_s"]
     if args.flow_seeds > 1:
         keys.append("seed_summary")
     print(json.dumps({k: metrics.get(k) for k in keys if k in metrics}, indent=2))

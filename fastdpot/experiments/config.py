@@ -14,7 +14,7 @@ from .metrics import CLASSIFIERS, CNN_ARCHS
 
 __all__ = ["PipelineConfig", "METHODS", "DEFAULT_SKETCH_BINS"]
 
-METHODS = ("flow", "gaussian", "public")
+METHODS = ("flow", "gaussian", "public", "decoded")  # "decoded": the private-only protocol's analysis (not private)
 AE_ARCHS = ("conv", "convbn", "dcgan")  # fastdpot.experiments.autoencoder's architectures
 DEFAULT_SKETCH_BINS = 5  # L of the default sketch release: chosen by the public-only sweep (docs/mainjob/tuning.md)
 
@@ -35,7 +35,7 @@ class PipelineConfig:
     flow's directions (one block of k = d orthogonal directions per step, deterministic sensitivity 2), h = 0.3,
     B = 100, 10 epochs, a small data-independent start N(0, 0.3²·I_d/d) with no spread calibration (``spread="flow"``:
     nothing taken from public statistics after the flow), and the auto-encoder's 10 epochs: chosen by the ε = 10
-    sweeps recorded in docs/mainjob/README.md).
+    sweeps recorded in results/mainjob/NOTES.md).
 
     Attributes:
         dataset: "auto", "fashion-mnist", "idx", "celeba", "digits", "lfw" (see
@@ -88,7 +88,7 @@ class PipelineConfig:
             public mean is added back to them (post-processing). ``"none"`` (default): the authors' setting, every
             latent scaled onto the unit sphere inside the step (radius 1, sensitivity 2). At ε = 10 on
             Fashion-MNIST the 2.3 times smaller noise of ``"public"`` did not turn into better samples (three flow
-            seeds each: FID 88.5 vs 89.2, MLP 64.3 % vs 65.3 %, within the seeds' spread; docs/mainjob/README.md).
+            seeds each: FID 88.5 vs 89.2, MLP 64.3 % vs 65.3 %, within the seeds' spread; results/mainjob/NOTES.md).
         clip_radius: r > 0 for ``center="public"`` (latent units; the latents have norm 1). None: the median of the
             public half's distances to their class means (a public statistic; 0.43 for the default Fashion-MNIST
             auto-encoder, so about half of the private rows are clipped).
@@ -96,7 +96,7 @@ class PipelineConfig:
             ``"sketch"`` (default: the sliced quantile sketch with L = ``sketch_bins`` bins per direction, <= the
             batch size; None: L = min(5, B)) or ``"points"`` (the B·k noisy projections; ``sketch_bins`` must be
             None); same Δ, σ and accounting. The defaults (sketch, L = 5, with h = 0.3) were chosen by the
-            public-only sweep of docs/mainjob/tuning.md (``python -m fastdpot.tuning``; stand-in private and
+            public-only sweep of docs/mainjob/tuning.md (``python -m fastdpot.experiments.tuning``; stand-in private and
             held-out parts of the public half, ε = 10, ranked by the held-out MLP accuracy: sketch L = 5 71.2 %,
             L = 10 70.8 %, points 63.4 % at h = 0.3; h = 0.1 was worse for both releases); before that sweep the
             default was ``"points"``, chosen on test-set scores.
@@ -114,12 +114,18 @@ class PipelineConfig:
         classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``); cnn_epochs: the CNN's;
             cnn_augment: train the CNN with shift/flip augmentation (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
             cnn_arch: the evaluation CNN, ``"small"`` or ``"dropout"`` (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
+        public_size=0 selects the private-only protocol (:mod:`fastdpot.experiments.private_only`; δ = None there
+            means DPImageBench's 1/(N ln N)); its settings: validation_size (the tuning split's size),
+            representation_share (the fraction of ε the DP-SGD representation is calibrated to alone), rep_epochs,
+            rep_batch_size, rep_clip_radius, rep_lr, rep_label_weight (the representation's DP-SGD:
+            :class:`fastdpot.experiments.dp_representation.RepresentationConfig`), labels_from (``"flow"``: the
+            flow's label block; ``"head"``: the DP representation's head labels the decoded particles).
     """
     dataset: str = "auto"
     data_dir: Optional[str] = None
     celeba_dir: Optional[str] = None
     epsilon: float = 10.0
-    delta: float = 1e-5
+    delta: Optional[float] = None
     latent_dim: Optional[int] = None
     num_projections: Optional[int] = None
     step_size: Optional[float] = None
@@ -161,6 +167,14 @@ class PipelineConfig:
     cnn_epochs: int = 5
     cnn_augment: bool = False
     cnn_arch: str = "small"
+    validation_size: int = 5000
+    representation_share: float = 0.9
+    rep_epochs: float = 10.0
+    rep_batch_size: int = 1024
+    rep_clip_radius: float = 1.0
+    rep_lr: float = 2e-3
+    rep_label_weight: float = 0.5
+    labels_from: str = "flow"
 
     def resolved(self) -> "PipelineConfig":
         """A copy with the --quick reductions and the data-dependent defaults applied, validated."""
@@ -175,8 +189,15 @@ class PipelineConfig:
             c.fid_real = min(c.fid_real, 100)
             c.checkpoint_every = min(c.checkpoint_every, 10)
             c.cnn_epochs = min(c.cnn_epochs, 1)
+            c.validation_size = min(c.validation_size, 500)
+            c.rep_epochs = min(c.rep_epochs, 1.0)
+            c.rep_batch_size = min(c.rep_batch_size, 256)
         c.epsilon = check_epsilon(c.epsilon, "epsilon", allow_inf=True)
-        c.delta = check_delta(c.delta)
+        private_only = c.public_size == 0
+        if c.delta is None and not private_only:  # the public-half protocol's δ; private-only: 1/(N ln N) at run
+            c.delta = 1e-5
+        if c.delta is not None:
+            c.delta = check_delta(c.delta)
         check_int(c.batch_size, "batch_size")
         check_positive(c.epochs, "epochs")
         check_int(c.ae_epochs, "ae_epochs")
@@ -210,13 +231,28 @@ class PipelineConfig:
         elif c.sketch_bins is not None:
             raise ValueError(f"sketch_bins is only used with release='sketch', got sketch_bins={c.sketch_bins!r}")
         check_choice(c.method, "method", METHODS)
-        c.labels = resolve_labels(c.labels, c.method)
+        c.labels = "private" if private_only and c.labels is None else resolve_labels(c.labels, c.method)
         check_choice(c.labels, "labels", ("public", "private"))
         c.label_scale = check_positive(c.label_scale, "label_scale")
-        if c.labels == "private" and c.method != "flow":
+        if c.labels == "private" and c.method != "flow" and not private_only:
             raise ValueError(f"labels='private' is a mode of the flow (method='flow'), got method={c.method!r}")
         if c.public_size is not None:
-            check_int(c.public_size, "public_size")
+            check_int(c.public_size, "public_size", 0)
+        if private_only:
+            check_int(c.validation_size, "validation_size")
+            check_choice(c.labels_from, "labels_from", ("flow", "head"))
+            if c.labels != "private":
+                raise ValueError("public_size=0 (the private-only protocol) protects the labels: labels='private'")
+            if c.method == "public":
+                raise ValueError("method='public' needs public images; public_size=0 has none")
+            for name in ("rep_epochs", "rep_clip_radius", "rep_lr"):
+                check_positive(getattr(c, name), name)
+            check_int(c.rep_batch_size, "rep_batch_size")
+            check_nonnegative(c.rep_label_weight, "rep_label_weight")
+            if not 0 < c.representation_share < 1:
+                raise ValueError(f"representation_share must be in (0, 1), got {c.representation_share!r}")
+        elif c.method == "decoded":
+            raise ValueError("method='decoded' (an analysis of the representation) belongs to public_size=0")
         check_int(c.flow_seeds, "flow_seeds")
         check_int(c.cnn_epochs, "cnn_epochs")
         check_choice(c.cnn_arch, "cnn_arch", CNN_ARCHS)

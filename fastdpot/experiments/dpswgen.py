@@ -106,7 +106,7 @@ def evaluate_sw(result_or_model, data: torch.Tensor, num_samples: int = 500, num
             z = torch.randn(num_samples, net.latent_dim, generator=generator, dtype=data.dtype)
             y = net(z.to(data.device)).reshape(num_samples, -1)
             x = data.reshape(data.shape[0], -1)[:num_samples]
-            val = float(sliced_wasserstein(x, y, num_projections, generator=generator))
+            val = float(sliced_wasserstein(x, y, num_projections=num_projections, generator=generator))
     finally:
         net.train(was)
     return val

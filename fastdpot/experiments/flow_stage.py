@@ -102,6 +102,9 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
         if public_labels is None:
             raise ValueError("labels='private' needs public_labels (the label domain C comes from the public half)")
         n_classes = int(public_labels.max()) + 1
+        # a private label outside the public domain [0, C) is mapped to class 0 here, before any use (the centring
+        # below, the mechanism): no label value can abort the run or show in a message (labelled.label_rows)
+        labels = torch.where((labels >= 0) & (labels < n_classes), labels, torch.zeros_like(labels))
         if cfg.num_projections is None and latents.shape[1] < 32:  # one full block in R^{d+C}: Δ = sqrt(4r² + 2c²)
             k = latents.shape[1] + n_classes
         n_ref = float(latents.shape[0])
@@ -132,8 +135,10 @@ def stage_flow(cfg: PipelineConfig, latents: torch.Tensor, labels: Optional[torc
         if centers.dim() != 2 or centers.shape[1] != latents.shape[1] or (not cond and centers.shape[0] != 1):
             raise ValueError(f"centers must be (C, {latents.shape[1]}) (C = 1 without labels), got "
                              f"{tuple(centers.shape)}")
-        if cond and int(labels.max()) >= centers.shape[0]:
+        if cond and not label_private and int(labels.max()) >= centers.shape[0]:  # public labels: checkable
             raise ValueError(f"label {int(labels.max())} has no centre (centers has {centers.shape[0]} rows)")
+        if label_private and centers.shape[0] < n_classes:
+            raise ValueError(f"centers must have a row per public class (C = {n_classes}), got {centers.shape[0]}")
         shift = centers.to(latents.dtype)
         latents = latents - (shift[labels] if cond else shift[0])
     kw = dict(diffusion=cfg.diffusion, target_epsilon=cfg.epsilon if private else None, delta=cfg.delta,
@@ -223,7 +228,7 @@ def _largest_remainder(counts: torch.Tensor, total: int) -> List[int]:
 
 
 def _flow_defaults(cfg: PipelineConfig, dim: int) -> Tuple[int, float]:
-    """(k, h): the configured values, else d < 32: k = d, h = 0.3 (the ε = 10 sweeps of docs/mainjob/README.md, at
+    """(k, h): the configured values, else d < 32: k = d, h = 0.3 (the ε = 10 sweeps of results/mainjob/NOTES.md, at
     d = 8; d = 16 and 32 were run with the same rule): with orthogonal directions one full block per step has
     sensitivity 2 -- the least noise per projected value, while the information per step, k/Δ², does not depend on
     the number of blocks -- and beat k = 70 uniform directions at σ ≈ 10.5 by 16 points of latent-space MLP accuracy;

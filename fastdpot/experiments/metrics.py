@@ -23,7 +23,7 @@ import torch
 
 from .._validate import check_choice, check_int, check_tensor
 
-__all__ = ["fid", "inception_features", "feature_statistics", "real_statistics", "frechet_distance",
+__all__ = ["train_cnn", "cnn_predict", "fid", "inception_features", "feature_statistics", "real_statistics", "frechet_distance",
            "downstream_accuracy", "cnn_accuracy", "CLASSIFIERS"]
 
 CLASSIFIERS = ("logreg", "mlp", "cnn")
@@ -241,10 +241,21 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
         raise ValueError(f"train_labels must contain at least 2 classes, got {ytr.unique().tolist()}")
     C = int(max(int(ytr.max()), int(yte.max()))) + 1 if num_classes is None else check_int(num_classes,
                                                                                           "num_classes", 2)
+    net = train_cnn(train_images, ytr, C, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, augment=augment,
+                    arch=arch, schedule=schedule)
+    return float((cnn_predict(net, test_images) == yte).double().mean())
+
+
+def train_cnn(train_images, train_labels, num_classes: int, epochs: int = 5, batch_size: int = 128, lr: float = 1e-3,
+              seed: int = 0, augment: bool = False, arch: str = "small", schedule: str = "constant"):
+    """The classifier of :func:`cnn_accuracy` (same network, training and seeding), returned in eval mode.
+
+    Shape: train_images (n, C, H, W) in [0, 1], train_labels (n,) int in [0, num_classes)."""
+    ytr = torch.as_tensor(train_labels).long()
     ch, H, W = train_images.shape[1:]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        net = _cnn(arch, ch, H, W, C)
+        net = _cnn(arch, ch, H, W, num_classes)
         opt = torch.optim.Adam(net.parameters(), lr=lr)
         xtr = train_images.detach().float().cpu() * 2.0 - 1.0
         g = torch.Generator().manual_seed(seed)
@@ -263,13 +274,16 @@ def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: i
                 opt.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(net(xb), ytr[i]).backward()
                 opt.step()
-        net.eval()
-        correct = 0
-        with torch.no_grad():
-            for s in range(0, test_images.shape[0], 1000):
-                xb = test_images[s:s + 1000].detach().float().cpu() * 2.0 - 1.0
-                correct += int((net(xb).argmax(1) == yte[s:s + 1000]).sum())
-    return correct / test_images.shape[0]
+    net.eval()
+    return net
+
+
+@torch.no_grad()
+def cnn_predict(net, images, batch_size: int = 1000) -> torch.Tensor:
+    """Labels (n,) predicted by a :func:`train_cnn` classifier for images (n, C, H, W) in [0, 1]."""
+    net.eval()
+    return torch.cat([net(images[s:s + batch_size].detach().float().cpu() * 2.0 - 1.0).argmax(1)
+                      for s in range(0, images.shape[0], batch_size)])
 
 
 def downstream_accuracy(train_x, train_y, test_x, test_y, classifiers: Sequence[str] = ("logreg", "mlp"),

@@ -41,7 +41,7 @@ import torch
 from .autoencoder import default_cache_dir
 from .config import DEFAULT_SKETCH_BINS, METHODS, PipelineConfig  # noqa: F401  (public names of this module)
 from .flow_stage import public_centers, stage_flow
-from .report import _finite, _json_default, _per_class, samples_grid, seed_summary, write_outputs
+from .report import _finite, _json_default, _per_class, released_epsilon, samples_grid, seed_summary, write_outputs
 from .stages import calibrate_spread, stage_autoencoder, stage_data, stage_decode, stage_metrics
 
 __all__ = ["PipelineConfig", "run_pipeline", "stage_data", "stage_autoencoder", "stage_flow", "calibrate_spread",
@@ -67,6 +67,10 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     from tqdm.auto import tqdm
 
     cfg = cfg.resolved()
+    if cfg.public_size == 0:  # no public image: the private-only protocol
+        from .private_only import run_private_only
+
+        return run_private_only(cfg, run_dir, progress=progress, cache_dir=cache_dir)
     os.makedirs(run_dir, exist_ok=True)
     cache_dir = default_cache_dir() if cache_dir is None else cache_dir
     times: Dict[str, float] = {}
@@ -108,7 +112,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     fid_cache = os.path.join(cache_dir, "fid_real_stats",
                              f"{data['dataset'].replace(':', '_').replace('/', '_')}_n{cfg.fid_real}.npz")
     os.makedirs(private_dir, exist_ok=True)
-    per_seed = []
+    per_seed, runs = [], []
     for i in range(cfg.flow_seeds):  # the first seed is the run's (its checkpoint, samples.png, top-level metrics)
         seed = cfg.seed + 1 + i
         t0 = time.perf_counter()
@@ -124,6 +128,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
             from .baselines import stage_baseline
 
             fl_i = stage_baseline(cfg, ae, n_particles, seed, centers=centers, clip_radius=radius)
+        runs.append(fl_i)
         if i == 0:
             mark("flow", t0)
         t0 = time.perf_counter()
@@ -148,15 +153,18 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     cond = bool(p.get("class_conditional", cfg.class_conditional)) and (cfg.method != "flow" or _per_class(p))
     label_private = cfg.method == "flow" and bool(p.get("class_conditional")) and not cond
     private = bool(p["private"])
-    # class-conditional: z_c, σ_c, q_c = B/n_c and the exact ε_c are functions of the private class sizes: not
-    # published (they are in private/flows.json); ε spent is reported as the guaranteed bound, the target
-    eps_spent = (cfg.epsilon if private else math.inf) if cond and cfg.method == "flow" else fl["epsilon"]
+    # the run publishes every seed's metrics: its ε is that of all S releases on the same private half, composed
+    # (report.released_epsilon); class-conditional: z_c, σ_c, q_c = B/n_c and the exact ε_c are functions of the
+    # private class sizes, not published (they are in private/flows.json): the data-independent bound instead
+    release = released_epsilon(cfg, runs)
     common = dict(
         dataset=data["dataset"], method=cfg.method, n_public=len(data["public"]), n_private=len(data["private"]),
         public_size=cfg.public_size, n_test=len(data["test"]), split_seed=cfg.seed, seed=cfg.seed,
         flow_seed=cfg.seed + 1, quick=cfg.quick, private=private, epsilon_target=cfg.epsilon,
-        epsilon_spent=eps_spent, epsilon_spent_is_bound=bool(cond and private and cfg.method == "flow"),
-        delta=cfg.delta,
+        epsilon_spent=release["epsilon"] if private else math.inf, epsilon_spent_is_bound=release["is_bound"],
+        delta=release["delta"], delta_target=cfg.delta, flow_seeds=cfg.flow_seeds,
+        epsilon_per_seed=release["epsilon_per_seed"] if private else math.inf,
+        epsilon_composition=release["how"],
         noise="replayable from seed: NO privacy guarantee against anyone who holds the seed or the checkpoint"
               if cfg.replayable_noise else "secret (operating-system CSPRNG; not stored)",
         neighbouring_relation=("replace one image, its label unchanged (labels and class sizes assumed public)"
@@ -190,7 +198,7 @@ def run_pipeline(cfg: PipelineConfig, run_dir: str, progress: bool = True,
                                     "replace-one neighbours keeping the label" if cfg.method == "gaussian" else
                                     "none: no private data used"))
     metrics = _finite(dict(common, **specific, **met))
-    result = dict(metrics=metrics, privacy=p, epsilon=fl["epsilon"], dataset=data["dataset"],
+    result = dict(metrics=metrics, privacy=p, epsilon=fl["epsilon"], release=release, dataset=data["dataset"],
                   n_public=len(data["public"]), n_private=len(data["private"]),
                   latent_dim=int(ae["latents"].shape[1]))
     write_outputs(run_dir, cfg, result, images, fl["sample_labels"], data["test"].class_names)

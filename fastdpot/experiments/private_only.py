@@ -42,9 +42,12 @@ from .data import load_dataset, to_float
 from .dp_representation import RepresentationConfig, head_labels, train_dp_representation
 
 __all__ = ["protocol_delta", "private_split", "run_private_only", "dp_gaussian_label_private",
-           "representation_config", "NUM_CLASSES"]
+           "representation_config", "NUM_CLASSES", "PRIVATE_ONLY_METHODS"]
 
 NUM_CLASSES = 10  # the label domain of Fashion-MNIST: public
+#: ``flow``: the label-private flow; ``gaussian``: the label-private DP Gaussian per class; ``decoded``: ANALYSIS
+#: ONLY, not private: the sensitive images' own codes and labels decoded (what the representation caps).
+PRIVATE_ONLY_METHODS = ("flow", "gaussian", "decoded")
 
 
 def protocol_delta(n: int) -> float:
@@ -172,7 +175,13 @@ def _evaluate(cfg: PipelineConfig, images, labels, data, cache_dir: str, progres
     mu_g, sig_g = M.feature_statistics(M.inception_features(images[gi], device=cfg.device, progress=progress,
                                                             desc="FID generated"))
     out.update(fid=M.frechet_distance(mu_r, sig_r, mu_g, sig_g), fid_generated_samples=n_gen,
-               fid_real_samples=n_real, fid_real="the sensitive training images")
+               fid_real_samples=n_real, fid_real="the sensitive training images (DPImageBench's protocol: an "
+                                                 "evaluation statistic of the sensitive set, outside the guarantee)")
+    ti = torch.sort(torch.randperm(len(data["test"]), generator=torch.Generator().manual_seed(12345))[:n_real]).values
+    mu_t, sig_t, _ = M.real_statistics(to_float(data["test"].images[ti]), device=cfg.device,
+                                       cache=os.path.join(cache_dir, "fid_real_stats", f"test_n{n_real}.npz"),
+                                       progress=progress)
+    out["fid_test"] = M.frechet_distance(mu_t, sig_t, mu_g, sig_g)
     test = data["test"]
     for name in [v for v in cfg.classifiers.split(",") if v]:
         if name == "cnn":
@@ -206,8 +215,8 @@ def run_private_only(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     cfg = cfg.resolved()
     if cfg.labels != "private":
         raise ValueError("the private-only protocol protects labels: labels='private' (the default for the flow)")
-    if cfg.method not in ("flow", "gaussian"):
-        raise ValueError(f"method must be 'flow' or 'gaussian' with public_size=0, got {cfg.method!r}")
+    if cfg.method not in PRIVATE_ONLY_METHODS:
+        raise ValueError(f"method must be one of {list(PRIVATE_ONLY_METHODS)} with public_size=0, got {cfg.method!r}")
     cache_dir = default_cache_dir() if cache_dir is None else cache_dir
     os.makedirs(run_dir, exist_ok=True)
     times: Dict[str, float] = {}
@@ -240,6 +249,10 @@ def run_private_only(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     if cfg.method == "flow":
         samples, sample_labels, flow_info = _stage_flow(cfg, latents, labels, ledger, num_particles, cfg.seed + 1,
                                                         progress)
+    elif cfg.method == "decoded":  # analysis: the representation's cap (reads the sensitive codes, releases them)
+        pick = torch.randperm(n, generator=gen)[:num_particles]
+        samples, sample_labels, flow_info = latents[pick], labels[pick], dict(note="the sensitive images' own codes "
+                                                                                   "decoded: NOT private")
     else:
         samples, sample_labels, flow_info = dp_gaussian_label_private(latents, labels, ledger, num_particles, gen,
                                                                       secure_mode=not cfg.replayable_noise)
@@ -255,7 +268,7 @@ def run_private_only(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     met = _evaluate(cfg, images, sample_labels, data, cache_dir, progress)
     times["metrics"] = round(time.perf_counter() - t0, 2)
 
-    eps = ledger.epsilon()
+    eps = ledger.epsilon() if cfg.method != "decoded" else float("inf")
     metrics = _finite(dict(
         protocol="private-only (DPImageBench: 55 000 sensitive / 5 000 validation images, labels private)",
         dataset=train.name, method=cfg.method, n_sensitive=n, n_validation=len(data["validation"]),
@@ -300,3 +313,54 @@ def _privacy_md(m: Dict[str, Any]) -> str:
                      f"{e['batch_size']} / {e['dataset_size']} |")
     lines += ["", f"Noise: {m['noise']}.", ""]
     return "\n".join(lines)
+
+
+def summarize(folder: str) -> str:
+    """A markdown table of the private-only runs under ``folder`` (one ``metrics.json`` per run folder), grouped by
+    (method, ε, labels_from): the mean ± sd over the runs (each an independent run with its own ε and its own DP
+    representation; the spread describes the algorithm: no pooled release) and each run's wall time."""
+    import statistics
+
+    rows: Dict[tuple, list] = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name, "metrics.json")
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            m = json.load(f)
+        key = (m["method"], m["epsilon_target"], m.get("labels_from", "flow"))
+        rows.setdefault(key, []).append(m)
+
+    def stat(ms, k, scale=1.0, fmt="{:.1f}"):
+        vals = [m[k] * scale for m in ms if m.get(k) is not None]
+        if not vals:
+            return "–"
+        if len(vals) == 1:
+            return fmt.format(vals[0])
+        return f"{fmt.format(statistics.mean(vals))} ± {fmt.format(statistics.stdev(vals))}"
+
+    out = ["| method | ε (target) | ε (composed) | labels | runs | CNN acc. % | FID (sensitive) | FID (test) | "
+           "label fidelity % | wall time min |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (method, eps, lab), ms in sorted(rows.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 1e9), kv[0][2])):
+        composed = stat(ms, "epsilon", fmt="{:.3f}") if method != "decoded" else "∞ (not private)"
+        minutes = ", ".join("{:.0f}".format(m["wall_time_s"]["total"] / 60) for m in ms)
+        out.append(f"| {method} | {eps} | {composed} | {lab} | {len(ms)} | {stat(ms, 'accuracy_cnn', 100)} | "
+                   f"{stat(ms, 'fid')} | {stat(ms, 'fid_test')} | {stat(ms, 'label_fidelity', 100)} | {minutes} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    """``python -m fastdpot.experiments.private_only FOLDER``: print :func:`summarize` of the run folders in FOLDER
+    (the runs themselves: ``fastdpot flow --public-size 0 ...``, see ``scripts/private_only.sh``)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m fastdpot.experiments.private_only",
+                                description="Summarise the private-only protocol's runs (one metrics.json each).")
+    p.add_argument("folder", help="the folder holding one run folder per run (e.g. results/private_only)")
+    a = p.parse_args(argv)
+    print(summarize(a.folder))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

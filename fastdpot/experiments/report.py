@@ -1,17 +1,18 @@
 """The main job's outputs: ``samples.png`` (:func:`samples_grid`), ``metrics.json`` and ``privacy.md``
-(:func:`write_outputs`), and the per-seed summary of metrics.json (:func:`seed_summary`)."""
+(:func:`write_outputs`), the per-seed summary of metrics.json (:func:`seed_summary`) and the ε of everything a run
+releases over its ``flow_seeds`` (:func:`released_epsilon`)."""
 from __future__ import annotations
 
 import json
 import math
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from .config import PipelineConfig
 
-__all__ = ["write_outputs", "samples_grid", "seed_summary"]
+__all__ = ["write_outputs", "samples_grid", "seed_summary", "released_epsilon"]
 
 
 def samples_grid(images: torch.Tensor, labels: Optional[torch.Tensor], per_class: int = 10,
@@ -149,13 +150,18 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
     if not p["private"]:
         lines += ["* None (ε = ∞): σ = 0 and nothing is accounted; the particles are a deterministic function of the "
                   "private latents, the batches and the directions."]
+    rel = result.get("release") or dict(seeds=1, epsilon=result["epsilon"], delta=cfg.delta)
     if p["private"]:
         lines += [
-            (f"* Target (ε, δ) = ({cfg.epsilon}, {cfg.delta}); **ε spent ≤ {cfg.epsilon}** at total δ = {cfg.delta} "
-             "(every class flow's budget refuses a step that would exceed the target; the exact per-class ε depends "
-             "on n_c and is not published)." if cond else
-             f"* Target (ε, δ) = ({cfg.epsilon}, {cfg.delta}); **ε spent = {result['epsilon']:.4f}** at total "
-             f"δ = {cfg.delta}."),
+            (f"* Target (ε, δ) = ({cfg.epsilon}, {cfg.delta}) per flow seed; **ε spent ≤ {cfg.epsilon}** at total "
+             f"δ = {cfg.delta} for one seed (every class flow's budget refuses a step that would exceed the target; "
+             "the exact per-class ε depends on n_c and is not published)." if cond else
+             f"* Target (ε, δ) = ({cfg.epsilon}, {cfg.delta}) per flow seed; **ε spent = "
+             f"{rel.get('epsilon_per_seed', result['epsilon']):.4f}** at total δ = {cfg.delta} for one seed."),
+            (f"* **This run released {rel['seeds']} flows** on the same private half (`--flow-seeds "
+             f"{rel['seeds']}`) and publishes the metrics of every one: its guarantee is their composition, "
+             f"**(ε, δ) = ({rel['epsilon']:.4f}, {rel['delta']:.3g}){' (an upper bound)' if rel.get('is_bound') else ''}"
+             f"** ({rel.get('how', '')}); see \"Seeds\" below." if rel["seeds"] > 1 else None),
             (f"* δ: all of it ({f0[0]['delta_accountant']:.3g}) goes to the accountant; the sensitivity holds for "
              f"every Θ, so no tail is spent." if p["directions"] == "orthogonal" else
              f"* δ split: δ = δ_acc + T·δ_tail with δ_acc = {f0[0]['delta_accountant']:.3g} for the accountant and "
@@ -164,6 +170,7 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
             "* Accountant: RDP (dp-accounting) of the Gaussian mechanism subsampled without replacement, sample rate "
             + ("q_c = B/n_c per class flow" if cond else f"q = B/n = {round(f0[0]['sample_rate'], 5)}")
             + ", composed over every step taken.",
+            _provenance_md(cfg),
         ]
         if cond:
             lines += ["* Class conditioning: one flow per label on its own partition. By parallel composition the "
@@ -211,6 +218,53 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
     return "\n".join(ln for ln in lines if ln is not None)
 
 
+#: The main job's defaults that predate the public-only tuning protocol (docs/mainjob/tuning.md, "Which defaults
+#: predate the protocol"): chosen by sweeps of DP runs on the private half, scored on the real test set. Each entry:
+#: (how privacy.md names it, whether a run's config uses it).
+PREDATING_DEFAULTS = (
+    ('`init="gaussian_scaled"`', lambda c: c.init == "gaussian_scaled"),
+    ("`init_scale=0.3`", lambda c: c.init_scale == 0.3),
+    ('`directions="orthogonal"`', lambda c: c.directions == "orthogonal"),
+    ("the k = d (+C) rule (one orthogonal block of directions per step)", lambda c: c.num_projections is None),
+    ('`center="none"`', lambda c: c.center == "none"),
+)
+
+
+def _provenance_md(cfg: PipelineConfig) -> Optional[str]:
+    """The guarantee paragraph's statement of which of this run's settings were chosen on private data."""
+    used = [name for name, uses in PREDATING_DEFAULTS if uses(cfg)]
+    if not used:
+        return None
+    return ("* **Settings chosen on private data (not covered).** The guarantee holds for this run GIVEN its "
+            "settings. Of them, " + ", ".join(used) + " are defaults chosen before the public-only tuning protocol "
+            "(`python -m fastdpot.experiments.tuning`, docs/mainjob/tuning.md) existed, by sweeps of DP runs on the private half "
+            "scored on the real test set (results/mainjob/NOTES.md): those runs and the selection are releases of "
+            "the private half that no accountant here counts. Only the release, L, the step size (0.3 against 0.1) "
+            "and the auto-encoder were re-chosen by the protocol on public data.")
+
+
+def _seeds_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
+    """The "Seeds" section of privacy.md: what S flow seeds on the same private half release, and what the mean
+    over seeds is (and is not)."""
+    rel = result.get("release")
+    if rel is None or rel["seeds"] <= 1 or not result["privacy"].get("private", True) or cfg.method == "public":
+        return ""
+    return "\n".join([
+        "## Seeds: the ε of everything this run releases", "",
+        f"* The generation stage ran {rel['seeds']} times (`--flow-seeds {rel['seeds']}`, seeds {cfg.seed + 1}–"
+        f"{cfg.seed + rel['seeds']}) on the SAME private half, and `metrics.json` publishes every seed's scores "
+        f"(`seeds`) and their mean and spread (`seed_summary`). Releases on the same data compose: the run is "
+        f"**({rel['epsilon']:.4f}, {rel['delta']:.3g})-DP{' (an upper bound)' if rel['is_bound'] else ''}**, "
+        f"{rel['how']} (`epsilon_spent`, `delta` in metrics.json); one seed alone is "
+        f"({rel['epsilon_per_seed']:.4f}, {cfg.delta:g})-DP (`epsilon_per_seed`).",
+        "* Choice: the seeds are composed and the total is reported, rather than each seed calibrated for a share of "
+        "the budget, so that every seed is the same mechanism as a one-seed run at the target (its scores are those "
+        "of the configured ε) and the published total says what publishing all of them costs.",
+        "* The mean and spread over seeds describe how the algorithm's results vary between independent runs on "
+        "the same private data: a statement about the algorithm, not a release of one run at the per-seed ε. A "
+        "single run at the per-seed ε publishes one seed's numbers (`--flow-seeds 1`).", ""])
+
+
 def write_outputs(run_dir: str, cfg: PipelineConfig, result: Dict[str, Any], images: torch.Tensor,
                   labels: Optional[torch.Tensor], class_names=None) -> Dict[str, str]:
     """Write ``samples.png``, ``metrics.json`` and ``privacy.md`` into ``run_dir``; returns their paths."""
@@ -220,8 +274,9 @@ def write_outputs(run_dir: str, cfg: PipelineConfig, result: Dict[str, Any], ima
     if labels is not None:
         C = int(labels.max()) + 1
         names = list(class_names) if class_names and len(class_names) == C else [str(c) for c in range(C)]
+    rel = result.get("release") or dict(epsilon=result["epsilon"], is_bound=_per_class(result["privacy"]))
     eps_txt = ("inf (non-private)" if math.isinf(cfg.epsilon) else
-               f"≤ {cfg.epsilon:g}" if _per_class(result["privacy"]) else f"{result['epsilon']:.2f}")
+               f"≤ {rel['epsilon']:g}" if rel["is_bound"] else f"{rel['epsilon']:.2f}")
     what = {"flow": "DPSWflow-r", "gaussian": "DP Gaussian per class", "public": "public-only"}[cfg.method]
     title = (f"{result['dataset']}: {what}, ε = {eps_txt}, δ = {cfg.delta:g}" if cfg.method != "public" else
              f"{result['dataset']}: public-only baseline (no private data)")
@@ -238,7 +293,71 @@ def write_outputs(run_dir: str, cfg: PipelineConfig, result: Dict[str, Any], ima
             from .baselines import baseline_privacy_md
 
             f.write(baseline_privacy_md(cfg, result))
+        f.write(_seeds_md(cfg, result))
     return paths
+
+
+def _flows_of(run: Dict[str, Any]) -> list:
+    flow = run.get("flow")
+    return [] if flow is None else list(getattr(flow, "flows", None) or [flow])
+
+
+def released_epsilon(cfg: PipelineConfig, runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The (ε, δ) of everything a run publishes when its generation stage ran ``S = len(runs)`` times (the
+    ``flow_seeds``) on the SAME private half: S releases on the same data compose. The run publishes every seed's
+    metrics (and the first seed's samples), so its guarantee is the composition, not one seed's ε.
+
+    How each method composes (``runs``: the outputs of ``stage_flow`` / ``stage_baseline``, one per seed):
+
+    * one flow per seed (label-private, or unconditional): exactly, by RDP (dp-accounting) over every step of every
+      seed's flow (the same sampled-without-replacement Gaussian events each seed's accountant recorded;
+      substitution neighbours); each flow charges the tails of its planned T steps, so δ = δ_acc + S·T·δ_tail
+      (δ_tail = 0 with orthogonal directions: δ is the configured one);
+    * per-class flows (``labels="public"``): their exact ε depends on the class sizes, which are not published; the
+      data-independent bound of basic composition, (S·ε, S·δ) (Dwork & Roth, "The Algorithmic Foundations of
+      Differential Privacy", Thm. 3.16);
+    * the DP Gaussian baseline: S Gaussian releases of noise σ on the same moments are one Gaussian release of noise
+      σ/√S; its ε at δ by the PLD accountant (exact Gaussian composition);
+    * the public-only baseline: ε = 0; a non-private run: ε = ∞.
+
+    Returns:
+        dict with ``epsilon`` and ``delta`` of the whole run, ``epsilon_per_seed`` (one seed alone, at the configured
+        δ), ``seeds`` S, ``is_bound`` (an upper bound published instead of the exact value) and ``how`` (one line).
+    """
+    from ..privacy import PrivacyAccountant
+
+    S, p, delta = len(runs), runs[0]["privacy"], cfg.delta
+    one = runs[0]["epsilon"]
+    out = dict(seeds=S, epsilon_per_seed=one, epsilon=one, delta=delta, is_bound=False, how="one seed")
+    if cfg.method == "public" or not p.get("private", True):
+        out.update(how="no private data used" if cfg.method == "public" else "non-private run")
+        return out
+    if cfg.method == "gaussian":
+        acc = PrivacyAccountant("pld")
+        acc.step(p["noise_std"] / p["sensitivity"], num_steps=S)
+        eps = acc.get_epsilon(delta) if S > 1 else one
+        return dict(out, epsilon=eps, how=f"{S} Gaussian release(s) of the per-class moments composed exactly "
+                                          f"(one Gaussian of noise σ/√{S}; PLD, dp-accounting)")
+    if _per_class(p):
+        return dict(out, epsilon=S * cfg.epsilon, delta=S * delta, is_bound=True, epsilon_per_seed=cfg.epsilon,
+                    how=f"basic composition of {S} per-class runs, each (ε, δ) = ({cfg.epsilon:g}, {delta:g})-DP "
+                        f"(a bound that uses no class size)")
+    flows = [f for r in runs for f in _flows_of(r)]
+    if S == 1:
+        return dict(out, how="one flow: its accountant")
+    if any(f.ledger is None or f.ledger.accountant is None for f in flows):  # e.g. a rank without the ledger
+        return dict(out, epsilon=S * one, delta=S * delta, is_bound=True,
+                    how=f"basic composition of {S} runs, each ({one:.4g}, {delta:g})-DP")
+    acc = PrivacyAccountant("rdp")
+    for f in flows:
+        for event, count in f.ledger.accountant._history:
+            acc._record(event, count)
+    d_acc, d_tail = flows[0].delta_split
+    T = flows[0].config.steps
+    rest = delta - T * d_tail  # each flow's accountant δ (flow.epsilon() asks its accountant there)
+    return dict(out, epsilon=acc.get_epsilon(rest), delta=rest + S * T * d_tail,
+                how=f"RDP composition (dp-accounting) of the {acc.steps} steps of the {S} flows (sampled without "
+                    f"replacement, substitution neighbours)")
 
 
 def _json_default(o):

@@ -50,7 +50,7 @@ def _ae_defaults(images: torch.Tensor) -> Tuple[str, int]:
     the public half (docs/mainjob/tuning.md: against the DPSWflow code's conv AE at the same d its held-out
     reconstructions score FID 70.3 against 112.7, scripts/ae_public_recon.py, and the label-private flow in its
     latent space FID 171 against 201, CNN 70.1 % against 67.4 %); d = 16 rather than the papers' 8
-    (docs/mainjob/README.md);
+    (results/mainjob/NOTES.md);
     64 px: DCGAN AE, d = 48 (Sebag et al., TMLR)."""
     H = images.shape[-1]
     if H == 64:

@@ -1,4 +1,4 @@
-"""Hyper-parameter tuning of the main job on PUBLIC data only: ``python -m fastdpot.tuning``.
+"""Hyper-parameter tuning of the main job on PUBLIC data only: ``python -m fastdpot.experiments.tuning``.
 
 Protocol (docs/mainjob/tuning.md): the real run's public part P is split, with a recorded seed, into three disjoint
 parts —
@@ -15,7 +15,7 @@ privacy and does not overfit the reported numbers; the real test set is then use
 
 Example::
 
-    python -m fastdpot.tuning --out runs/tune --epsilon 10 \\
+    python -m fastdpot.experiments.tuning --out runs/tune --epsilon 10 \\
         --grid step_size=0.1,0.3,1 --grid epochs=5,10 --select accuracy_cnn
 """
 from __future__ import annotations
@@ -227,7 +227,7 @@ def run_tuning(base: PipelineConfig, grid: Dict[str, List[Any]], out_dir: str, s
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fastdpot.tuning",
+    p = argparse.ArgumentParser(prog="python -m fastdpot.experiments.tuning",
                                 description="Choose the main job's hyper-parameters on the public part only: "
                                             "grid search on a stand-in private / held-out split of it.")
     p.add_argument("--out", required=True, help="output folder (one run folder per point, results.jsonl, table.md)")

@@ -2,31 +2,49 @@
 :class:`ShardedCheckpointing` (a sharded flow: a folder with one file per rank's shard and the data rank's
 ``main.pt``), which the flow classes inherit.
 
-State layout (``state_dict``): ``format`` (2), ``kind`` (the flow class), ``config``
+State layout (``state_dict``): ``format`` (3), ``kind`` (the flow class), ``config``
 (:meth:`fastdpot.flows.FlowConfig.to_dict`), ``particles`` (N, d), ``generator``, ``secure_mode``, ``step``,
-``pool``, ``mode``, ``bound_n``, ``bound_batch``, ``last_drift_norm`` and the ledger's ``noise_multiplier``,
-``accountant``, ``budget`` (its ``event`` is rebuilt from ``mode``, ``bound_n`` and ``bound_batch``). A state is
-validated whole before anything is assigned; on any error the flow is unchanged.
+``pool``, ``mode``, ``bound_n``, ``bound_batch``, ``last_drift_norm``, ``init`` (how the initial particles were
+made: ``kind``, ``scale`` and the public generator's state before the draw, or ``kind="tensor"``),
+``releases_lost`` and ``releases_in_flight`` (see below) and the ledger's ``noise_multiplier``, ``accountant``,
+``budget`` (its ``event`` is rebuilt from ``mode``, ``bound_n`` and ``bound_batch``). Only tensors and plain Python
+values: files are read with ``torch.load(weights_only=True)``, which runs nothing.
+
+A state is validated whole before anything is assigned; on any error the flow is unchanged. What a state of a
+private flow must satisfy (anything else is refused as an inconsistent checkpoint, naming the field): the config,
+``secure_mode`` and shapes are this flow's; the ledger's checks (:meth:`fastdpot.privacy.PrivacyLedger.load_state_dict`:
+every history event is this flow's mechanism -- z, n, B, sampling, relation --, z is the configured or calibrated
+one, the budget matches); the counted releases equal ``step + releases_lost``, at most T with those in flight; a
+state at step 0 holds the initial particles that its ``init`` record reproduces; a live flow never moves backwards
+(the state's step and history extend its own).
+
+Crashes: the steps a run takes after its last checkpoint are releases too, and a callback may have published them.
+A checkpoint written during :meth:`run` records ``releases_in_flight``, the releases the run may make before its
+next checkpoint; loading it counts them as spent (``releases_lost``: released, their particles lost), so a run
+resumed after a crash reports at least the ε of everything it may have released. A checkpoint written when a run
+ends (or outside a run) has none in flight.
 """
 from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 
 from .._checkpoint import (CheckpointError, atomic_save, check_checkpoint_path, generator_state, load_checkpoint,
                            require_state, state_choice, state_float, state_int)
 from .._validate import check_finite_tensor
+from .init import INIT_KINDS, draw_init
 
 __all__ = ["FlowCheckpointing", "ShardedCheckpointing", "STATE_FORMAT"]
 
 #: Version of the flows' state layout; states of another version are refused.
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 
 _KEYS = ("format", "kind", "config", "particles", "generator", "secure_mode", "step", "pool", "noise_multiplier",
-         "mode", "bound_n", "bound_batch", "last_drift_norm", "accountant", "budget")
+         "mode", "bound_n", "bound_batch", "last_drift_norm", "init", "releases_lost", "releases_in_flight",
+         "accountant", "budget")
 
 
 class FlowCheckpointing:
@@ -43,38 +61,89 @@ class FlowCheckpointing:
         """
         led = self._ledger.state_dict() if self._ledger is not None else dict(noise_multiplier=None, accountant=None,
                                                                               budget=None)
+        init = dict(self._init_record)
+        if init["generator"] is not None:
+            init["generator"] = init["generator"].clone()
         return dict(
             format=STATE_FORMAT, kind=type(self).__name__, config=self.config.to_dict(),
             particles=self._particles.detach().cpu().clone(), generator=self._generator.get_state(),
             secure_mode=self.secure_mode, step=self._step,
             pool=None if self._pool is None else self._pool.cpu().clone(), noise_multiplier=led["noise_multiplier"],
             mode=self._mode, bound_n=self._bound_n, bound_batch=self._bound_batch,
-            last_drift_norm=self._last_drift_norm, accountant=led["accountant"], budget=led["budget"])
+            last_drift_norm=self._last_drift_norm, init=init, releases_lost=self._releases_lost,
+            releases_in_flight=self._in_flight, accountant=led["accountant"], budget=led["budget"])
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` of a flow with the same config (resume a run).
 
-        Atomic: the whole state is checked before anything is assigned; on any error this flow is unchanged.
+        Atomic: the whole state is checked before anything is assigned; on any error this flow is unchanged. The
+        checks are listed in :mod:`fastdpot.flows.checkpoint`; releases in flight are counted as spent.
 
         Raises:
             ValueError: a key missing or invalid (the message names it), another state format or flow kind, a
                 config that does not match this flow's, accounting missing from the state of a private flow that has
-                taken steps (it would reset the ε spent), release counts that disagree with the step counter.
+                taken steps (it would reset the ε spent), a history that is not this flow's mechanism, release
+                counts that disagree with the step counter, a step-0 state whose particles are not the initial ones
+                its ``init`` record reproduces, a state behind this flow's own steps or history.
         """
-        (self._particles, gen_state, self._step, self._pool, self._last_drift_norm, self._mode, self._bound_n,
-         self._bound_batch, ledger) = self._check_state(state)
-        self._generator.set_state(gen_state)
+        v = self._check_state(state)
+        self._particles, self._step, self._pool, self._last_drift_norm = v["particles"], v["step"], v["pool"], \
+            v["drift"]
+        self._mode, self._bound_n, self._bound_batch = v["mode"], v["n"], v["b"]
+        self._init_record, self._releases_lost, self._in_flight = v["init"], v["lost"], 0
+        self._generator.set_state(v["generator"])
         if self.private:
-            self._ledger = ledger
+            self._ledger = v["ledger"]
+
+    # -- the initial particles: what a step-0 state is checked against --------------------------------------
+    def _record_init(self, init, generator, init_scale) -> Dict[str, Any]:
+        """How the initial particles are made, recorded before the draw: a kind of :func:`fastdpot.flows.draw_init`
+        with its scale and the public generator's state, or ``kind="tensor"`` (given particles: nothing to
+        reproduce)."""
+        if isinstance(init, torch.Tensor):
+            return dict(kind="tensor", scale=1.0, generator=None)
+        return dict(kind="gaussian" if init is None else init, scale=float(init_scale),
+                    generator=generator.get_state())
+
+    def _reproduce_init(self, record: Dict[str, Any]) -> Optional[torch.Tensor]:
+        """The initial particles (this process's rows) that ``record`` reproduces, None for a given tensor."""
+        if record["kind"] == "tensor":
+            return None
+        g = torch.Generator(device="cpu")
+        g.set_state(record["generator"])
+        return draw_init(record["kind"], self.config.num_particles, self.config.dim, g, record["scale"])
+
+    def _check_init(self, record, particles: torch.Tensor, step: int) -> Dict[str, Any]:
+        if not isinstance(record, dict) or not {"kind", "scale", "generator"} <= set(record):
+            raise ValueError(f"state['init'] must be a dict with kind, scale and generator, got {record!r}")
+        record = dict(record)
+        state_choice(record["kind"], "init.kind", INIT_KINDS + ("tensor",))
+        record["scale"] = state_float(record["scale"], "init.scale", positive=True)
+        if record["kind"] == "tensor":
+            if record["generator"] is not None:
+                raise ValueError("state['init']['generator'] must be None for a tensor init")
+        else:
+            record["generator"] = generator_state(record["generator"], "init.generator").clone()
+        if step == 0 and self.private:  # trained particles cannot be passed off as a fresh start
+            try:
+                expected = self._reproduce_init(record)
+            except (ValueError, TypeError, KeyError, RuntimeError) as err:
+                raise ValueError(f"state['init'] cannot reproduce the initial particles: {err}") from None
+            if expected is not None and not torch.allclose(particles.detach().cpu().double(), expected.double(),
+                                                           rtol=1e-5, atol=1e-6 * record["scale"]):
+                raise ValueError("state['particles'] at state['step']=0 are not the initial particles that "
+                                 "state['init'] reproduces (an inconsistent checkpoint: a state of a flow that has "
+                                 "taken no step holds its initial particles)")
+        return record
 
     def _state_rows(self) -> int:
         """Rows of ``state['particles']``: all N here; a sharded flow's state holds its shard."""
         return self.config.num_particles
 
-    def _check_state(self, state) -> tuple:
-        """Validate a :meth:`state_dict` against this flow; return the values to assign ``(particles, generator
-        state, step, pool, last_drift_norm, mode, bound_n, bound_batch, ledger)`` (nothing is assigned here;
-        ``ledger`` is a new, loaded :class:`fastdpot.privacy.PrivacyLedger`, None for a non-private flow)."""
+    def _check_state(self, state) -> Dict[str, Any]:
+        """Validate a :meth:`state_dict` against this flow; return the values to assign (nothing is assigned here;
+        ``ledger`` is a new, loaded :class:`fastdpot.privacy.PrivacyLedger` with the releases in flight counted,
+        None for a non-private flow)."""
         kind = type(self).__name__
         _check_header(state, kind)
         c = self.config
@@ -93,6 +162,14 @@ class FlowCheckpointing:
         check_finite_tensor(parts, "state['particles']")
         gen_state = generator_state(state["generator"])
         step = state_int(state["step"], "step", 0, c.steps if self.private else None)
+        lost = state_int(state["releases_lost"], "releases_lost", 0)
+        flying = state_int(state["releases_in_flight"], "releases_in_flight", 0)
+        if not self.private and (lost or flying):
+            raise ValueError("a non-private flow's state must hold no releases (releases_lost, releases_in_flight 0)")
+        if self.private and step + lost + flying > c.steps:
+            raise ValueError(f"state['step'] + releases_lost + releases_in_flight = {step + lost + flying} exceeds "
+                             f"the planned T = {c.steps}")
+        init = self._check_init(state["init"], parts, step)
         pool = state["pool"]
         if self._pool is None:
             if pool is not None:
@@ -105,7 +182,7 @@ class FlowCheckpointing:
             pool = pool.clone().to(self._particles.dtype)
         drift = state_float(state["last_drift_norm"], "last_drift_norm", nan_ok=True)
         mode = state_choice(state["mode"], "mode", (None, "sampled", "full"))
-        if mode is None and step > 0:
+        if mode is None and step + lost > 0:
             raise ValueError(f"state['mode'] is None but state['step']={step}: steps without accounting mode")
         n = b = None
         if mode == "sampled":
@@ -122,12 +199,31 @@ class FlowCheckpointing:
             ledger.load_state_dict(dict(noise_multiplier=state["noise_multiplier"],
                                         event=c.accounting_event(mode, n, b), accountant=state["accountant"],
                                         budget=state["budget"]))
-            if ledger.steps_spent != step:
-                raise ValueError(f"state's accountant holds {ledger.steps_spent} release(s) but state['step']={step}")
+            if ledger.steps_spent != step + lost:
+                raise ValueError(f"state's accountant holds {ledger.steps_spent} release(s) but state['step'] + "
+                                 f"state['releases_lost'] = {step + lost}")
+            if flying:  # released after this checkpoint by a run that did not reach its next one: spent
+                ledger.record_lost(flying)
+                lost += flying
+            self._check_not_behind(step, ledger)
         elif any(state[key] is not None for key in ("noise_multiplier", "accountant", "budget")):
             raise ValueError("a non-private flow's state must hold no accounting (noise_multiplier, accountant, "
                              "budget None)")
-        return parts.clone().to(self.device), gen_state, step, pool, drift, mode, n, b, ledger
+        return dict(particles=parts.clone().to(self.device), generator=gen_state, step=step, pool=pool, drift=drift,
+                    mode=mode, n=n, b=b, ledger=ledger, init=init, lost=lost)
+
+    def _check_not_behind(self, step: int, ledger) -> None:
+        """A live flow never moves backwards: the state's step and counted releases must extend its own."""
+        mine = self._ledger
+        if step < self._step:
+            raise ValueError(f"state['step']={step} is behind this flow's {self._step} steps: a live flow never moves "
+                             f"backwards (load an older state into a new flow only, see docs/privacy.md)")
+        if mine is not None and mine.steps_spent:
+            if ledger.accountant is None:
+                raise ValueError(f"the state holds no releases but this flow has counted {mine.steps_spent}: a live "
+                                 f"flow never moves backwards")
+            mine.flush()
+            mine.accountant.check_extended_by(ledger.accountant, "state['accountant']['history']")
 
     def save(self, path: str) -> None:
         """``torch.save`` of :meth:`state_dict`, written atomically (a crash never corrupts the last checkpoint).
@@ -158,7 +254,8 @@ class FlowCheckpointing:
 
     @classmethod
     def load(cls, path: str, *, device="cpu", backend="auto"):
-        """Rebuild a flow from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles).
+        """Rebuild a flow from :meth:`save` (``torch.load(weights_only=True)``: tensors and plain values only, nothing
+        in the file runs; the state is then checked as :meth:`load_state_dict` says).
 
         Raises:
             FileNotFoundError: no file at ``path``.

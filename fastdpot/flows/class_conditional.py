@@ -23,7 +23,9 @@ from .sharded import make_flow
 __all__ = ["ClassConditionalFlow"]
 
 
-def _check_labels(private_data, labels):
+def _check_labels(private_data, labels, values: bool = True):
+    """Shape and dtype of the labels (public properties); with ``values``, also that they are >= 0 (only where
+    labels are public: the label-private mode never reads a label value to decide whether to run)."""
     check_tensor(private_data, "private_data", 2)
     if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.shape[0] != private_data.shape[0]:
         raise ValueError(f"labels must be a 1-D tensor of length {private_data.shape[0]}, got "
@@ -31,7 +33,7 @@ def _check_labels(private_data, labels):
     if labels.dtype.is_floating_point or labels.dtype == torch.bool:
         raise ValueError(f"labels must be an integer tensor, got dtype {labels.dtype}")
     labels = labels.long()
-    if bool((labels < 0).any()):
+    if values and bool((labels < 0).any()):
         raise ValueError("labels must be >= 0")
     return labels
 
@@ -210,12 +212,15 @@ class ClassConditionalFlow:
         one sub-folder per class flow. Every argument is checked before the first release.
 
         Raises:
-            ValueError: bad data or labels (a label outside [0, C) in the private mode: C is public), a class
-                without rows or with fewer rows than the batch size (public mode), ``checkpoint_path`` not writable.
+            ValueError: bad data, labels of the wrong shape or dtype, a negative label or one outside [0, C)
+                in the public mode (labels are public there), a class without rows or with fewer rows than the batch
+                size (public mode), ``checkpoint_path`` not writable. In the private mode no label VALUE stops the
+                run: a label outside the public domain [0, C) is mapped to class 0 before the mechanism
+                (:func:`fastdpot.flows.labelled.label_rows`).
         """
         if self._pg is not None:
             return self._run_sharded(private_data, labels, steps, progress, checkpoint_path, checkpoint_every)
-        labels = _check_labels(private_data, labels)
+        labels = _check_labels(private_data, labels, values=self.label_privacy == "public")
         if checkpoint_path is not None:  # before any class flow spends a step
             checkpoint_path = check_checkpoint_path(checkpoint_path)
         if checkpoint_every is not None:
@@ -233,7 +238,8 @@ class ClassConditionalFlow:
             rows = label_rows(private_data, labels, self.num_classes)  # raw rows; bounded inside the flow's step
             if not self.flows:
                 self._build_private()
-            self.flows[0].run(rows, steps=steps, progress=progress, callback=ckpt)  # ε depends on n only
+            self.flows[0].run(rows, steps=steps, progress=progress, callback=ckpt,  # ε depends on n only
+                              checkpoint_every=checkpoint_every)  # ckpt's cadence: what a crash may leave in flight
         else:
             C = self.num_classes if self.num_classes is not None else int(labels.max()) + 1
             if int(labels.max()) >= C:
@@ -251,7 +257,8 @@ class ClassConditionalFlow:
             for c, (flow, part) in enumerate(zip(self.flows, parts)):
                 if progress:  # nothing computed from the private class size n_c
                     print(f"class {c} of {len(self.flows)}", flush=True)
-                flow.run(part, steps=steps, progress=progress, callback=ckpt, progress_epsilon=False)
+                flow.run(part, steps=steps, progress=progress, callback=ckpt, progress_epsilon=False,
+                         checkpoint_every=checkpoint_every)
         if checkpoint_path is not None:
             self.save(checkpoint_path)
         return self.samples()
@@ -337,7 +344,9 @@ class ClassConditionalFlow:
 
     @classmethod
     def load(cls, path: str, *, device="cpu", backend="auto") -> "ClassConditionalFlow":
-        """Rebuild from :meth:`save` (only load checkpoints you wrote: ``torch.load`` unpickles).
+        """Rebuild from :meth:`save` (``torch.load(weights_only=True)``: tensors and plain values only, nothing in the
+        file runs; every class flow's state is checked as :meth:`fastdpot.flows.DPSlicedWassersteinFlow.load_state_dict`
+        says).
 
         Raises:
             FileNotFoundError: no file at ``path``.
@@ -371,6 +380,10 @@ class ClassConditionalFlow:
                       secure_mode=st["secure_mode"], label_privacy=st["label_privacy"],
                       label_scale=st["label_scale"], **kw)
             flow_cls = LabelledRowsFlow if obj.label_privacy == "private" else DPSlicedWassersteinFlow
+            expected = 1 if obj.label_privacy == "private" else obj.num_classes
+            if st["flows"] and len(st["flows"]) != expected:  # a class flow dropped would drop its releases
+                raise ValueError(f"state['flows'] must hold {expected} flow state(s) (or none before the first "
+                                 f"run), got {len(st['flows'])}")
             flows = [flow_cls.from_state_dict(s, device=device, backend=backend) for s in st["flows"]]
         except (ValueError, TypeError) as err:
             raise CheckpointError(f"ClassConditionalFlow checkpoint {path!r} is invalid: {err}") from err

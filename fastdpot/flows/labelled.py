@@ -70,11 +70,15 @@ def labelled_rows_diameter(clip_radius: float, label_scale: float) -> float:
 def label_rows(x: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     """Pack labelled records into the flow's raw rows ``[x, onehot(y)]`` (n, d + C), in ``x``'s dtype.
 
-    No bounding happens here: the flow rebuilds every row inside its step (:func:`embed_labelled_rows`).
+    No bounding happens here: the flow rebuilds every row inside its step (:func:`embed_labelled_rows`). A label
+    outside the public domain [0, C) (negative, or >= C) is mapped to class 0: a fixed map of the record, applied
+    before the mechanism, whose sensitivity bound covers every record (any two embedded rows are at most
+    sqrt(4r² + 2c²) apart), so no label value makes the run fail or shows in any message. Check the label
+    encoding on your side of the data if class 0 must not absorb such records.
 
     Raises:
-        ValueError / TypeError: ``x`` not a finite (n, d) tensor, ``labels`` not a 1-D integer tensor of length n,
-            a label outside [0, C).
+        ValueError / TypeError: ``x`` not a finite (n, d) tensor, ``labels`` not a 1-D integer tensor of length n
+            (public properties: shape and dtype, never the label values).
     """
     check_tensor(x, "x", 2)
     C = check_int(num_classes, "num_classes", 1)
@@ -83,8 +87,7 @@ def label_rows(x: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch
     if labels.dtype.is_floating_point or labels.dtype == torch.bool:
         raise ValueError(f"labels must be an integer tensor, got dtype {labels.dtype}")
     labels = labels.long().to(x.device)
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= C):
-        raise ValueError(f"labels must lie in [0, {C}) (num_classes is public, the label domain)")
+    labels = torch.where((labels >= 0) & (labels < C), labels, torch.zeros_like(labels))  # outside: class 0
     return torch.cat([x, torch.nn.functional.one_hot(labels, C).to(x.dtype)], dim=1)
 
 
@@ -190,9 +193,9 @@ class LabelledRowsFlow(DPSlicedWassersteinFlow):
                 [check_int(v, "class_particles[i]", 0) for v in class_particles]
             if len(counts) != C or sum(counts) != N:
                 raise ValueError(f"class_particles must be {C} counts summing to num_particles = {N}, got {counts}")
-            x = draw_init("gaussian" if init is None else init, N, D - C, generator, init_scale)
-            lab = torch.repeat_interleave(torch.arange(C), torch.tensor(counts))
-            init = torch.cat([x, torch.nn.functional.one_hot(lab, C).to(x.dtype) * c], dim=1)
+            self._labelled_init = dict(kind="gaussian" if init is None else init, scale=float(init_scale),
+                                       generator=generator.get_state(), class_particles=list(counts))
+            init = self._labelled_start(self._labelled_init, N, D, C, c, generator)
             init_scale = 1.0
         self._label_fields = dict(num_classes=C, label_scale=c)
         super().__init__(N, D, num_projections, step_size, init=init, init_scale=init_scale, generator=generator,
@@ -200,6 +203,33 @@ class LabelledRowsFlow(DPSlicedWassersteinFlow):
 
     def _make_config(self, **fields) -> LabelledFlowConfig:
         return LabelledFlowConfig(**fields, **self._label_fields)
+
+    @staticmethod
+    def _labelled_start(record, N: int, D: int, C: int, c: float, generator: torch.Generator) -> torch.Tensor:
+        """The data-independent start of ``record``: the feature block drawn from ``generator``, the label block
+        c·e_j with ``class_particles[j]`` particles in class j, in order."""
+        counts = [int(v) for v in record["class_particles"]]
+        if len(counts) != C or sum(counts) != N or min(counts) < 0:
+            raise ValueError(f"class_particles must be {C} counts summing to {N}, got {counts}")
+        x = draw_init(record["kind"], N, D - C, generator, record["scale"])
+        lab = torch.repeat_interleave(torch.arange(C), torch.tensor(counts))
+        return torch.cat([x, torch.nn.functional.one_hot(lab, C).to(x.dtype) * c], dim=1)
+
+    def _record_init(self, init, generator, init_scale):
+        """The labelled start's record (kind, scale, generator state before the draw, class_particles), taken in
+        the constructor; a tensor ``init`` given by the caller, or a flow rebuilt from a state, as the base class."""
+        record = self.__dict__.pop("_labelled_init", None)
+        return record if record is not None else super()._record_init(init, generator, init_scale)
+
+    def _reproduce_init(self, record):
+        if record["kind"] == "tensor":
+            return None
+        if not isinstance(record.get("class_particles"), list):
+            raise ValueError("state['init'] of a LabelledRowsFlow needs class_particles")
+        g = torch.Generator(device="cpu")
+        g.set_state(record["generator"])
+        cfg = self.config
+        return self._labelled_start(record, cfg.num_particles, cfg.dim, cfg.num_classes, cfg.label_scale, g)
 
     @property
     def feature_dim(self) -> int:

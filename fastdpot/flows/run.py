@@ -83,6 +83,18 @@ def _report(flow, requested: int, ran: int, stop: str, with_epsilon: bool) -> Fl
     return FlowRunResult(requested, ran, flow.steps_taken, stop, eps)
 
 
+def _reserve(flow, left: int, every: Optional[int]) -> None:
+    """Set ``flow._in_flight``: the releases this run may still make before its next checkpoint (at the next
+    multiple of ``every`` steps; without ``every``, every step left), within the ledger's plan. A checkpoint written
+    meanwhile records them, and resuming from it counts them as spent (:mod:`fastdpot.flows.checkpoint`)."""
+    led = flow.ledger
+    if led is None or not led.bound:
+        flow._in_flight = 0
+        return
+    n = left if every is None else min(left, every - flow.steps_taken % every)
+    flow._in_flight = max(0, min(n, led.limit - led.steps_spent))
+
+
 def run_flow(flow, private_data, steps, progress, checkpoint_path, checkpoint_every, callback, progress_epsilon):
     """The loop of ``run()`` (arguments, returns and errors there): validate everything and bind the sampling,
     then per step count the release in the flow's ledger, sample a fresh batch, take the step, checkpoint."""
@@ -97,12 +109,14 @@ def run_flow(flow, private_data, steps, progress, checkpoint_path, checkpoint_ev
     if steps == 0:  # nothing to run: say why when nothing is left
         stop = flow._stop_reason() or stop
     try:
-        for _ in range(steps):
+        for i in range(steps):
             reason = flow._stop_reason()  # the planned T reached, or the next step would exceed the ε budget
             if reason is not None:
                 stop = reason
                 break
+            _reserve(flow, steps - i, checkpoint_every)
             flow._run_step(private_data, sampler)
+            _reserve(flow, steps - i - 1, checkpoint_every)  # what a checkpoint written now leaves in flight
             if callback is not None:
                 callback(flow)
             if checkpoint_path is not None and checkpoint_every is not None and \
@@ -114,6 +128,7 @@ def run_flow(flow, private_data, steps, progress, checkpoint_path, checkpoint_ev
                     bar.set_postfix(**_postfix(flow, progress_epsilon))
     finally:
         bar.close()
+        flow._in_flight = 0  # the run is over: nothing more is released by it
         flow._finish_run()
     if checkpoint_path is not None:
         flow.save(checkpoint_path)

@@ -222,6 +222,16 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
                                          if self._is_data() else None))
         return draw_init_keyed("gaussian" if init is None else init, key, start, stop, self.config.dim, init_scale)
 
+    def _reproduce_init(self, record):
+        """This rank's rows of the keyed start that ``record`` reproduces (the key is the data rank's first draw
+        from the recorded generator state), None for a given tensor."""
+        if record["kind"] == "tensor":
+            return None
+        g = torch.Generator(device="cpu")
+        g.set_state(record["generator"])
+        key = int(torch.randint(0, 2 ** 62, (1,), generator=g))
+        return draw_init_keyed(record["kind"], key, self._shard[0], self._shard[1], self.config.dim, record["scale"])
+
     def gather_particles(self) -> torch.Tensor:
         """The full (N, d) particles in global order, on every rank (a collective: call it on every rank)."""
         return self._gather_rows(self._particles.detach()).clone()

@@ -34,12 +34,21 @@ dp_rdp = LazyModule("dp_accounting.rdp")
 _calibration = LazyModule("dp_accounting.mechanism_calibration")
 _rdp_accountant = LazyModule("dp_accounting.rdp.rdp_privacy_accountant")
 
-__all__ = ["PrivacyAccountant", "calibrate_noise_multiplier", "DEFAULT_ORDERS", "SAMPLINGS", "ACCOUNTANTS"]
+__all__ = ["PrivacyAccountant", "calibrate_noise_multiplier", "DEFAULT_ORDERS", "SAMPLINGS", "ACCOUNTANTS",
+           "PLD_MIN_NOISE_MULTIPLIER", "PLD_MAX_STEPS"]
 
 SAMPLINGS = ("poisson", "without_replacement")
 ACCOUNTANTS = ("pld", "rdp")
 ADD_REMOVE, REPLACE_ONE = "add_or_remove_one", "replace_one"
 _RELATION_NAMES = (ADD_REMOVE, REPLACE_ONE)
+
+#: Smallest noise multiplier the PLD method accounts (below it one PLD evaluation takes seconds to minutes: the
+#: privacy loss of one release spans about 1/(2z²) nats, discretised at ``value_discretization_interval``).
+PLD_MIN_NOISE_MULTIPLIER = 0.1
+#: Most releases the PLD method accounts in one accountant (beyond, its pessimistic discretisation error, which
+#: grows with the number of compositions, exceeds the RDP bound: z = 47, q = 0.01, T = 10^7 gives PLD ε = 5.9
+#: against RDP 3.0; and one evaluation takes seconds).
+PLD_MAX_STEPS = 10 ** 6
 
 
 def _relation(name: str):
@@ -136,7 +145,9 @@ class PrivacyAccountant:
 
     Args:
         accountant: ``"pld"`` (default; privacy-loss distributions, the tightest numerical bound, used for the
-            reported ε whenever every event supports it) or ``"rdp"`` (Rényi DP). RDP is always available alongside
+            reported ε whenever every event supports it and the history is within PLD's range,
+            :meth:`pld_in_range`: z >= :data:`PLD_MIN_NOISE_MULTIPLIER`, at most :data:`PLD_MAX_STEPS` releases;
+            RDP otherwise, so every evaluation is bounded) or ``"rdp"`` (Rényi DP). RDP is always available alongside
             via ``get_epsilon(delta, accountant="rdp")``.
         orders: RDP orders (default :data:`DEFAULT_ORDERS`).
         value_discretization_interval: PLD discretisation of the privacy loss (dp-accounting's pessimistic
@@ -145,9 +156,10 @@ class PrivacyAccountant:
         neighboring_relation: ``None`` (fixed by the first subsampled event), ``"add_or_remove_one"`` or
             ``"replace_one"``.
 
-    Attributes:
+    Attributes (read-only):
         steps: total number of releases composed so far.
         history: list of ``(event dict, num_steps)`` in order (consecutive identical events are merged).
+        A live accountant changes only by :meth:`step` and by loading a state that extends its history.
 
     Example::
 
@@ -258,14 +270,33 @@ class PrivacyAccountant:
         """Whether every recorded event has a PLD (Poisson-subsampled or full-batch Gaussian)."""
         return all(not e.subsampled or e.sampling == "poisson" for e, _ in self._history)
 
+    def pld_in_range(self) -> bool:
+        """Whether the PLD method accounts this history in bounded time: every noise multiplier >=
+        :data:`PLD_MIN_NOISE_MULTIPLIER` and at most :data:`PLD_MAX_STEPS` releases (one evaluation then takes
+        well under a second; outside, :meth:`get_epsilon` reports RDP, also a valid bound)."""
+        return self.steps <= PLD_MAX_STEPS and all(e.noise_multiplier >= PLD_MIN_NOISE_MULTIPLIER
+                                                   for e, _ in self._history)
+
     def epsilon_method(self, accountant: Optional[str] = None) -> str:
-        """The method :meth:`get_epsilon` uses: the requested one, or RDP when PLD does not support an event."""
+        """The method :meth:`get_epsilon` uses: the requested one, or RDP when PLD does not support an event or
+        the history lies outside PLD's range (:meth:`pld_in_range`).
+
+        Raises:
+            ValueError: ``accountant="pld"`` with a without-replacement event, or outside PLD's range.
+        """
         if accountant is None:
-            return self.accountant if (self.accountant == "rdp" or self.pld_supported()) else "rdp"
+            use_pld = self.accountant == "pld" and self.pld_supported() and self.pld_in_range()
+            return "pld" if use_pld else "rdp"
         check_choice(accountant, "accountant", ACCOUNTANTS)
         if accountant == "pld" and not self.pld_supported():
             raise ValueError("accountant='pld' does not support sampling='without_replacement' events "
                              "(dp-accounting has no PLD for them); use accountant='rdp'")
+        if accountant == "pld" and not self.pld_in_range():
+            raise ValueError(f"accountant='pld' accounts at most PLD_MAX_STEPS = {PLD_MAX_STEPS} releases with noise "
+                             f"multipliers >= PLD_MIN_NOISE_MULTIPLIER = {PLD_MIN_NOISE_MULTIPLIER} (beyond, one "
+                             f"evaluation takes minutes and its discretisation error exceeds the RDP bound); this "
+                             f"history has {self.steps} releases and smallest z = "
+                             f"{min(e.noise_multiplier for e, _ in self._history):.4g}: use accountant='rdp'")
         return accountant
 
     def get_epsilon(self, delta: float, accountant: Optional[str] = None) -> float:
@@ -332,13 +363,40 @@ class PrivacyAccountant:
     def load_state_dict(self, state: dict) -> None:
         """Restore a :meth:`state_dict` (replaces this accountant's settings and history).
 
-        The whole state is checked on a fresh accountant first: on any error this accountant is unchanged.
+        The whole state is checked on a fresh accountant first: on any error this accountant is unchanged. A live
+        accountant never moves backwards: the state's history must extend the one recorded here (every event
+        recorded so far, in order, with at least its count), so a state saved earlier, one with an edited event or
+        an empty history is refused once releases were recorded. (:meth:`from_state_dict` builds a new accountant:
+        it has no history to compare with, see docs/privacy.md, "Checkpoints: threat model".)
 
         Raises:
-            ValueError: not a dict, a key missing, a setting or a history entry invalid (the message names it).
+            ValueError: not a dict, a key missing, a setting or a history entry invalid (the message names it), a
+                history that does not extend this accountant's.
         """
         fresh = self._from_state(state)
+        self.check_extended_by(fresh, "state['history']")
         self.__dict__.update(fresh.__dict__)
+
+    def check_extended_by(self, other: "PrivacyAccountant", what: str = "the state's history") -> None:
+        """Raise ValueError unless ``other``'s history starts with every release recorded here, in order (a
+        live accountant never moves backwards).
+
+        Raises:
+            ValueError: ``other`` lacks a release recorded here, or records a different event in its place.
+        """
+        mine, theirs = self._history, other._history
+        for i, (event, count) in enumerate(mine):
+            last = i == len(mine) - 1
+            ok = i < len(theirs) and theirs[i][0] == event and (theirs[i][1] >= count if last else
+                                                                  theirs[i][1] == count)
+            if not ok:
+                got = f"{asdict(theirs[i][0])} x {theirs[i][1]}" if i < len(theirs) else "nothing"
+                raise ValueError(
+                    f"{what} is behind or different from the {self.steps} release(s) already recorded (event {i}: "
+                    f"recorded {asdict(event)} x {count}, state has {got}); a live accountant never moves backwards "
+                    f"(load an older or edited state into a new object only, see docs/privacy.md)")
+        if self._relation is not None and other._relation not in (None, self._relation):
+            raise ValueError(f"{what} uses {other._relation!r} neighbours, this accountant {self._relation!r}")
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "PrivacyAccountant":
@@ -370,10 +428,6 @@ class PrivacyAccountant:
                 f"relation={self._relation!r}, events={len(self._history)})")
 
 
-#: Smallest noise multiplier the PLD calibration searches (below it a PLD evaluation takes minutes).
-PLD_MIN_NOISE_MULTIPLIER = 0.1
-
-
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int,
                                sampling: str = "poisson", accountant: Optional[str] = None,
                                dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
@@ -397,14 +451,16 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
             Poisson / full-batch events, RDP for sampling without replacement).
         tol: absolute tolerance on z.
 
-    PLD is searched only where it is affordable: a target whose RDP-calibrated z is below
-    :data:`PLD_MIN_NOISE_MULTIPLIER` (0.1; ε of several hundred and more for typical q and T) is refused at once with
-    ``accountant="pld"`` (a PLD of so little noise takes minutes to discretise); ``accountant="rdp"`` serves any
-    target in about a second.
+    PLD is searched only within its range (:meth:`PrivacyAccountant.pld_in_range`): a target whose RDP-calibrated
+    z is below :data:`PLD_MIN_NOISE_MULTIPLIER` (0.1; ε of several hundred and more for typical q and T), or more
+    than :data:`PLD_MAX_STEPS` steps, is refused at once with ``accountant="pld"``; with ``accountant=None`` the RDP
+    calibration is returned there (what a default accountant reports outside PLD's range). ``accountant="rdp"``
+    serves any target in seconds.
 
     Raises:
         ValueError: any invalid argument; ``accountant="pld"`` with ``sampling="without_replacement"``; a PLD target
-            that needs z < :data:`PLD_MIN_NOISE_MULTIPLIER`; an unreachable target, each named with the reason: no
+            that needs z < :data:`PLD_MIN_NOISE_MULTIPLIER` or more than :data:`PLD_MAX_STEPS` steps; an unreachable
+            target, each named with the reason: no
             z <= 1e6 reaching it, a target already met at z = 0.01 (the search's lower end: no privacy to speak of),
             or a PLD target below what ``value_discretization_interval`` resolves.
     """
@@ -413,6 +469,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     steps = check_int(steps, "steps", 1)
     if accountant is not None:
         check_choice(accountant, "accountant", ACCOUNTANTS)
+    accountant_arg = accountant
     tol = check_positive(tol, "tol")
     vdi = check_positive(value_discretization_interval, "value_discretization_interval")
     # validate the event with a placeholder z
@@ -420,9 +477,12 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     rel = _relation(_relation_of(proto) or ADD_REMOVE)
     wor = proto.subsampled and proto.sampling == "without_replacement"
     if accountant is None:
-        accountant = "rdp" if wor else "pld"
+        accountant = "rdp" if wor or steps > PLD_MAX_STEPS else "pld"
     if accountant == "pld" and wor:
         raise ValueError("accountant='pld' does not support sampling='without_replacement'; use accountant='rdp'")
+    if accountant == "pld" and steps > PLD_MAX_STEPS:
+        raise ValueError(f"accountant='pld' accounts at most PLD_MAX_STEPS = {PLD_MAX_STEPS} steps, got steps={steps}; "
+                         f"use accountant='rdp' (or None)")
 
     def event_of(z):
         e = _Event(float(z), proto.sample_rate, proto.sampling, proto.dataset_size, proto.batch_size)
@@ -460,6 +520,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     if accountant == "rdp":
         return float(z)
     z_rdp = float(z)
+    if z_rdp < PLD_MIN_NOISE_MULTIPLIER and accountant_arg is None:
+        return z_rdp  # a default accountant reports RDP for such an event (outside PLD's range)
     if z_rdp < PLD_MIN_NOISE_MULTIPLIER:
         raise ValueError(
             f"target_epsilon={target_epsilon!r} needs a noise multiplier below {PLD_MIN_NOISE_MULTIPLIER} (RDP gives "

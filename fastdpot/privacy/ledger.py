@@ -13,6 +13,7 @@ more release" into accounting. It holds, for the whole run,
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Dict, Optional
 
 from .._validate import check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive
@@ -26,6 +27,20 @@ __all__ = ["PrivacyLedger", "TAIL_CHARGES"]
 TAIL_CHARGES = ("planned", "spent")
 
 _EVENT_KEYS = ("sample_rate", "sampling", "dataset_size", "batch_size")
+_CALIBRATION_TOL = 1e-3  # calibrate_noise_multiplier's default tolerance on z, used by bind()
+
+
+@lru_cache(maxsize=64)
+def _calibrate(epsilon: float, delta: float, steps: int, accountant: str, event: tuple) -> float:
+    """:func:`calibrate_noise_multiplier` (a deterministic function of its arguments) remembered, so that runs of
+    the same settings (flow seeds, class flows of equal size, resumed runs) calibrate once."""
+    return float(calibrate_noise_multiplier(epsilon, delta, steps=steps, accountant=accountant, **dict(event)))
+
+
+def _event_args(event: Dict[str, Any]):
+    """``(sample_rate, sampling, dataset_size, batch_size)`` of an event dict (absent keys: their defaults)."""
+    return (event.get("sample_rate", 1.0), event.get("sampling", "poisson"), event.get("dataset_size"),
+            event.get("batch_size"))
 
 
 class PrivacyLedger:
@@ -117,10 +132,10 @@ class PrivacyLedger:
         self._reset(self._configured_z, None, None, None, 0)
 
     def _reset(self, z, event, accountant, budget, spent):
-        self.noise_multiplier: Optional[float] = z
-        self.event: Optional[Dict[str, Any]] = event
-        self.accountant: Optional[PrivacyAccountant] = accountant
-        self.budget: Optional[PrivacyBudget] = budget
+        self._z: Optional[float] = z
+        self._event: Optional[Dict[str, Any]] = event
+        self._accountant: Optional[PrivacyAccountant] = accountant
+        self._budget: Optional[PrivacyBudget] = budget
         self._spent = spent  # releases this ledger counted (recorded or pending)
         self._pending = 0  # releases counted (and released) but not yet recorded in the accountant
         self._limit: Optional[int] = None  # the plan, computed when first needed
@@ -131,7 +146,29 @@ class PrivacyLedger:
     def _tail_kw(self) -> dict:
         return dict(delta_tail=self.delta_tail) if self.tails == "spent" else {}
 
-    # ------------------------------------------------------------------ state
+    # ------------------------------------------------------------------ state (read-only: changed by counting
+    # releases and by loading a later state only)
+    @property
+    def noise_multiplier(self) -> Optional[float]:
+        """z = σ/Δ: the configured one, or the one calibrated at :meth:`bind` (None before)."""
+        return self._z
+
+    @property
+    def event(self) -> Optional[Dict[str, Any]]:
+        """The bound sampling event (keyword arguments of :meth:`PrivacyAccountant.step`), None before :meth:`bind`
+        (a copy)."""
+        return None if self._event is None else dict(self._event)
+
+    @property
+    def accountant(self) -> Optional[PrivacyAccountant]:
+        """The :class:`~fastdpot.privacy.PrivacyAccountant` the releases are recorded in (None before :meth:`bind`)."""
+        return self._accountant
+
+    @property
+    def budget(self) -> Optional[PrivacyBudget]:
+        """The :class:`~fastdpot.privacy.PrivacyBudget` that checks every release (None without a target ε)."""
+        return self._budget
+
     @property
     def delta_split(self):
         """``(δ_acc, δ_tail)``: δ = δ_acc + T·δ_tail."""
@@ -140,7 +177,7 @@ class PrivacyLedger:
     @property
     def bound(self) -> bool:
         """Whether :meth:`bind` fixed the event (and z)."""
-        return self.event is not None
+        return self._event is not None
 
     @property
     def steps_spent(self) -> int:
@@ -150,7 +187,7 @@ class PrivacyLedger:
     @property
     def limit(self) -> int:
         """Releases (in total) :meth:`spend` accepts: min(T, what the ε budget allows); T before :meth:`bind`."""
-        if self.event is None:
+        if self._event is None:
             return self.steps
         if self._limit is None:
             self._plan()
@@ -171,16 +208,16 @@ class PrivacyLedger:
         """
         event = dict(sample_rate=sample_rate, sampling=sampling, dataset_size=dataset_size, batch_size=batch_size)
         event = {k: v for k, v in event.items() if v is not None}
-        if self.event is not None:
-            if event != self.event:
-                raise ValueError(f"this ledger is bound to the event {self.event}; got {event}")
-            return self.noise_multiplier
-        _make_event(1.0 if self.noise_multiplier is None else self.noise_multiplier, sample_rate, sampling,
+        if self._event is not None:
+            if event != self._event:
+                raise ValueError(f"this ledger is bound to the event {self._event}; got {event}")
+            return self._z
+        _make_event(1.0 if self._z is None else self._z, sample_rate, sampling,
                     dataset_size, batch_size)  # validates the event
-        z = self.noise_multiplier
+        z = self._z
         if z is None:
-            z = float(calibrate_noise_multiplier(self.target_epsilon, self.delta_accountant, steps=self.steps,
-                                                 accountant=self.accountant_kind, **event))
+            z = _calibrate(self.target_epsilon, self.delta_accountant, self.steps, self.accountant_kind,
+                           tuple(sorted(event.items())))
         if self._given_budget is not None:
             acc, budget = self._given_budget.accountant, self._given_budget
         else:
@@ -191,7 +228,7 @@ class PrivacyLedger:
         return z
 
     def _require_bound(self):
-        if self.event is None:
+        if self._event is None:
             raise RuntimeError("bind() the ledger's sampling event before counting releases")
 
     # ------------------------------------------------------------------ spending
@@ -204,21 +241,21 @@ class PrivacyLedger:
         """
         self._require_bound()
         limit = check_int(limit, "limit", 1)
-        if self.budget is None:
+        if self._budget is None:
             return limit
         self.flush()
-        z, ev = self.noise_multiplier, dict(self.event, **self._tail_kw())
-        if self.budget.can_spend(z, num_steps=limit, **ev):
+        z, ev = self._z, dict(self._event, **self._tail_kw())
+        if self._budget.can_spend(z, num_steps=limit, **ev):
             return limit
-        return 0 if limit == 1 else self.budget.max_steps(z, limit=limit, **ev)
+        return 0 if limit == 1 else self._budget.max_steps(z, limit=limit, **ev)
 
     def _plan(self):
         left = self.steps - self.steps_spent
-        self._limit = self.steps if self.budget is None or left <= 0 else self.steps_spent + self.max_steps(left)
+        self._limit = self.steps if self._budget is None or left <= 0 else self.steps_spent + self.max_steps(left)
 
     def can_spend(self, num_steps: int = 1) -> bool:
         """Whether :meth:`spend` of ``num_steps`` would be accepted (always True before :meth:`bind`)."""
-        return self.event is None or self.steps_spent + num_steps <= self.limit
+        return self._event is None or self.steps_spent + num_steps <= self.limit
 
     def _refuse(self, num_steps: int, within: int):
         """Raise :class:`BudgetExceededError` if ``num_steps`` more releases exceed ``within`` (nothing counted)."""
@@ -228,7 +265,7 @@ class PrivacyLedger:
         if done + num_steps <= self.steps:
             raise BudgetExceededError(
                 f"step {done + 1} would exceed target_epsilon={self.target_epsilon!r} "
-                f"(noise_multiplier={self.noise_multiplier!r}); nothing was released")
+                f"(noise_multiplier={self._z!r}); nothing was released")
         raise BudgetExceededError(
             f"{self.name} has taken its planned {self.steps} private steps; more would break the δ split "
             f"δ = δ_acc + T·δ_tail")
@@ -263,11 +300,32 @@ class PrivacyLedger:
         self._spent += num_steps
         self._limit = None  # the budget changed: re-plan when asked
 
+    def record_lost(self, num_steps: int) -> None:
+        """Count ``num_steps`` releases that were MADE but whose results were lost (a run that died after its last
+        checkpoint, resumed from it): recorded in the accountant (and the budget's tails) without the budget's
+        check, since they happened and refusing cannot undo them. They use up the plan like any release.
+
+        Raises:
+            ValueError: ``num_steps`` < 1, or more releases than the planned T in all. RuntimeError: not bound.
+        """
+        self._require_bound()
+        num_steps = check_int(num_steps, "num_steps", 1)
+        if self.steps_spent + num_steps > self.steps:
+            raise ValueError(f"{num_steps} lost release(s) after {self.steps_spent} exceed the planned T = {self.steps}")
+        self.flush()
+        self._accountant.step(self._z, num_steps=num_steps, **self._event)
+        if self._budget is not None and self.tails == "spent":
+            self._budget._delta_tail_spent += num_steps * self.delta_tail
+        if self._budget is not None:
+            self._budget._frontier = None
+        self._spent += num_steps
+        self._limit = None
+
     def _record(self, n: int):
-        if self.budget is not None:
-            self.budget.spend(self.noise_multiplier, num_steps=n, **self.event, **self._tail_kw())
+        if self._budget is not None:
+            self._budget.spend(self._z, num_steps=n, **self._event, **self._tail_kw())
         else:
-            self.accountant.step(self.noise_multiplier, num_steps=n, **self.event)
+            self._accountant.step(self._z, num_steps=n, **self._event)
 
     def flush(self) -> None:
         """Record the pending releases in the accountant / budget (identical events compose in one call)."""
@@ -291,16 +349,16 @@ class PrivacyLedger:
             charged, what = self.steps * self.delta_tail, "T·δ_tail"
         else:
             self.flush()
-            charged = (self.budget.delta_tail_spent if self.budget is not None else
-                       (0 if self.accountant is None else self.accountant.steps) * self.delta_tail)
+            charged = (self._budget.delta_tail_spent if self._budget is not None else
+                       (0 if self._accountant is None else self._accountant.steps) * self.delta_tail)
             what = "the tails spent"
         rest = delta - charged
         if not rest > 0:
             raise ValueError(f"delta must exceed {what} = {charged!r}, got {delta!r}")
-        if self.accountant is None or (self.accountant.steps == 0 and not self._pending):
+        if self._accountant is None or (self._accountant.steps == 0 and not self._pending):
             return 0.0
         self.flush()
-        return float(self.accountant.get_epsilon(rest))
+        return float(self._accountant.get_epsilon(rest))
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> Dict[str, Any]:
@@ -308,10 +366,10 @@ class PrivacyLedger:
         ``event`` (the bound event's keyword arguments, or None), ``accountant`` and ``budget`` (their state
         dicts, or None). The settings (δ, T, δ_tail, ε, accountant kind) are the constructor's, not saved here."""
         self.flush()
-        return dict(noise_multiplier=self.noise_multiplier,
-                    event=None if self.event is None else dict(self.event),
-                    accountant=None if self.accountant is None else self.accountant.state_dict(),
-                    budget=None if self.budget is None else self.budget.state_dict())
+        return dict(noise_multiplier=self._z,
+                    event=None if self._event is None else dict(self._event),
+                    accountant=None if self._accountant is None else self._accountant.state_dict(),
+                    budget=None if self._budget is None else self._budget.state_dict())
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` into a ledger built with the same settings (resume a run).
@@ -319,11 +377,19 @@ class PrivacyLedger:
         Atomic: the whole state is checked before anything is assigned; on any error this ledger is unchanged.
         The accountant and budget are new objects (a ``budget`` given to the constructor is not reused).
 
+        What a state must satisfy (anything else is an inconsistent checkpoint, refused naming the field): the
+        noise multiplier is the configured one, or, with a target ε, the one the calibration gives (:meth:`bind`:
+        the target is met at z and missed at z − 0.002, twice the calibration's tolerance); every event of the
+        accountant's history is the bound mechanism's (z, n, B, sampling, hence the neighbouring relation) and the
+        accountant is of the configured kind; at most T releases; a budget with the ledger's (ε, δ) and the same
+        history. A ledger that has counted releases never moves backwards: the state must extend its history.
+
         Raises:
             ValueError: not a dict, a key missing or invalid (the message names it); a noise multiplier other than
-                the configured one, or missing while the event is bound; the accountant (or, with a target ε, the
-                budget) missing from a bound state (loading it would reset the ε spent); a budget of another
-                (ε, δ); more releases recorded than the planned T.
+                the configured or calibrated one, or missing while the event is bound; the accountant (or, with a
+                target ε, the budget) missing from a bound state, or releases in an unbound one (loading it would
+                reset the ε spent); a history event or accountant kind other than this ledger's mechanism; a budget
+                of another (ε, δ); more releases recorded than the planned T; a state behind this ledger's releases.
         """
         from .._checkpoint import require_state, state_float
 
@@ -340,12 +406,17 @@ class PrivacyLedger:
                 raise ValueError(f"state['event'] must be None or a dict with keys among {list(_EVENT_KEYS)}, got "
                                  f"{event!r}")
             event = dict(event)
-            _make_event(1.0, **event)  # validates the event
+            _make_event(1.0, *_event_args(event))  # validates the event
         if event is not None and z is None:
             raise ValueError("state['noise_multiplier'] is None but the accounting was bound: the calibrated noise "
                              "multiplier is missing")
         acc = budget = None
-        if event is not None:
+        if event is None:
+            for key in ("accountant", "budget"):
+                held = state[key] if key == "accountant" else (state[key] or {}).get("accountant")
+                if isinstance(held, dict) and held.get("history"):
+                    raise ValueError(f"state['event'] is None (unbound) but state[{key!r}] holds releases")
+        else:
             if state["accountant"] is None:
                 raise ValueError("state['accountant'] is None but the accounting was bound: loading it would reset "
                                  "the ε spent")
@@ -359,8 +430,46 @@ class PrivacyLedger:
             if acc.steps > self.steps:
                 raise ValueError(f"state's accountant holds {acc.steps} release(s), more than the planned "
                                  f"T = {self.steps}")
+            self._check_mechanism(z, event, acc)
+        if self._accountant is not None and self._spent:  # a live ledger never moves backwards
+            self.flush()
+            if acc is None:
+                raise ValueError(f"the state holds no releases but this ledger has counted {self._spent}: a live "
+                                 f"ledger never moves backwards")
+            self._accountant.check_extended_by(acc, "state['accountant']['history']")
         self._reset(z, event, acc, budget, 0 if acc is None else acc.steps)
+
+    def _check_mechanism(self, z: float, event: Dict[str, Any], acc: PrivacyAccountant) -> None:
+        """The loaded accounting must describe this ledger's mechanism (see :meth:`load_state_dict`)."""
+        if acc.accountant != self.accountant_kind:
+            raise ValueError(f"state['accountant']['accountant']={acc.accountant!r} differs from this ledger's "
+                             f"accountant kind {self.accountant_kind!r}")
+        if self._given_budget is None:  # a ledger of its own: every release is one of its events
+            expected = _make_event(z, *_event_args(event))
+            for i, (e, n) in enumerate(acc._history):
+                if e != expected:
+                    diff = {k: (v, getattr(e, k)) for k, v in vars(expected).items() if getattr(e, k) != v}
+                    raise ValueError(f"state['accountant']['history'][{i}] is not this ledger's mechanism "
+                                     f"(field: (expected, state) {diff}): an inconsistent checkpoint")
+        if self._configured_z is None:
+            self._check_calibrated(z, event)
+
+    def _check_calibrated(self, z: float, event: Dict[str, Any]) -> None:
+        """z must be what :meth:`bind` calibrates for the target ε: T releases meet it at z, not at z − 0.002."""
+        def eps(zz):
+            a = PrivacyAccountant(accountant=self.accountant_kind)
+            a.step(zz, num_steps=self.steps, **event)
+            return a.get_epsilon(self.delta_accountant, accountant=self.accountant_kind)
+
+        if eps(z) > self.target_epsilon:
+            raise ValueError(f"state['noise_multiplier']={z!r} does not meet target_epsilon={self.target_epsilon!r} "
+                             f"over T = {self.steps} releases: not the calibrated noise multiplier")
+        lower = z - 2 * _CALIBRATION_TOL
+        if lower > 0 and eps(lower) <= self.target_epsilon:
+            raise ValueError(f"state['noise_multiplier']={z!r} is above the calibrated noise multiplier for "
+                             f"target_epsilon={self.target_epsilon!r} (z = {lower!r} already meets it): an "
+                             f"inconsistent checkpoint")
 
     def __repr__(self):
         return (f"PrivacyLedger(delta={self.delta!r}, steps={self.steps}, target_epsilon={self.target_epsilon!r}, "
-                f"noise_multiplier={self.noise_multiplier!r}, spent={self.steps_spent}, tails={self.tails!r})")
+                f"noise_multiplier={self._z!r}, spent={self.steps_spent}, tails={self.tails!r})")

@@ -406,7 +406,8 @@ def test_gaussian_baseline_flow_seeds_and_public_size_cli(idx_dir, tmp_path):
     run = tmp_path / "runs" / "r"
     m = json.loads((run / "metrics.json").read_text())
     assert m["method"] == "gaussian" and m["n_public"] == 120 and m["n_private"] == 80
-    assert m["epsilon_spent"] == 10.0 and m["sensitivity"] == pytest.approx(math.sqrt(4.5)) and m["noise_std"] > 0
+    assert m["epsilon_per_seed"] == 10.0 and m["sensitivity"] == pytest.approx(math.sqrt(4.5)) and m["noise_std"] > 0
+    assert m["epsilon_spent"] > 10.0  # two seeds' Gaussian releases on the same private half, composed
     assert [s["flow_seed"] for s in m["seeds"]] == [1, 2]
     assert set(m["seed_summary"]) == {"fid", "accuracy_logreg", "accuracy_cnn"}
     vals = [s["accuracy_cnn"] for s in m["seeds"]]
@@ -433,6 +434,10 @@ def test_public_only_and_seeded_flow_stages(idx_dir, tmp_path):
     b = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, seed=5)["samples"]
     c = stage_flow(cfg, ae["latents"], ae["labels"], 30, progress=False, seed=6)["samples"]
     assert torch.equal(a, b) and not torch.equal(a, c)
-    for bad in (dict(method="diffusion"), dict(flow_seeds=0), dict(classifiers="logreg,svm"), dict(public_size=0)):
+    for bad in (dict(method="diffusion"), dict(flow_seeds=0), dict(classifiers="logreg,svm"), dict(public_size=-1),
+                dict(public_size=0, labels="public"), dict(public_size=0, method="public"), dict(method="decoded"),
+                dict(public_size=0, representation_share=1.0)):
         with pytest.raises(ValueError):
             PipelineConfig(**bad).resolved()
+    po = PipelineConfig(public_size=0).resolved()  # the private-only protocol: labels private, δ from N at run time
+    assert po.labels == "private" and po.delta is None

@@ -199,8 +199,6 @@ def test_private_mode_bad_arguments(kwargs, match):
 def test_private_mode_bad_labels_change_nothing():
     cc = ClassConditionalFlow(30, 2, 4, 0.5, num_classes=3, noise_multiplier=1.0, batch_size=5, steps=2)
     x = torch.randn(20, 2, generator=_gen(0))
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
-        cc.run(x, torch.arange(20) % 4, progress=False)
     with pytest.raises(ValueError, match="integer"):
         cc.run(x, (torch.arange(20) % 3).float(), progress=False)
     assert cc.flows == []

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.triton
 _FP = {"fp32": tl.float32, "fp64": tl.float64}
 # pointer arguments that hold integers (everything else named *_ptr holds the data dtype)
 _INT_PTRS = {"index_ptr": "*i64", "lidx_ptr": "*i64", "sidx_ptr": "*i64", "j_ptr": "*i64", "hist_ptr": "*i32",
-             "cum_ptr": "*i64"}
+             "cum_ptr": "*i64", "bn_ptr": "*i32", "seg_ptr": "*i64", "idx_ptr": "*i64"}
 _I64 = {"seed", "seed_b"}
 
 
@@ -86,14 +86,20 @@ CASES = [
     ("w1d_p2", dpswd._w1d_kernel, "fp32", lambda dt: dict(P_MODE=2, NEED_GL=True, NEED_GS=True, BLOCK=1024)),
     ("w1d_pany", dpswd._w1d_kernel, "fp64", lambda dt: dict(P_MODE=0, NEED_GL=True, NEED_GS=True, BLOCK=1024)),
     ("w1d_p1", dpswd._w1d_kernel, "fp32", lambda dt: dict(P_MODE=1, NEED_GL=False, NEED_GS=True, BLOCK=1024)),
+    # the sketch release (float64 bin sums, tables and partial losses; the fp32 data variant differs only in loads)
+    ("sketch_bin_means", dpswd._bin_means_kernel, "fp64", lambda dt: dict(HAS_NOISE=True, BLOCK=1024)),
+    ("sketch_isotonic", dpswd._isotonic_kernel, "fp64", lambda dt: dict(_num_warps=1)),
+    ("sketch_loss", dpswd._sketch_loss_kernel, "fp64",
+     lambda dt: dict(ONE_BIN=False, P_MODE=2, NEED_G=True, BLOCK=1024)),
 ]
 
 
 # default run (time budget of the interpreter test run): five float32 kernels -- projection, exact transport, drift,
-# the fused histogram pass 3, DP-SWD p = 2; every variant (float64, grid, histogram passes 1-2, chunked pass 3,
-# p = 1, any p) for sm_90 and sm_80 under -m slow (all compiled cleanly when this was written)
+# the fused histogram pass 3, DP-SWD p = 2 -- and the sketch's isotonic fit (a while loop over a scratch stack);
+# every variant (float64, grid, histogram passes 1-2, chunked pass 3, p = 1, any p, the sketch's other kernels) for
+# sm_90 and sm_80 under -m slow (all compiled cleanly when this was written)
 FAST = {("project_noise", "fp32"), ("transport_exact", "fp32"), ("drift_update", "fp32"),
-        ("hist_drift_fused", "fp32"), ("w1d_p2", "fp32")}
+        ("hist_drift_fused", "fp32"), ("w1d_p2", "fp32"), ("sketch_isotonic", "fp64")}
 
 
 def compile_all(arch, everything=True):

@@ -111,6 +111,7 @@ FAST += [("sanitizer_joint", "reference", v, 10000) for v in ("correct", "sensit
 FAST += [("sanitizer_per_sample", "reference", v, 10000) for v in ("correct", "no_clip")]
 FAST += [("flow_step", "triton", v, 4096) for v in ("correct", "no_clip")]
 FAST += [("flow_step_particles", "cpu", "no_clip", 3000)]
+FAST += [("random_theta", "reference", v, 200_000) for v in CASES["random_theta"].variants]
 SLOW = [("sanitizer_per_sample", "reference", "sensitivity_2x", 10000),
         ("flow_step_particles", "cpu", "correct", 60000), ("flow_step_particles", "cpu", "sensitivity_2x", 200000),
         ("sanitizer_joint", "reference", "truncated", 40000), ("sanitizer_per_sample", "reference", "truncated", 40000),
@@ -174,9 +175,10 @@ def test_run_case_errors():
 
 
 def test_cli_table_and_exit_status(capsys):
-    rc = audit_main(["--cases", "laplace_local", "gaussian_local", "--trials", "20000", "--seed", "1"])
+    rc = audit_main(["--cases", "laplace_local", "gaussian_local", "--trials", "20000", "--seed", "1",
+                     "--tail-draws", "0", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "| laplace_local" in out and "| gaussian_local" in out and "audited ε ≥" in out and "VIOLATED" not in out
-    rc = audit_main(["--cases", "laplace_local", "--variant", "no_clip", "--trials", "20000"])
+    rc = audit_main(["--cases", "laplace_local", "--variant", "no_clip", "--trials", "20000", "--no-progress"])
     assert rc == 1 and "VIOLATED" in capsys.readouterr().out

@@ -325,9 +325,11 @@ def test_huge_targets_are_refused_quickly_under_pld_and_served_by_rdp():
 
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match="accountant='rdp'"):
-        calibrate_noise_multiplier(1e4, 1e-5, 0.01, 100)
+        calibrate_noise_multiplier(1e4, 1e-5, 0.01, 100, accountant="pld")
     z = calibrate_noise_multiplier(1e4, 1e-5, 0.01, 100, accountant="rdp")
     assert 0 < z < PLD_MIN_NOISE_MULTIPLIER and time.perf_counter() - t0 < 60
-    acc = PrivacyAccountant("rdp")
-    acc.step(z, 0.01, num_steps=100)
-    assert acc.get_epsilon(1e-5) <= 1e4
+    # accountant=None: what a default accountant reports there (RDP: z is outside PLD's range)
+    assert calibrate_noise_multiplier(1e4, 1e-5, 0.01, 100) == z
+    for acc in (PrivacyAccountant("rdp"), PrivacyAccountant()):
+        acc.step(z, 0.01, num_steps=100)
+        assert acc.epsilon_method() == "rdp" and acc.get_epsilon(1e-5) <= 1e4

@@ -235,7 +235,7 @@ def test_table_extension_rule():
 @pytest.mark.parametrize("kw, match", [
     (dict(release="sketch"), "sketch_bins"), (dict(release="points", sketch_bins=3), "sketch_bins"),
     (dict(release="bins", sketch_bins=3), "release"), (dict(release="sketch", sketch_bins=0), "sketch_bins"),
-    (dict(release="sketch", sketch_bins=50), "sketch_bins"), (dict(release="sketch", sketch_bins=3, backend="cpu"), "backend"),
+    (dict(release="sketch", sketch_bins=50), "sketch_bins"), (dict(release="sketch", sketch_bins=3, backend="gpu"), "backend"),
 ])
 def test_sketch_loss_bad_arguments(kw, match):
     x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(30, 3, dtype=torch.float64)

@@ -1,0 +1,168 @@
+"""Make every figure the documentation shows (``docs/gallery/*.png``) with the public API, on CPU.
+
+    python scripts/figures.py                  # writes docs/gallery/*.png (about 6 min of CPU time on 2 cores)
+    python scripts/figures.py --quick --out /tmp/figures   # the same code on tiny sizes, in seconds (a check)
+
+1. ``flow_strip.png``: a private 2-D DP sliced-Wasserstein flow (ε = 10) as strips of frames, per-point release
+   vs the sliced quantile sketch (:class:`fastdpot.DPSlicedWassersteinFlow`).
+2. ``dpswgen_curve.png``: the DP sliced-Wasserstein loss of a DPSWgen generator along its private training
+   (:func:`fastdpot.dpswgen.train_dpswgen` on :class:`fastdpot.experiments.dpswgen.MLPGenerator`).
+3. ``ldp_half_circle.png``: clean points on a half circle, their locally privatised release (Gaussian local
+   mechanism, ε = 5), and samples of a generator trained on the release with the entropic loss W_{2,2σ²}
+   (:func:`fastdpot.ldp.train_generator` on :class:`fastdpot.experiments.ldp.MLPGenerator2D`).
+
+Public draws (data, initial particles and weights, latents) are seeded; every privacy draw (batches, directions,
+mechanism noise) is secret operating-system randomness, so two runs give figures that differ in their noise only.
+``--quick`` shrinks every size (particles, steps, points) so that the whole script runs in seconds: its figures
+show nothing, it only checks that the code runs.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+import fastdpot  # noqa: E402
+from fastdpot.dpswgen import train_dpswgen  # noqa: E402
+from fastdpot.experiments.dpswgen import MLPGenerator  # noqa: E402
+from fastdpot.experiments.ldp import MLPGenerator2D, half_circle  # noqa: E402
+from fastdpot.ldp import train_generator  # noqa: E402
+from fastdpot.privacy import gaussian_local_mechanism  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FULL = dict(points=4000, particles=1500, flow_steps=120, frames=(0, 20, 60, 120), gen_steps=300, gen_batch=500,
+            ldp_points=3000, ldp_steps=200)
+QUICK = dict(points=200, particles=60, flow_steps=6, frames=(0, 2, 4, 6), gen_steps=4, gen_batch=50, ldp_points=60,
+             ldp_steps=3)
+
+
+def _two_moons(n, g):
+    t = torch.rand(n, generator=g) * torch.pi
+    side = torch.randint(0, 2, (n,), generator=g)
+    x = torch.stack([torch.cos(t), torch.sin(t)], 1)
+    x[side == 1] = torch.stack([1 - torch.cos(t[side == 1]), 0.5 - torch.sin(t[side == 1])], 1)
+    return (x - torch.tensor([0.5, 0.25])) * 0.8 + 0.05 * torch.randn(n, 2, generator=g)
+
+
+def _seeded(make, seed):
+    """``make()`` with the global torch RNG seeded (initial weights), the caller's RNG state left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return make()
+
+
+def flow_strip(out, s):
+    g = torch.Generator().manual_seed(0)
+    private = _two_moons(s["points"], g)
+    keep = s["frames"]
+    rows = {}
+    for release in ("points", "sketch"):
+        kw = {} if release == "points" else dict(release="sketch", sketch_bins=20)
+        flow = fastdpot.DPSlicedWassersteinFlow(num_particles=s["particles"], dim=2, num_projections=2,
+                                                step_size=1.0, target_epsilon=10.0, delta=1e-5, clip_radius=1.0,
+                                                batch_size=min(400, s["points"]), steps=s["flow_steps"],
+                                                directions="orthogonal", init="gaussian_scaled", init_scale=0.5,
+                                                generator=torch.Generator().manual_seed(1), **kw)
+        frames = {0: flow.particles.clone()}
+
+        def snap(f, frames=frames):
+            if f.steps_taken in keep:
+                frames[f.steps_taken] = f.particles.clone()
+
+        flow.run(private, progress=False, callback=snap)
+        rows[release] = (frames, flow.epsilon())
+    n = s["particles"]
+    fig, axes = plt.subplots(2, len(keep) + 1, figsize=(2.6 * (len(keep) + 1), 5.4), sharex=True, sharey=True)
+    for r, (release, (frames, eps)) in enumerate(rows.items()):
+        axes[r, 0].scatter(*private[:n].T, s=1, c="tab:gray")
+        axes[r, 0].set_title("private data", fontsize=9)
+        axes[r, 0].set_ylabel(f"release={release!r}\nε = {eps:.2f}", fontsize=9)
+        for ax, step in zip(axes[r, 1:], keep):
+            ax.scatter(*frames[step].T, s=1, c="tab:blue" if release == "points" else "tab:green")
+            ax.set_title(f"step {step}", fontsize=9)
+    for ax in axes.flat:
+        ax.set_xlim(-1.3, 1.3)
+        ax.set_ylim(-1.0, 1.0)
+        ax.set_aspect("equal")
+    fig.suptitle(f"DP sliced-Wasserstein flow on two moons, ε = 10, δ = 1e-5, {n} particles: per-point release "
+                 "(top) vs sliced quantile sketch, L = 20 (bottom)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "flow_strip.png"), dpi=80)
+    plt.close(fig)
+
+
+def dpswgen_curve(out, s):
+    g = torch.Generator().manual_seed(2)
+    private = _two_moons(s["points"], g)
+    n = s["particles"]
+    fig, ax = plt.subplots(1, 3, figsize=(11, 3))
+    for i, (eps, release) in enumerate(((math.inf, "points"), (10.0, "sketch"))):
+        kw = {} if release == "points" else dict(release="sketch", sketch_bins=25)
+        model = _seeded(lambda: MLPGenerator(latent_dim=4, out_dim=2), 3)
+        res = train_dpswgen(private, model, eps, 1e-5, steps=s["gen_steps"], batch_size=s["gen_batch"],
+                            num_projections=20, clip_radius=1.5, lr=2e-3,
+                            generator=torch.Generator().manual_seed(3), progress=False, **kw)
+        label = "non-private" if math.isinf(eps) else f"ε = {res.epsilon:.2f}, sketch L = 25"
+        ax[0].plot(res.losses, lw=1, label=label)
+        samples = res.sample(n, generator=torch.Generator().manual_seed(4))
+        ax[1 + i].scatter(*private[:n].T, s=1, c="tab:gray", label="private")
+        ax[1 + i].scatter(*samples.T, s=1, c="tab:orange", label="generated")
+        ax[1 + i].set_title(label, fontsize=9)
+        ax[1 + i].set_aspect("equal")
+    ax[0].set_xlabel("step")
+    ax[0].set_ylabel("loss (DP-SW₂²)")
+    ax[0].set_yscale("log")
+    ax[0].legend(fontsize=8)
+    ax[0].set_title("DPSWgen training curve", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "dpswgen_curve.png"), dpi=80)
+    plt.close(fig)
+
+
+def ldp_half_circle(out, s):
+    g = torch.Generator().manual_seed(5)
+    n = s["ldp_points"]
+    clean = half_circle(n, g)
+    released, sigma = gaussian_local_mechanism(clean, 5.0, 1e-4, 1.0)  # secret noise (OS randomness)
+    model = _seeded(lambda: MLPGenerator2D(latent_dim=2), 6)
+    train_generator(model, released, sigma, "entropic", steps=s["ldp_steps"], seed=6)
+    with torch.no_grad():
+        samples = model.sample(n, generator=torch.Generator().manual_seed(7))
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), sharex=True, sharey=True)
+    for ax, pts, title, c in zip(axes, (clean, released, samples),
+                                 ("clean (never released)", f"released: x + N(0, {sigma:.2f}²)",
+                                  "generated (entropic W₂, λ = 2σ²)"), ("tab:gray", "tab:red", "tab:green")):
+        ax.scatter(*pts.T, s=1, c=c)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlim(-2.5, 2.5)
+        ax.set_ylim(-2.0, 2.5)
+        ax.set_aspect("equal")
+    fig.suptitle("Locally privatised half circle, Gaussian local mechanism (ε, δ) = (5, 1e-4)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "ldp_half_circle.png"), dpi=80)
+    plt.close(fig)
+
+
+FIGURES = (flow_strip, dpswgen_curve, ldp_half_circle)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "gallery"), help="output folder")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks that the code runs (figures meaningless)")
+    a = p.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    for make in FIGURES:
+        make(a.out, QUICK if a.quick else FULL)
+        print(f"wrote {os.path.join(a.out, make.__name__ + '.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
