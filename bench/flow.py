@@ -1,7 +1,10 @@
-"""Benchmark of one DP sliced-Wasserstein flow step (issue 4): fused C++ step vs the torch reference.
+"""Cases of the benchmark of one DP sliced-Wasserstein flow step (issue 4), fused C++ step vs the torch reference: the
+suite ``flow`` of ``bench/test_flow.py`` (pytest-benchmark).
 
 impls: ``fastdpot`` (op ``flow_step``, backend ``cpu``: csrc/flow.cpp) and ``reference`` (backend ``reference``:
-:func:`fastdpot.reference.flow.flow_step` with noise from a seeded ``torch.Generator``). Both do the same work: k
+:func:`fastdpot.reference.flow.flow_step`, whose noise is the C++ kernel's keyed Philox normals drawn in numpy
+(``fastdpot.reference.philox``): slower than ``torch.randn``, which the rows before the restructure of issue 30
+used). Both do the same work: k
 fresh noisy projections (σ = 0.5) of N particles and M private rows, per-direction sort, sort-based quantile
 transport (``quantiles="exact"``), drift and Euler--Maruyama update; float32, a fresh seed every call.
 
@@ -16,8 +19,7 @@ recompute the projections per block of particles, nothing of size N·k stored), 
 (:func:`fastdpot.reference.flow.flow_step`). Compare it with case ``step`` impl ``fastdpot``
 (the C++ exact step) of the same run_id.
 
-    python -m bench.flow            # full sizes (the lead runs this on a quiet machine)
-    python -m bench.flow --quick    # tiny sizes, checks that every case runs
+    pytest bench/test_flow.py --benchmark-only -k quick    # tiny sizes, checks that every case runs
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ SUITE = "flow"
 ANCHORS = ["reference"]
 
 # CelebA latent shape (d = 48, k = 300) at N = 10^6 and MNIST latent shape (d = 8, k = 70) at N = 10^5
-FULL_SIZES = [dict(n=1_000_000, m=250, d=48, k=300), dict(n=100_000, m=250, d=8, k=70)]
-QUICK_SIZES = [dict(n=3_000, m=250, d=8, k=20)]
+SIZES = {"quick": dict(n=3_000, m=250, d=8, k=20), "1e6": dict(n=1_000_000, m=250, d=48, k=300),
+         "1e5": dict(n=100_000, m=250, d=8, k=70)}
 
 
 def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0):
@@ -97,21 +99,15 @@ def histogram_step_case(impl, n, m, d, k, bins=1024, noise_std=0.5, step_size=1.
 CASES = {"step": step_case, "sketch_step": sketch_step_case, "histogram_step": histogram_step_case}
 
 
-def runs(sizes, impls=("fastdpot", "reference"), repeats=3):
-    out = [dict(case="step", impl=impl, params=params, mode="forward", repeats=repeats, anchor=impl in ANCHORS)
-           for params in sizes for impl in impls]
-    out += [dict(case="histogram_step", impl=impl, params=dict(params, bins=1024), mode="forward",
-                 repeats=repeats if impl == "fastdpot" else 1, anchor=impl in ANCHORS)
-            for params in sizes for impl in impls]
-    if "fastdpot" in impls:
-        out += [dict(case="sketch_step", impl="fastdpot", params=params, mode="forward", repeats=repeats,
-                     anchor=False) for params in sizes]
-    return out
+IMPLS = {"step": ("fastdpot", "reference"), "histogram_step": ("fastdpot", "reference"), "sketch_step": ("fastdpot",)}
+#: extra parameters of a case (added to the size's)
+EXTRA = {"histogram_step": dict(bins=1024)}
 
 
 def main(argv=None):
-    return suite_main("bench.flow", "fastdpot DP sliced-Wasserstein flow step benchmark", FULL_SIZES, QUICK_SIZES, runs, ("fastdpot", "reference"), argv)
+    """``python -m bench.flow [--quick] [--sizes ..] [--impls ..]``: :func:`bench.harness.suite_main`."""
+    return suite_main("bench.test_flow", argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

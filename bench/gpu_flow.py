@@ -26,11 +26,11 @@ new particles and drift -- or the gradient -- written once, and the N k projecte
 divided by the median time. The real traffic of a sort is several times larger, so the figure understates the
 bandwidth used; it is comparable across implementations of the same case.
 
-Rows go to ``bench/results.jsonl`` in the harness's format (run_id, machine with GPU name, torch/Triton versions,
-git revision) with extra fields ``ms``, ``gbps``, ``ratio_to_reference``, ``ratio_to_compiled`` (the
+Rows go to a pytest-benchmark document (:mod:`bench.store`: the format of the CPU suites; default
+``bench/results/gpu_flow-<date>.json``, machine with GPU name, torch/Triton versions, git revision; the timed
+rounds in ``stats``) with extra fields ``ms``, ``gbps``, ``ratio_to_reference``, ``ratio_to_compiled`` (the
 ``reference_compiled`` median over this row's, where that anchor was measured for the same size) and
-``timing="cuda_events"``;
-``python -m bench.render`` puts them in the README table. ``--isolated`` instead runs every case through
+``timing="cuda_events"``; ``python -m bench.render`` puts them in the README table. ``--isolated`` instead runs every case through
 ``bench.harness.run_suite`` (one subprocess per measurement, wall-clock timing with synchronisation).
 
 Usage (on a CUDA machine): ``python -m bench.gpu_flow [--quick] [--results PATH]``. Without CUDA it prints a
@@ -42,7 +42,6 @@ script works; the times mean nothing; ``--compiled none`` skips the torch.compil
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -51,7 +50,7 @@ import time
 
 import torch
 
-from . import harness
+from . import harness, store
 from .harness import Case
 
 SUITE = "gpu_flow"
@@ -157,7 +156,7 @@ CASES = {"flow_step": _flow_case, "dpswd": _dpswd_case}
 
 
 #: largest N at which the flow step's torch reference is timed (None: every N); at N = 1e7 one reference step takes
-#: about 10 s on an H100 (bench/results.jsonl), which a short device lease cannot spare on every run
+#: about 10 s on an H100 (bench/results/), which a short device lease cannot spare on every run
 MAX_REFERENCE_N = [None]
 
 
@@ -244,7 +243,7 @@ def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
     del state
     return dict({"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-                 "iqr_s": q[2] - q[0], "repeats": len(times), "peak_mem_mb": peak}, **extra)
+                 "iqr_s": q[2] - q[0], "repeats": len(times), "peak_mem_mb": peak, "times_s": times}, **extra)
 
 
 def _run_fields(note, timing):
@@ -309,8 +308,7 @@ def run_events(sizes, results_path, device, note="", budget_s=None, cases=None, 
                 if compiled_row is not None and not impl.startswith("reference"):
                     row["ratio_to_compiled"] = round(compiled_row["median_s"] / row["median_s"], 2)
             for row in rows[-len(impls):]:
-                with open(results_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                store.append_row(results_path, row)
                 status = row.get("error") or (f"{row['ms']:.3f} ms  {row['gbps']:.1f} GB/s  "
                                               f"peak {row['peak_mem_mb']} MB  "
                                               f"x{row.get('ratio_to_reference', float('nan')):.1f} vs ref"
@@ -356,8 +354,7 @@ def api_run(N, d, k, steps, results_path, device, note="", quantiles="exact", nu
                peak_mem_mb=round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if device == "cuda" else None,
                epsilon=flow.epsilon(), finite=bool(torch.isfinite(flow.particles).all()),
                timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    with open(results_path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    store.append_row(results_path, row)  # a record: a whole run, not a benchmark entry
     print(f"[{SUITE}] api_run N={N} d={d} k={k} {quantiles}: {done} steps, {row['ms_per_step']} ms/step, "
           f"peak {row['peak_mem_mb']} MB, eps {row['epsilon']:.4f}, finite {row['finite']}", flush=True)
     return row
@@ -410,7 +407,8 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny sizes on CPU under TRITON_INTERPRET=1")
     ap.add_argument("--isolated", action="store_true", help="one subprocess per measurement via bench.harness")
     ap.add_argument("--results", default=None,
-                    help="JSONL results file (appended; default bench/results.jsonl, a temporary file for --smoke)")
+                    help="results document (pytest-benchmark JSON, bench.store; entries added; default "
+                         "bench/results/gpu_flow-<date>.json, a temporary file for --smoke)")
     ap.add_argument("--table", default=None, help="also write the markdown table of this run to this file")
     ap.add_argument("--note", default="")
     ap.add_argument("--only", action="append", default=None, metavar="N,d,k",
@@ -454,8 +452,8 @@ def main(argv=None):
     else:
         device = "cuda"
     if args.results is None:
-        args.results = os.path.join(tempfile.gettempdir(), "fastdpot_gpu_flow_smoke.jsonl") if args.smoke \
-            else harness.RESULTS
+        args.results = os.path.join(tempfile.gettempdir(), "fastdpot_gpu_flow_smoke.json") if args.smoke \
+            else store.new_results_path(SUITE)
     if args.api_run:
         n, d, k, steps = (int(float(v)) for v in args.api_run.split(","))
         for q in args.api_modes.split(","):

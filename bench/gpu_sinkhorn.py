@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import math
 import os
 import statistics
@@ -69,7 +68,7 @@ import traceback
 
 import torch
 
-from . import harness
+from . import harness, store
 
 # KeOps reads its cache folder at import: set it before anything imports pykeops
 os.environ.setdefault("KEOPS_CACHE_FOLDER", os.path.join(harness.ROOT, ".cache", "keops"))
@@ -276,7 +275,8 @@ def time_calls(f, x, y, mode, cuda):
         peak = round(max(0.0, harness._maxrss_mb() - base), 1)
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "iqr_s": q[2] - q[0],
-            "repeats": len(times), "first_call_ms": round(first * 1e3, 3), "peak_mem_mb": peak, "value": value}
+            "repeats": len(times), "first_call_ms": round(first * 1e3, 3), "peak_mem_mb": peak, "value": value,
+            "times_s": times}
 
 
 def predicted_s(done, impl, n, d, mode):
@@ -402,8 +402,7 @@ def run(cases, results_path, device, note="", budget_s=None, t_begin=None, itera
             if n in PUBLISHED_FLASHSINKHORN_MS and d == 64 and iterations == 100:
                 row["published_flashsinkhorn_a100_ms"] = PUBLISHED_FLASHSINKHORN_MS[n]
             rows.append(row)
-            with open(results_path, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+            store.append_row(results_path, row)
             if "error" in row:
                 status = "ERROR " + row["error"]
             else:
@@ -472,7 +471,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=None,
                     help="no new case after this many seconds; skip measurements predicted to end past it")
     ap.add_argument("--results", default=None,
-                    help="JSONL results file (appended; default bench/results.jsonl, a temporary file for --smoke)")
+                    help="results document (pytest-benchmark JSON, bench.store; entries added; default "
+                         "bench/results/gpu_sinkhorn-<date>.json, a temporary file for --smoke)")
     ap.add_argument("--table", default=None, help="also write the markdown table of this run to this file")
     ap.add_argument("--note", default="")
     ap.add_argument("--iterations", type=int, default=ITERATIONS,
@@ -509,8 +509,8 @@ def main(argv=None):
     else:
         device = "cuda"
     if args.results is None:
-        args.results = (os.path.join(tempfile.gettempdir(), "fastdpot_gpu_sinkhorn_smoke.jsonl") if args.smoke
-                        else harness.RESULTS)
+        args.results = (os.path.join(tempfile.gettempdir(), "fastdpot_gpu_sinkhorn_smoke.json") if args.smoke
+                        else store.new_results_path(SUITE))
 
     t0 = time.perf_counter()
     gpu_ok, msg = keops_status()

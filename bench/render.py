@@ -1,11 +1,14 @@
-"""Render bench/results.jsonl into the benchmarks page (every case), the README's headline table (a few cases)
-and per-suite plots.
+"""Render the stored benchmark results (``bench/results/*.json``, pytest-benchmark's format: :mod:`bench.store`) into
+the benchmarks page (every group), the README's headline table (a few groups) and per-suite plots.
 
-For every (suite, case, params, mode) the newest run_id that measured it is shown; ratios compare rows of that
-same run only (side by side, same machine, same versions). ``ratio`` = anchor median / impl median (higher is
-faster than the anchor). Anchors per suite come from the bench module's ``ANCHORS`` list.
+For every group (suite, case, size, mode, device) the newest document that measured it is shown; ratios compare
+entries of that same document only (side by side: same machine, same versions, same commit). ``ratio`` = anchor
+median / impl median (higher is faster than the anchor); the anchors of a suite are its bench module's ``ANCHORS``.
+Every row names the machine and commit it was measured on; the footer gives each machine's threads, versions and,
+where recorded, the load average when the run started (a busy machine slows every row of its run).
 
-Usage: ``python -m bench.render [--page docs/benchmarks.md] [--readme README.md] [--plots bench/plots]``
+Usage: ``python -m bench.render [--results-dir bench/results] [--page docs/benchmarks.md] [--readme README.md]
+[--plots bench/plots] [--print]``
 """
 from __future__ import annotations
 
@@ -15,31 +18,27 @@ import json
 import os
 from collections import OrderedDict, defaultdict
 
-from .harness import RESULTS, ROOT
+from .store import RESULTS_DIR, ROOT, load_rows, result_files, size_label
 
 START, END = "<!-- BENCH:START -->", "<!-- BENCH:END -->"
-SUITE_MODULES = {}  # suite name -> bench module, filled from the rows' modules
-# the README's headline rows: (suite, case, params, device) of the sizes the project is judged on
+# the README's headline groups: (suite, case, params, device) of the sizes the project is judged on
 HEADLINE = [
     ("flow", "step", {"n": 1000000, "m": 250, "d": 48, "k": 300}, "cpu"),
     ("sliced", "dp", {"n": 100000, "m": 100000, "d": 48, "k": 500}, "cpu"),
+    ("sliced", "sketch", {"n": 100000, "m": 100000, "d": 48, "k": 500}, "cpu"),
     ("sinkhorn", "divergence", {"n": 20000, "m": 20000, "d": 2}, "cpu"),
+    ("accounting", "spend", {"T": 20000}, "cpu"),
+    ("accounting", "spend_edge", {"T": 20000}, "cpu"),
     ("gpu_flow", "flow_step", {"N": 10000000, "d": 48, "k": 128}, "cuda"),
     ("gpu_flow", "flow_step", {"N": 1000000, "d": 48, "k": 128}, "cuda"),
 ]
-
-
-def load_rows(path=RESULTS):
-    rows = []
-    if os.path.exists(path):
-        with open(path) as f:
-            rows = [json.loads(ln) for ln in f if ln.strip()]
-    return rows
+_MODULE_SKIP = ("harness.py", "render.py", "store.py", "conftest.py", "__init__.py")
 
 
 def _anchors(suite):
-    for name in os.listdir(os.path.join(ROOT, "bench")):
-        if name.endswith(".py") and name not in ("harness.py", "render.py", "__init__.py"):
+    """The ``ANCHORS`` of the bench module whose ``SUITE`` is ``suite`` (empty when none)."""
+    for name in sorted(os.listdir(os.path.join(ROOT, "bench"))):
+        if name.endswith(".py") and name not in _MODULE_SKIP and not name.startswith("test_"):
             try:
                 mod = importlib.import_module("bench." + name[:-3])
             except ImportError:
@@ -49,24 +48,20 @@ def _anchors(suite):
     return []
 
 
-def _size(params):
-    return ", ".join(f"{k}={v:.0e}" if isinstance(v, int) and v >= 10 ** 5 and v % 10 ** 5 == 0 else f"{k}={v}"
-                     for k, v in params.items())
-
-
 def latest_groups(rows):
-    """{(suite, case, params_json, mode, device): [rows of the newest run_id]}."""
+    """{(suite, case, params_json, mode, device): [rows of the newest document that measured the group]}."""
     groups = defaultdict(list)
     for r in rows:
-        if "median_s" not in r:  # failed measurements and whole-run records (bench.gpu_flow --api-run)
+        if "median_s" not in r:  # records (bench.gpu_flow --api-run) and failed measurements
             continue
-        key = (r["suite"], r["case"], json.dumps(r["params"], sort_keys=True), r["mode"], r.get("device", "cpu"))
+        key = (r["suite"], r["case"], json.dumps(r["params"], sort_keys=True), r.get("mode", "full"),
+               r.get("device", "cpu"))
         groups[key].append(r)
     out = OrderedDict()
     for key in sorted(groups):
         rs = groups[key]
-        newest = max(r["run_id"] for r in rs)
-        out[key] = [r for r in rs if r["run_id"] == newest]
+        newest = max((r.get("datetime") or "", r["run_id"]) for r in rs)
+        out[key] = [r for r in rs if (r.get("datetime") or "", r["run_id"]) == newest]
     return out
 
 
@@ -75,18 +70,21 @@ def _headline_key(key):
     return any(suite == s and case == c and json.loads(params) == p and device == dv for s, c, p, dv in HEADLINE)
 
 
+def _measured(r):
+    return f"{r['machine']}, {r['git_rev']}"
+
+
 def table(rows, headline_only=False):
+    """The markdown table of the newest measurement of every group (``headline_only``: the README's groups)."""
     groups = latest_groups(rows)
     if headline_only:
         groups = OrderedDict((k, v) for k, v in groups.items() if _headline_key(k))
-    lines = ["| suite | case | size | mode | device | impl | median s | IQR s | peak MB | ratio (anchor / impl) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| suite | case | size | mode | device | impl | median s | IQR s | peak MB | ratio (anchor / impl) | "
+             "measured on |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     machines = OrderedDict()
     anchors_cache = {}
     for (suite, case, params, mode, device), rs in groups.items():
-        if suite not in anchors_cache:
-            anchors_cache[suite] = _anchors(suite)
-        anchors = anchors_cache[suite]
+        anchors = anchors_cache.setdefault(suite, _anchors(suite))
         by_impl = {r["impl"]: r for r in rs}
         for r in rs:
             ratios = []
@@ -95,34 +93,35 @@ def table(rows, headline_only=False):
                     if a in by_impl:
                         ratio = by_impl[a]["median_s"] / r["median_s"]
                         ratios.append(f"{ratio:.2f}× {a}" if ratio < 10 else f"{ratio:.0f}× {a}")
-            m = r["machine"]
-            # tree_commit: the commit whose tree was measured, where the machine's own .git copy was stale
-            mkey = (m.get("gpu") or m["cpu"], r["threads"], r.get("tree_commit") or r["git_rev"],
-                    ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v))
-            machines[mkey] = None
-            lines.append(f"| {suite} | {case} | {_size(r['params'])} | {mode} | {device} | {r['impl']} | "
-                         f"{r['median_s']:.4g} | {r['iqr_s']:.2g} | {r['peak_mem_mb']:.0f} | {'; '.join(ratios)} |")
-    foot = ["", "Measured on: " + "; ".join(f"{hw}, {th} threads, rev {rev} ({ver})" for hw, th, rev, ver in machines)]
+            ver = ", ".join(f"{k} {v}" for k, v in (r.get("versions") or {}).items() if v)
+            if r.get("load_average") is not None:
+                ver += f"; load average {r['load_average']:g} at the start"
+            machines[(r["machine"], r.get("threads"), r["git_rev"], ver)] = None
+            peak = r.get("peak_mem_mb")
+            lines.append(f"| {suite} | {case} | {size_label(r['params'])} | {mode} | {device} | {r['impl']} | "
+                         f"{r['median_s']:.4g} | {r['iqr_s']:.2g} | {'' if peak is None else f'{peak:.0f}'} | "
+                         f"{'; '.join(ratios)} | {_measured(r)} |")
+    foot = ["", "Machines: " + "; ".join(f"{hw} at {rev}: {th} threads ({ver})" for hw, th, rev, ver in machines)]
     return "\n".join(lines + foot)
 
 
 def plots(rows, outdir):
+    """One bar chart per suite (median seconds, log scale) of the newest measurement of every group."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = latest_groups(rows)
     by_suite = defaultdict(list)
-    for key, rs in groups.items():
+    for key, rs in latest_groups(rows).items():
         by_suite[key[0]].append((key, rs))
     os.makedirs(outdir, exist_ok=True)
     paths = []
     for suite, items in by_suite.items():
         labels, impls = [], sorted({r["impl"] for _, rs in items for r in rs})
         data = {i: [] for i in impls}
-        for (s, case, params, mode, device), rs in items:
-            labels.append(f"{case}\n{_size(json.loads(params))}\n{mode}/{device}")
+        for (_s, case, params, mode, device), rs in items:
+            labels.append(f"{case}\n{size_label(json.loads(params))}\n{mode}/{device}")
             by_impl = {r["impl"]: r["median_s"] for r in rs}
             for i in impls:
                 data[i].append(by_impl.get(i, float("nan")))
@@ -157,21 +156,21 @@ def update_between_markers(path, text):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="render bench/results.jsonl")
-    p.add_argument("--results", default=RESULTS)
+    p = argparse.ArgumentParser(description="render bench/results/*.json into the docs page, the README and plots")
+    p.add_argument("--results-dir", default=RESULTS_DIR, help="folder of the stored pytest-benchmark documents")
     p.add_argument("--page", default=os.path.join(ROOT, "docs", "benchmarks.md"),
                    help="the docs page that gets the full table")
     p.add_argument("--readme", default=os.path.join(ROOT, "README.md"), help="the front door: headline rows only")
     p.add_argument("--plots", default=os.path.join(ROOT, "bench", "plots"))
     p.add_argument("--print", action="store_true", help="print the full table instead of writing the files")
     a = p.parse_args(argv)
-    rows = load_rows(a.results)
+    rows = load_rows(result_files(a.results_dir))
     if a.print:
         print(table(rows))
-    else:
-        update_between_markers(a.page, table(rows))
-        update_between_markers(a.readme, table(rows, headline_only=True))
-        print(f"updated {a.page} and {a.readme}")
+        return
+    update_between_markers(a.page, table(rows))
+    update_between_markers(a.readme, table(rows, headline_only=True))
+    print(f"updated {a.page} and {a.readme}")
     if a.plots:
         for path in plots(rows, a.plots):
             print(f"wrote {path}")

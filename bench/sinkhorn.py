@@ -1,4 +1,5 @@
-"""Benchmark of the Sinkhorn divergence S_ε, forward + backward w.r.t. both point clouds (issue 6).
+"""Cases of the benchmark of the Sinkhorn divergence S_ε, forward + backward w.r.t. both point clouds (issue 6): the
+suite ``sinkhorn`` of ``bench/test_sinkhorn.py`` (pytest-benchmark).
 
 All impls compute the debiased Sinkhorn divergence with p = 2 (cost ½‖x − y‖²), blur = 0.05, scaling = 0.5 in
 float32 on the same inputs:
@@ -12,9 +13,8 @@ float32 on the same inputs:
   has updates. POT has no ε-scaling in its log solver, so "same schedule" here means same iteration count; its
   gradient flows through the cost matrices (envelope gradient of ``ot.sinkhorn2``).
 
-    python -m bench.sinkhorn            # full sizes (lead, quiet machine): N = M = 5 000 and 20 000 in d = 2,
-                                        # N = M = 2 000 in d = 784
-    python -m bench.sinkhorn --quick    # tiny sizes, checks that every case runs
+    pytest bench/test_sinkhorn.py --benchmark-only -k quick    # tiny sizes, checks that every case runs
+    (full sizes: N = M = 5 000 and 20 000 in d = 2, N = M = 2 000 in d = 784)
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ SUITE = "sinkhorn"
 ANCHORS = ["geomloss_online", "geomloss_tensorized", "pot"]
 IMPLS = ("fastdpot", "fastdpot_tensorized", "geomloss_online", "geomloss_tensorized", "pot")
 
-FULL_SIZES = [dict(n=5_000, m=5_000, d=2), dict(n=20_000, m=20_000, d=2), dict(n=2_000, m=2_000, d=784)]
-QUICK_SIZES = [dict(n=300, m=250, d=2), dict(n=200, m=150, d=16)]
+SIZES = {"quick": dict(n=300, m=250, d=2), "quick16": dict(n=200, m=150, d=16), "5e3": dict(n=5_000, m=5_000, d=2),
+         "2e4": dict(n=20_000, m=20_000, d=2), "d784": dict(n=2_000, m=2_000, d=784)}
 BLUR, SCALING = 0.05, 0.5
 #: dense impls are skipped above this N·M (4 float32 matrices of 20 000² = 6.4 GB plus temporaries)
 DENSE_MAX = 10_000 * 10_000
@@ -103,21 +103,16 @@ def divergence_case(impl, n, m, d):
 CASES = {"divergence": divergence_case}
 
 
-def runs(sizes, impls=IMPLS, repeats=3):
-    out = []
-    for params in sizes:
-        for impl in impls:
-            dense = impl in ("fastdpot_tensorized", "geomloss_tensorized", "pot")
-            if dense and params["n"] * params["m"] > DENSE_MAX:
-                continue
-            out.append(dict(case="divergence", impl=impl, params=params, mode="full", repeats=repeats,
-                            anchor=impl in ANCHORS))
-    return out
+def impls(params):
+    """The impls measured at ``params``: the dense ones only up to :data:`DENSE_MAX`."""
+    dense = ("fastdpot_tensorized", "geomloss_tensorized", "pot")
+    return tuple(i for i in IMPLS if i not in dense or params["n"] * params["m"] <= DENSE_MAX)
 
 
 def main(argv=None):
-    return suite_main("bench.sinkhorn", "fastdpot Sinkhorn divergence benchmark (forward + backward)", FULL_SIZES, QUICK_SIZES, runs, IMPLS, argv)
+    """``python -m bench.sinkhorn [--quick] [--sizes ..] [--impls ..]``: :func:`bench.harness.suite_main`."""
+    return suite_main("bench.test_sinkhorn", argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

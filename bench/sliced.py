@@ -1,13 +1,17 @@
-"""Benchmark of the (DP) sliced Wasserstein loss, forward + backward (issue 3).
+"""Cases of the (DP) sliced Wasserstein loss benchmark, forward + backward (issue 3): the suite ``sliced`` of
+``bench/test_sliced.py`` (pytest-benchmark).
 
 impls: ``fastdpot`` (the C++ ``cpu`` backend), ``pot`` (``ot.sliced_wasserstein_distance`` on torch tensors with
 the same projections; it returns the p-th root, which changes nothing in cost), ``reference``
-(:func:`fastdpot.reference.sliced.sliced_wasserstein`). The ``dp`` case adds σ = 0.5 noise on both sides
-(fastdpot and reference only: POT has no noise). The ``sketch`` case is the DP-SWD loss with the sliced quantile
-sketch release (``release="sketch"``, L = 10; pure torch, impl ``fastdpot``).
+(:func:`fastdpot.reference.sliced.sliced_wasserstein`, backend ``reference``: keyed numpy Philox noise). The ``dp``
+case adds σ = 0.5 noise on both sides (fastdpot and reference only: POT has no noise). The ``sketch`` case is the
+DP-SWD loss with the sliced quantile sketch release (``release="sketch"``, L = 10 bins, σ = 0.5 on each bin sum):
+impl ``fastdpot`` the fused C++ kernel, ``reference`` the torch reference
+(:func:`fastdpot.reference.sliced.sketch_sliced_wasserstein`); compare it with ``dp``/``fastdpot`` (the points
+release) of the same run.
 
-    python -m bench.sliced            # full sizes (the lead runs this on a quiet machine; POT takes ~40 s / 7-10 GB)
-    python -m bench.sliced --quick    # tiny sizes, checks that every case runs
+    pytest bench/test_sliced.py --benchmark-only -k quick      # tiny sizes, checks that every case runs
+    pytest bench/test_sliced.py --benchmark-only -k "not quick" --benchmark-json=bench/results/cpu-<rev>.json
 """
 from __future__ import annotations
 
@@ -16,8 +20,9 @@ from bench.harness import Case, suite_main
 SUITE = "sliced"
 ANCHORS = ["pot", "reference"]
 
-FULL_SIZES = [dict(n=100_000, m=100_000, d=48, k=500), dict(n=10_000, m=10_000, d=784, k=1000)]
-QUICK_SIZES = [dict(n=2_000, m=1_500, d=8, k=20)]
+#: size id -> sizes; the id "quick" is what ``-k quick`` selects
+SIZES = {"quick": dict(n=2_000, m=1_500, d=8, k=20), "1e5": dict(n=100_000, m=100_000, d=48, k=500),
+         "d784": dict(n=10_000, m=10_000, d=784, k=1000)}
 
 
 def _setup(n, m, d, k, seed=0):
@@ -28,7 +33,7 @@ def _setup(n, m, d, k, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=g)  # private side (no gradient)
     y = (torch.randn(m, d, generator=g) + 0.5).requires_grad_(True)  # generated side
-    th = random_projections(k, d, generator=g)
+    th = random_projections(k, d, generator=g, dtype=torch.float32)
     return dict(x=x, y=y, th=th)
 
 
@@ -90,17 +95,19 @@ def dp_case(impl, n, m, d, k, p=2, noise_std=0.5):
 
 def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, num_bins=10):
     """DP-SW_p^p with the private side released as a sliced quantile sketch (L = ``num_bins`` bins, σ on each bin
-    sum, isotonic fit) and the generated side binned likewise; pure torch (impl ``fastdpot`` only)."""
+    sum, isotonic fit) and the generated side binned likewise: the fused C++ kernel (``fastdpot``) or the torch
+    reference (``reference``)."""
     import torch
 
+    if impl not in ("fastdpot", "reference"):
+        raise ValueError(f"impl must be fastdpot or reference for the sketch case, got {impl!r}")
+
     def forward(s):
-        if impl != "fastdpot":
-            raise ValueError(f"impl must be fastdpot for the sketch case, got {impl!r}")
         from fastdpot.sliced import dp_sliced_wasserstein
 
         return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
-                                     generator=s["gen"],
-                                     secure_mode=False, release="sketch", sketch_bins=num_bins)
+                                     generator=s["gen"], secure_mode=False, release="sketch", sketch_bins=num_bins,
+                                     backend="cpu" if impl == "fastdpot" else "reference")
 
     def setup():
         s = _setup(n, m, d, k)
@@ -111,27 +118,13 @@ def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, num_bins=10):
 
 
 CASES = {"sw": sw_case, "dp": dp_case, "sketch": sketch_case}
-
-
-def runs(sizes, impls=("fastdpot", "pot", "reference"), repeats=3):
-    out = []
-    for params in sizes:
-        for impl in impls:
-            out.append(dict(case="sw", impl=impl, params=params, mode="full", repeats=repeats,
-                            anchor=impl in ANCHORS))
-        for impl in impls:
-            if impl != "pot":
-                out.append(dict(case="dp", impl=impl, params=params, mode="full", repeats=repeats,
-                                anchor=impl in ANCHORS))
-        if "fastdpot" in impls:
-            out.append(dict(case="sketch", impl="fastdpot", params=params, mode="full", repeats=repeats,
-                            anchor=False))
-    return out
+IMPLS = {"sw": ("fastdpot", "pot", "reference"), "dp": ("fastdpot", "reference"), "sketch": ("fastdpot", "reference")}
 
 
 def main(argv=None):
-    return suite_main("bench.sliced", "fastdpot sliced Wasserstein benchmark (forward + backward)", FULL_SIZES, QUICK_SIZES, runs, ("fastdpot", "pot", "reference"), argv)
+    """``python -m bench.sliced [--quick] [--sizes ..] [--impls ..]``: :func:`bench.harness.suite_main`."""
+    return suite_main("bench.test_sliced", argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -18,7 +18,8 @@ from typing import Optional
 
 import torch
 
-from ._validate import check_choice, check_int, check_nonnegative, check_positive, check_same_dim, check_tensor
+from ._validate import (check_bool, check_choice, check_int, check_nonnegative, check_positive, check_same_dim,
+                        check_tensor)
 from .ops.sinkhorn import (HIGH_DIM, SINKHORN_BACKENDS, TENSORIZED_MAX_SIZE, TENSORIZED_MAX_SIZE_CPU,  # noqa: F401
                            TENSORIZED_MAX_SIZE_HIGH_DIM, Cost, _check_backend, custom_cost, euclidean, l1,
                            select_backend, sinkhorn, squared_euclidean, squared_euclidean_l1)
@@ -75,6 +76,7 @@ class SinkhornLoss(torch.nn.Module):
         if diameter is not None:
             check_positive(diameter, "diameter")
         check_int(final_iters, "final_iters", minimum=0)
+        check_bool(debias, "debias")
         if cost is not None and not isinstance(cost, Cost):
             raise ValueError(f"cost must be a fastdpot.sinkhorn.Cost or None, got {type(cost).__name__}")
         _check_backend(backend)

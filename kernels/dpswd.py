@@ -13,6 +13,15 @@ gradient is needed, the derivative with respect to every noisy projected value, 
 side directly, the S side with atomic adds). ``accumulate_drift`` then forms ``grad_x = (1/k) G_x^T Theta`` (and
 ``grad_y``) chunk by chunk, so the gradient is computed in the forward pass and only (N, d) + (M, d) are kept.
 
+The sketch release (``sketch_bins=L``; reference :func:`fastdpot.reference.sliced.sketch_sliced_wasserstein`) runs per
+chunk: projection without noise, ``torch.sort`` of both sides (the generated side with indices), ``_bin_means_kernel``
+(the L rank-bin sums in float64, plus the bin-sum noise on the private side, divided by the bin sizes),
+``_isotonic_kernel`` (weighted pool-adjacent-violators, one program per direction), then ``_sketch_loss_kernel``
+(per generated bin: the table read at the bin's level, the loss term and the derivative 1/N·slope written to every
+rank of the bin through the permutation), and ``accumulate_drift`` for the gradient. The bin-sum noise is the keyed
+privacy-grade normals of :func:`fastdpot.ops.sliced_wasserstein.sketch_noise` (k·L float64 draws, made on the host
+from the release's key: the same draws as the C++ kernel and the reference).
+
 Autograd caveats: gradients flow to ``x`` and ``y`` only -- not to ``projections`` (a projections tensor that
 requires grad is rejected; use the ``reference`` backend) -- and double backward is not supported. At tied
 projected values the sub-gradient is the one of ``torch.sort``'s order. The S-side atomic adds make the gradient's
@@ -26,12 +35,13 @@ import triton.language as tl
 
 from ._common import (STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, device_guard, direction_chunk,
                       fast_noise_stream, stream_seed)
-from fastdpot.ops.sliced_wasserstein import GradientInForward
+from fastdpot.ops.sliced_wasserstein import GradientInForward, sketch_noise
 
 from .drift import accumulate_drift
 from .projection_noise import project_noise
 
-__all__ = ["SlicedWassersteinTriton", "sliced_wasserstein_triton", "sliced_wasserstein_cuda"]
+__all__ = ["SlicedWassersteinTriton", "SketchSlicedWassersteinTriton", "sliced_wasserstein_triton",
+           "sliced_wasserstein_cuda"]
 
 
 @triton.jit
@@ -166,19 +176,183 @@ class SlicedWassersteinTriton(GradientInForward):
 
 
 
-def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise, prims=None):
+@triton.jit
+def _bin_means_kernel(s_ptr, noise_ptr, out_ptr, B, L, HAS_NOISE: tl.constexpr, BLOCK: tl.constexpr):
+    """out[j, l] = (sum of the sorted row j over rank bin l + noise[j, l]) / m_l, in float64; the bins of
+    fastdpot.privacy.sketch.bin_sizes (the first B mod L hold ceil(B/L) ranks). Grid (L, chunk)."""
+    l = tl.program_id(0)
+    j = tl.program_id(1).to(tl.int64)
+    q = B // L
+    size = q + (l < B % L).to(tl.int32)
+    start = l * q + tl.minimum(l, B % L)
+    acc = tl.zeros((BLOCK,), dtype=tl.float64)
+    for r0 in range(0, size, BLOCK):
+        offs = r0 + tl.arange(0, BLOCK)
+        v = tl.load(s_ptr + j * B + start + offs, mask=offs < size, other=0.0)
+        acc += v.to(tl.float64)
+    total = tl.sum(acc, axis=0)
+    if HAS_NOISE:
+        total += tl.load(noise_ptr + j * L + l)
+    tl.store(out_ptr + j * L + l, total / size.to(tl.float64))
+
+
+@triton.jit
+def _isotonic_kernel(v_ptr, w_ptr, bv_ptr, bw_ptr, bn_ptr, out_ptr, L):
+    """Weighted pool-adjacent-violators on row j of v (c, L) float64 with weights w (L,): out[j] = the
+    non-decreasing least-squares fit (scipy.optimize.isotonic_regression). One program per row; the block stack
+    (value, weight, count) lives in the scratch rows bv, bw, bn; barriers order its stores and loads across the
+    program's threads."""
+    j = tl.program_id(0).to(tl.int64)
+    base = j * L
+    nb = tl.program_id(0) * 0  # blocks on the stack (int32)
+    for i in range(0, L):
+        cv = tl.load(v_ptr + base + i)
+        cw = tl.load(w_ptr + i)
+        cn = nb * 0 + 1
+        keep = nb > 0
+        while keep:
+            t = base + nb - 1
+            pv = tl.load(bv_ptr + t)
+            pw = tl.load(bw_ptr + t)
+            pn = tl.load(bn_ptr + t)
+            merge = pv > cv
+            ww = pw + cw
+            cv = tl.where(merge, (pw * pv + cw * cv) / ww, cv)
+            cw = tl.where(merge, ww, cw)
+            cn = tl.where(merge, pn + cn, cn)
+            nb = tl.where(merge, nb - 1, nb)
+            keep = merge & (nb > 0)
+        tl.store(bv_ptr + base + nb, cv)
+        tl.store(bw_ptr + base + nb, cw)
+        tl.store(bn_ptr + base + nb, cn)
+        tl.debug_barrier()
+        nb += 1
+    pos = nb * 0
+    for b in range(0, nb):
+        v = tl.load(bv_ptr + base + b)
+        cnt = tl.load(bn_ptr + base + b)
+        for r in range(0, cnt):
+            tl.store(out_ptr + base + pos + r, v)
+        pos += cnt
+
+
+@triton.jit
+def _sketch_loss_kernel(gm_ptr, table_ptr, seg_ptr, u_ptr, lv_ptr, idx_ptr, g_ptr, part_ptr, prm_ptr, N, L,
+                        ONE_BIN: tl.constexpr, P_MODE: tl.constexpr, NEED_G: tl.constexpr, BLOCK: tl.constexpr):
+    """Generated bin l of direction j: the private table Q_j (c, L) read at the bin's level u[l] (segment seg[l] of
+    the private levels lv, end segments extended), part[j, l] = (m'_l/N)·|gm[j, l] − Q_j(u[l])|^p and, with NEED_G,
+    d part / d value = slope/N written to every rank r of the bin at g[j, idx[j, r]]. Grid (L, chunk)."""
+    l = tl.program_id(0)
+    j = tl.program_id(1).to(tl.int64)
+    q = N // L
+    size = q + (l < N % L).to(tl.int32)
+    start = l * q + tl.minimum(l, N % L)
+    gm = tl.load(gm_ptr + j * L + l)
+    if ONE_BIN:
+        target = tl.load(table_ptr + j * L)
+    else:
+        s = tl.load(seg_ptr + l)
+        u0 = tl.load(lv_ptr + s)
+        u1 = tl.load(lv_ptr + s + 1)
+        t0 = tl.load(table_ptr + j * L + s)
+        t1 = tl.load(table_ptr + j * L + s + 1)
+        target = t0 + (tl.load(u_ptr + l) - u0) * ((t1 - t0) / (u1 - u0))
+    val, der = _abs_pow(gm - target, tl.load(prm_ptr), P_MODE)
+    inv_n = tl.load(prm_ptr + 1)
+    tl.store(part_ptr + j * L + l, val * size.to(tl.float64) * inv_n)
+    if NEED_G:
+        gv = (der * inv_n).to(g_ptr.dtype.element_ty)
+        for r0 in range(0, size, BLOCK):
+            offs = r0 + tl.arange(0, BLOCK)
+            mask = offs < size
+            idx = tl.load(idx_ptr + j * N + start + offs, mask=mask, other=0)
+            tl.store(g_ptr + j * N + idx, tl.zeros((BLOCK,), dtype=g_ptr.dtype.element_ty) + gv, mask=mask)
+
+
+def _sketch_tables(m, n, sketch_bins, device):
+    """The public constants of a sketch with M private and N generated rows: private bin sizes (weights of the
+    isotonic fit) and levels, the generated bins' levels u (clamped to [0, 1]) and their segments of the private
+    levels (``torch.searchsorted(right=True) − 1`` clamped to [0, L − 2], as ``quantile_table_eval``)."""
+    from fastdpot.privacy.sketch import bin_levels, bin_sizes
+
+    sx = bin_sizes(m, sketch_bins)
+    lv = bin_levels(sx)
+    u = bin_levels(bin_sizes(n, sketch_bins)).clamp(0.0, 1.0)
+    seg = (torch.searchsorted(lv, u, right=True) - 1).clamp(0, max(sketch_bins - 2, 0))
+    return [t.to(device) for t in (sx.to(torch.float64), lv, u, seg)]
+
+
+class SketchSlicedWassersteinTriton(GradientInForward):
+    """Autograd wrapper of the Triton sketch-release loss (``triton``/``cuda`` backends with ``sketch_bins``).
+
+    Forward arguments (x private (M, d), y generated (N, d), projections, p, noise_std, seed, return_noise,
+    sketch_bins, prims). The gradient w.r.t. ``y`` is computed in the forward pass and saved; none flows to the
+    private rows or to ``projections``; no double backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x, y, projections, p, noise_std, seed, return_noise, sketch_bins, prims=None):
+        xd, yd, th = x.detach(), y.detach(), projections.detach()
+        m, d = xd.shape
+        n, k = yd.shape[0], th.shape[0]
+        L = int(sketch_bins)
+        need_gy = ctx.needs_input_grad[1]
+        dev, dt = xd.device, xd.dtype
+        noise = sketch_noise(k, L, noise_std, seed, dev)  # (k, L) float64, the release's keyed normals
+        wts, lv, u, seg = _sketch_tables(m, n, L, dev)
+        grad_y = torch.empty((n, d), dtype=dt, device=dev) if need_gy else None
+        kc = direction_chunk(max(n, m), k)
+        bx = torch.empty((kc, m), dtype=dt, device=dev)
+        by = torch.empty((kc, n), dtype=dt, device=dev)
+        f64 = dict(dtype=torch.float64, device=dev)
+        means, gmeans, table = (torch.empty((kc, L), **f64) for _ in range(3))
+        bv, bw = torch.empty((kc, L), **f64), torch.empty((kc, L), **f64)
+        bn = torch.empty((kc, L), dtype=torch.int32, device=dev)
+        part = torch.empty((kc, L), **f64)
+        prm = torch.tensor([float(p), 1.0 / n], **f64)
+        p_mode = 1 if p == 1 else (2 if p == 2 else 0)
+        block = 1024 if xd.is_cuda else 64
+        total = torch.zeros((), **f64)
+        for j0 in range(0, k, kc):
+            c = min(kc, k - j0)
+            px = project_noise(xd, th, j0, c, 0, 0.0, out=bx[:c])
+            py = project_noise(yd, th, j0, c, 0, 0.0, out=by[:c])
+            sx, _ = _argsort_rows(px, prims)
+            sy, iy = _argsort_rows(py, prims)
+            nz = noise[j0:j0 + c] if noise_std > 0 else means
+            _bin_means_kernel[(L, c)](sx, nz, means, m, L, HAS_NOISE=noise_std > 0, BLOCK=block)
+            _bin_means_kernel[(L, c)](sy, means, gmeans, n, L, HAS_NOISE=False, BLOCK=block)
+            _isotonic_kernel[(c,)](means, wts, bv, bw, bn, table, L, num_warps=1)
+            _sketch_loss_kernel[(L, c)](gmeans, table, seg, u, lv, iy, py, part, prm, n, L, ONE_BIN=L == 1,
+                                        P_MODE=p_mode, NEED_G=need_gy, BLOCK=block)
+            total += part[:c].sum()
+            if need_gy:
+                accumulate_drift(py, th, j0, grad_y, 1.0 / k, first=j0 == 0, last=j0 + c >= k)
+        ctx.save_for_backward(None, grad_y)
+        loss = (total / k).to(dt)
+        if return_noise:
+            ctx.mark_non_differentiable(noise)
+            return loss, noise
+        return loss
+
+
+def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise, prims=None, *, sketch_bins=None):
     """Backend function of op ``"sliced_wasserstein"`` (dispatch contract signature).
 
     Shape: x (N, d) private side (already clipped by the public function), y (M, d), projections (k, d);
     noise σ >= 0 is a standard deviation on projected values, added to both sides (x: stream "private",
     y: stream "particles" of kernels/_common.py). Returns the 0-d loss, or ``(loss, noise_x (N, k), noise_y (M, k))``
-    with the exact σ-scaled draws when ``return_noise``.
+    with the exact σ-scaled draws when ``return_noise``. With ``sketch_bins=L`` the sketch release
+    (:class:`SketchSlicedWassersteinTriton`): σ is the standard deviation of the noise on each private bin sum, the
+    gradient flows to y only, and ``return_noise`` gives ``(loss, noise (k, L) float64, None)``.
 
     Raises:
-        ValueError: p < 1, unsupported dtype / device mix, ``projections`` requiring grad.
+        ValueError: p < 1 (p not in {1, 2} with ``sketch_bins``), unsupported dtype / device mix, ``projections``
+            requiring grad, ``sketch_bins`` outside [1, min(N, M)].
         BackendUnavailableError: CPU tensors without TRITON_INTERPRET=1.
 
-    Autograd: gradient w.r.t. x and y, computed in the forward pass; none w.r.t. projections; no double backward.
+    Autograd: gradient w.r.t. x and y (sketch: y only), computed in the forward pass; none w.r.t. projections; no
+    double backward.
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021;
@@ -193,18 +367,27 @@ def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_nois
     projections = projections.to(x.dtype)
     check_launchable(x, y, projections)
     with device_guard(x):
+        if sketch_bins is not None:
+            if p not in (1, 2):
+                raise ValueError(f"p must be 1 or 2 with sketch_bins, got {p!r}")
+            if not 1 <= int(sketch_bins) <= min(x.shape[0], y.shape[0]):
+                raise ValueError(f"sketch_bins must be in [1, min(N, M)] = [1, {min(x.shape[0], y.shape[0])}], got "
+                                 f"{sketch_bins!r}")
+            out = SketchSlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed),
+                                                      bool(return_noise), int(sketch_bins), prims)
+            return (out[0], out[1], None) if return_noise else out
         out = SlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed), bool(return_noise),
                                             prims)
     return tuple(out) if return_noise else out
 
 
-def sliced_wasserstein_cuda(x, y, projections, p, noise_std, seed, return_noise, prims=None):
+def sliced_wasserstein_cuda(x, y, projections, p, noise_std, seed, return_noise, prims=None, *, sketch_bins=None):
     """Backend function of op ``"sliced_wasserstein"``, backend ``cuda``: :func:`sliced_wasserstein_triton` with the
     projections of float32 inputs sorted by CUB radix sorts carrying 32-bit indices (``fastdpot._C_cuda_flow``)
-    instead of ``torch.sort``'s int64 indices; same loss, noise and gradients (float64: ``torch.sort``).
-    ``prims``: the primitive set (default :data:`fastdpot._cuda_prims.CUB`; the tests pass
+    instead of ``torch.sort``'s int64 indices; same loss, noise and gradients (float64: ``torch.sort``), both
+    releases. ``prims``: the primitive set (default :data:`fastdpot._cuda_prims.CUB`; the tests pass
     :data:`~fastdpot._cuda_prims.TORCH` to run this path on CPU)."""
     from fastdpot._cuda_prims import CUB
 
     return sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise,
-                                     CUB if prims is None else prims)
+                                     CUB if prims is None else prims, sketch_bins=sketch_bins)

@@ -35,7 +35,8 @@ from typing import Callable, Optional
 import torch
 
 from .._dispatch import dispatch, register, set_auto
-from .._validate import check_choice, check_int, check_nonnegative, check_positive, check_same_dim, check_tensor
+from .._validate import (check_bool, check_choice, check_int, check_nonnegative, check_positive, check_same_dim,
+                         check_tensor)
 from ..reference.sinkhorn import epsilon_schedule, sinkhorn_loop, sinkhorn_tensorized, sqdist_dense
 
 __all__ = ["sinkhorn", "select_backend", "Cost", "squared_euclidean", "euclidean", "l1", "squared_euclidean_l1",
@@ -90,8 +91,12 @@ def _euclid_dense(u, v):
 
 
 def squared_euclidean(half: bool = True) -> Cost:
-    """C(x, y) = ½‖x − y‖² (``half=True``, GeomLoss' p = 2 cost) or ‖x − y‖² (``half=False``)."""
-    c = 0.5 if half else 1.0
+    """C(x, y) = ½‖x − y‖² (``half=True``, GeomLoss' p = 2 cost) or ‖x − y‖² (``half=False``).
+
+    Raises:
+        ValueError: ``half`` not a bool.
+    """
+    c = 0.5 if check_bool(half, "half") else 1.0
     return Cost("squared_euclidean" + ("/2" if half else ""),
                 dense=lambda u, v: c * sqdist_dense(u, v),
                 keops=lambda ui, vj: c * ((ui - vj) ** 2).sum(-1),
@@ -391,6 +396,7 @@ def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None,
     Raises:
         ValueError: bad shapes, non-finite values, a tensor on an unsupported device (meta), negative or
             (balanced) unequal-mass weights, p not in {1, 2}, blur <= 0, reach <= 0, scaling outside (0, 1),
+            ``debias`` or ``return_potentials`` not a bool,
             unknown backend name or "multiscale", data whose cost over their diameter overflows the dtype (e.g.
             float32 points of size 1e30), ``return_potentials`` with batched inputs.
         BackendUnavailableError: backend="keops" without pykeops or with a cost that has no KeOps formula.
@@ -399,6 +405,8 @@ def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None,
         Feydy et al., AISTATS 2019 (Sinkhorn divergences); Feydy, PhD thesis §3.3 (Eq. 3.186, 3.207-3.209);
         Cao et al., NeurIPS 2021 (DP-Sinkhorn).
     """
+    check_bool(debias, "debias")
+    check_bool(return_potentials, "return_potentials")
     if isinstance(x, torch.Tensor) and x.dim() == 3:
         return _sinkhorn_batched(x, y, a, b, p=p, blur=blur, scaling=scaling, cost=cost, debias=debias,
                                  backend=backend, diameter=diameter, final_iters=final_iters,

@@ -1,23 +1,29 @@
 """Op ``"sliced_wasserstein"``: the (noisy) sliced Wasserstein distance SW_p^p of two point clouds along given
-directions, its validated entry point :func:`sliced_wasserstein` and its backends.
+directions, its validated entry point :func:`sliced_wasserstein_op` and its backends.
 
-The losses of :mod:`fastdpot.sliced` (argument aliases, privacy randomness, clipping, the sketch release, the
-modules) call :func:`sliced_wasserstein`; it checks its arguments (:func:`check_inputs`), draws the directions when
-none are given (:func:`fastdpot._random.random_projections`) and dispatches (:mod:`fastdpot._dispatch`).
+The losses of :mod:`fastdpot.sliced` (argument aliases, numpy in and out, privacy randomness, clipping, the
+modules) call :func:`sliced_wasserstein_op`; it checks its arguments (:func:`check_inputs`, :func:`check_weights`),
+draws the directions when none are given (:func:`fastdpot._random.random_projections`) and dispatches
+(:mod:`fastdpot._dispatch`).
 
-Backends (signature ``fn(x, y, projections, p, noise_std, seed, return_noise)``):
+Backends (signature ``fn(x, y, projections, p, noise_std, seed, return_noise, *, sketch_bins=None)``; every row
+implements both releases: the points release, noise on every projected value, and with ``sketch_bins`` the sketch
+release, noise on the bin sums of the private side's sorted projections):
 
-* ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` (pure torch, autograd), with the C++
-  kernel's keyed noise (:func:`reference_noise`);
+* ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` and
+  :func:`~fastdpot.reference.sliced.sketch_sliced_wasserstein` (pure torch, autograd), with the C++ kernel's keyed
+  noise (:func:`reference_noise`, :func:`sketch_noise`); also the only row for non-uniform sample weights;
 * ``cpu`` — ``csrc/sliced.cpp``: projections by torch's BLAS per chunk of directions, then one fused C++ pass per
-  direction (Philox noise, radix argsort with 32-bit indices, quantile matching, gradient scattered through the
-  permutation), OpenMP over directions, GIL released. The gradient w.r.t. x and y is computed *during* the forward
-  (it is a by-product of the sorts) and saved as (N, d) + (M, d) tensors: that is less memory than saving the
-  permutations ((N + M)·k 32-bit indices, 400 MB at N = M = 10⁵, k = 500) and costs no second sort pass;
+  direction (Philox noise, radix argsort with 32-bit indices, quantile matching — or bin sums, noise, isotonic fit
+  and table lookup for the sketch —, gradient scattered through the permutation), OpenMP over directions, GIL
+  released. The gradient w.r.t. x and y is computed *during* the forward (it is a by-product of the sorts) and
+  saved as (N, d) + (M, d) tensors: that is less memory than saving the permutations ((N + M)·k 32-bit indices,
+  400 MB at N = M = 10⁵, k = 500) and costs no second sort pass;
 * ``triton`` — ``kernels/dpswd.py`` (:func:`fastdpot.ops._triton.register_triton`: imported on first use), the
-  ``auto`` choice on CUDA.
+  ``auto`` choice on CUDA where ``cuda`` (the same with CUB sorts) is not built.
 
-``backend="auto"``: ``cpu`` for CPU tensors when the extension is built, ``triton`` on CUDA, else ``reference``.
+``backend="auto"``: ``cpu`` for CPU tensors when the extension is built, ``cuda`` / ``triton`` on CUDA, else
+``reference``.
 
 References:
     Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021; Bonneel et al.,
@@ -31,14 +37,14 @@ import torch
 
 from .. import _dispatch
 from .._ext import cpp_status, load_cpp
-from .._validate import (check_choice, check_nonnegative, check_same_dim, check_seed,
-                         check_tensor, check_unit_rows)
+from .._validate import (check_choice, check_int, check_nonnegative, check_num_projections, check_same_dim,
+                         check_seed, check_tensor, check_unit_rows, unit_norm_tolerance)
 from ..reference import sliced as _ref
 from .._random import random_projections
 from ._triton import register_cuda, register_triton
 
-__all__ = ["sliced_wasserstein_op", "check_inputs", "select_backend", "GradientInForward",
-           "SlicedWassersteinCPU", "reference_noise"]
+__all__ = ["sliced_wasserstein_op", "check_inputs", "check_weights", "select_backend", "GradientInForward",
+           "SlicedWassersteinCPU", "SketchSlicedWassersteinCPU", "reference_noise", "sketch_noise"]
 
 OP = "sliced_wasserstein"
 _DTYPES = (torch.float32, torch.float64)
@@ -63,8 +69,22 @@ def reference_noise(x, y, k, noise_std, seed):
     return nx.to(x.dtype), ny.to(x.dtype)
 
 
+def sketch_noise(k, sketch_bins, noise_std, seed, device="cpu"):
+    """The noise of the sketch release on the private bin sums, (k, L) float64: normal ``j·L + l`` of stream 0 of
+    the keyed privacy-grade normals of :mod:`fastdpot.reference.philox` (``per_block=2``, all 64 bits of ``seed``),
+    times ``noise_std`` -- the draws of ``csrc/sliced.cpp``'s sketch kernel and of ``kernels/dpswd.py``."""
+    from ..reference.philox import keyed_normals
+
+    z = keyed_normals(seed, 0, 0, k * sketch_bins, per_block=2, device=device).reshape(k, sketch_bins)
+    return z * noise_std
+
+
 @_dispatch.register(OP, "reference")
-def _sw_reference(x, y, projections, p, noise_std, seed, return_noise):
+def _sw_reference(x, y, projections, p, noise_std, seed, return_noise, *, sketch_bins=None):
+    if sketch_bins is not None:
+        noise = sketch_noise(projections.shape[0], sketch_bins, noise_std, seed, x.device)
+        loss = _ref.sketch_sliced_wasserstein(x, y, projections, sketch_bins, p, noise if noise_std > 0 else None)
+        return (loss, noise, None) if return_noise else loss
     noise_x = noise_y = None
     if noise_std > 0 or return_noise:
         noise_x, noise_y = reference_noise(x, y, projections.shape[0], noise_std, seed)
@@ -150,6 +170,45 @@ class SlicedWassersteinCPU(GradientInForward):
         return loss
 
 
+class SketchSlicedWassersteinCPU(GradientInForward):
+    """Autograd wrapper of the fused C++ kernel of the sketch release (``cpu`` backend, ``sketch_bins`` given).
+
+    Forward arguments (x private (M, d), y generated (N, d), projections, p, noise_std, seed, return_noise,
+    sketch_bins). The gradient w.r.t. ``y`` is computed in the forward pass and saved; none flows to the private
+    rows (the release is not differentiable w.r.t. them) or to ``projections``; no double backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x, y, projections, p, noise_std, seed, return_noise, sketch_bins):
+        mod = load_cpp("sliced")
+        kern = mod.sketch_chunk_f32 if x.dtype == torch.float32 else mod.sketch_chunk_f64
+        m, n, d = x.shape[0], y.shape[0], x.shape[1]
+        k = projections.shape[0]
+        need_gy = ctx.needs_input_grad[1]
+        xd, yd, th = x.detach(), y.detach(), projections.detach()
+        kc = _chunk_size(m, n, k, x.element_size(), 2 + int(need_gy))
+        grad_y = torch.zeros(n, d, dtype=x.dtype) if need_gy else None
+        noise = torch.zeros(k, sketch_bins, dtype=torch.float64) if return_noise else None
+        total, gyb = 0.0, None
+        for j0 in range(0, k, kc):
+            th_c = th[j0:j0 + kc]
+            c = th_c.shape[0]
+            if need_gy and (gyb is None or gyb.shape[0] != c):
+                gyb = torch.empty(c, n, dtype=x.dtype)
+            losses = kern(torch.mm(th_c, xd.T).numpy(), torch.mm(th_c, yd.T).numpy(), int(p), int(sketch_bins),
+                          float(noise_std), int(seed), int(j0), 1.0 / k, gyb.numpy() if need_gy else None,
+                          noise[j0:j0 + c].numpy() if return_noise else None)
+            total += float(losses.sum())
+            if need_gy:
+                grad_y.addmm_(gyb.T, th_c)
+        ctx.save_for_backward(None, grad_y)
+        loss = torch.tensor(total / k, dtype=x.dtype)
+        if return_noise:
+            ctx.mark_non_differentiable(noise)
+            return loss, noise
+        return loss
+
+
 def _cpu_available():
     ok, err = cpp_status("sliced")
     if ok:
@@ -159,14 +218,17 @@ def _cpu_available():
 
 
 @_dispatch.register(OP, "cpu", available=_cpu_available)
-def _sw_cpu(x, y, projections, p, noise_std, seed, return_noise):
+def _sw_cpu(x, y, projections, p, noise_std, seed, return_noise, *, sketch_bins=None):
     if x.device.type != "cpu" or y.device.type != "cpu" or projections.device.type != "cpu":
         raise ValueError(f"backend 'cpu' needs CPU tensors, got x on {x.device}, y on {y.device}")
     if projections.requires_grad:
         raise ValueError("backend 'cpu' gives no gradient w.r.t. projections; use backend='reference' "
                          "or pass projections.detach()")
-    out = SlicedWassersteinCPU.apply(x.contiguous(), y.contiguous(), projections.contiguous(), p, noise_std,
-                                     seed, return_noise)
+    args = (x.contiguous(), y.contiguous(), projections.contiguous(), p, noise_std, seed, return_noise)
+    if sketch_bins is not None:
+        out = SketchSlicedWassersteinCPU.apply(*args, sketch_bins)
+        return (out[0], out[1], None) if return_noise else out
+    out = SlicedWassersteinCPU.apply(*args)
     return tuple(out) if return_noise else out
 
 
@@ -180,11 +242,12 @@ register_cuda(OP, "dpswd", "sliced_wasserstein_cuda")  # the same with CUB sorts
 # ------------------------------------------------------------------------------------------------------------
 def check_inputs(x: torch.Tensor, y: torch.Tensor, p: int = 2, num_projections: Optional[int] = None,
                  projections: Optional[torch.Tensor] = None, generator=None,
-                 names: Sequence[str] = ("x", "y")) -> torch.Tensor:
+                 names: Sequence[str] = ("x", "y"), *, orthogonal: bool = False) -> torch.Tensor:
     """The op's argument checks; returns the directions: ``projections`` checked and cast to x's dtype, or, when
-    None, ``num_projections`` directions drawn by :func:`fastdpot._random.random_projections` from ``generator``.
+    None, ``num_projections`` directions drawn by :func:`fastdpot._random.random_projections` from ``generator``
+    (``orthogonal``: blocks of d orthonormal rows; given ``projections`` must then be such blocks).
 
-    ``names`` are the names of x and y in the error messages. Raises ValueError as :func:`sliced_wasserstein`.
+    ``names`` are the names of x and y in the error messages. Raises ValueError as :func:`sliced_wasserstein_op`.
     """
     xname, yname = names
     check_tensor(x, xname, ndim=2, dtypes=_DTYPES)
@@ -201,17 +264,57 @@ def check_inputs(x: torch.Tensor, y: torch.Tensor, p: int = 2, num_projections: 
         if num_projections is None:
             raise ValueError("one of num_projections or projections must be given (num_projections has the alias "
                              "n_projections), got neither")
-        return random_projections(num_projections, d, generator=generator, dtype=x.dtype, device=x.device)
+        k = check_num_projections(num_projections, d)
+        return random_projections(k, d, generator=generator, dtype=x.dtype, device=x.device,
+                                  orthogonal=orthogonal)
     check_tensor(projections, "projections", ndim=2, dtypes=_DTYPES)
     if projections.shape[1] != d:
-        raise ValueError(f"projections must have shape (k, d) = (k, {d}), got {tuple(projections.shape)}")
+        raise ValueError(f"projections must have shape (k, d) = (k, {d}): one unit direction per row, got "
+                         f"{tuple(projections.shape)} (POT's projections are (d, k) columns: pass their transpose)")
     if num_projections is not None and num_projections != projections.shape[0]:
         raise ValueError(f"num_projections={num_projections!r} disagrees with projections of shape "
                          f"{tuple(projections.shape)}")
     check_unit_rows(projections, "projections")
+    if orthogonal:
+        _check_orthogonal_blocks(projections)
     if projections.device != x.device:
         raise ValueError(f"projections must be on {x.device}, got {projections.device}")
     return projections.to(x.dtype)
+
+
+def _check_orthogonal_blocks(theta):
+    """``directions="orthogonal"`` with given projections: every block of d consecutive rows orthonormal (the
+    assumption of :func:`fastdpot.privacy.orthogonal_sliced_sensitivity`)."""
+    k, d = theta.shape
+    th = theta.detach().to(torch.float64)
+    tol = unit_norm_tolerance(theta.dtype, d)
+    for j0 in range(0, k, d):
+        blk = th[j0:j0 + d]
+        gram = blk @ blk.T - torch.eye(blk.shape[0], dtype=torch.float64, device=blk.device)
+        worst = float(gram.abs().max())
+        if not worst <= tol:
+            raise ValueError(f"projections are not blocks of d = {d} orthonormal rows (directions='orthogonal'): "
+                             f"rows {j0}..{j0 + blk.shape[0] - 1} have |Θ_b Θ_bᵀ − I| up to {worst:.3g} > {tol:.2g}")
+
+
+def check_weights(w, n: int, name: str, like: torch.Tensor) -> Optional[torch.Tensor]:
+    """Sample weights of one side: None, or an (n,) nonnegative finite tensor of ``like``'s dtype and device with a
+    positive sum; returns them divided by their sum, or None when they are uniform and need no gradient (the
+    compiled backends then apply)."""
+    if w is None:
+        return None
+    check_tensor(w, name, ndim=1, dtypes=_DTYPES)
+    if w.shape[0] != n:
+        raise ValueError(f"{name} must have one weight per row, shape ({n},), got {tuple(w.shape)}")
+    if w.dtype != like.dtype or w.device != like.device:
+        raise ValueError(f"{name} must have the points' dtype and device ({like.dtype}, {like.device}), got "
+                         f"{w.dtype}, {w.device}")
+    lo, total = float(w.detach().min()), float(w.detach().sum())
+    if lo < 0 or not total > 0:
+        raise ValueError(f"{name} must be nonnegative weights with a positive sum, got min {lo!r}, sum {total!r}")
+    if not w.requires_grad and lo == float(w.detach().max()):
+        return None
+    return w / w.sum()
 
 
 def _dispatch_for(n, m, device_type, backend):
@@ -219,7 +322,7 @@ def _dispatch_for(n, m, device_type, backend):
 
 
 def select_backend(n: int, m: int, device_type: str = "cpu", backend: str = "auto") -> str:
-    """The backend :func:`sliced_wasserstein` runs for N = ``n`` and M = ``m`` points on ``device_type`` ("cpu",
+    """The backend :func:`sliced_wasserstein_op` runs for N = ``n`` and M = ``m`` points on ``device_type`` ("cpu",
     "cuda"): the ``auto`` rule of the module doc, or ``backend`` itself when it is available.
 
     Raises:
@@ -230,52 +333,81 @@ def select_backend(n: int, m: int, device_type: str = "cpu", backend: str = "aut
 
 
 def sliced_wasserstein_op(x: torch.Tensor, y: torch.Tensor, projections: Optional[torch.Tensor] = None, p: int = 2,
-                       noise_std: float = 0.0, seed: Optional[int] = 0, return_noise: bool = False,
-                       backend: str = "auto", *, num_projections: Optional[int] = None, generator=None,
-                       names: Sequence[str] = ("x", "y")):
+                          noise_std: float = 0.0, seed: Optional[int] = 0, return_noise: bool = False,
+                          backend: str = "auto", *, num_projections: Optional[int] = None, generator=None,
+                          names: Sequence[str] = ("x", "y"), orthogonal: bool = False,
+                          a: Optional[torch.Tensor] = None, b: Optional[torch.Tensor] = None,
+                          sketch_bins: Optional[int] = None):
     r"""Op ``"sliced_wasserstein"``: Monte-Carlo SW_p^p of x and y along k directions, with optional Gaussian
-    noise on every projected value (the DP-SW mechanism of Rakotomamonjy & Ralaivola, ICML 2021), validated, then
-    computed by the chosen backend.
+    noise on every projected value (the DP-SW mechanism of Rakotomamonjy & Ralaivola, ICML 2021) or on the bin sums
+    of x's sorted projections (the sketch release), validated, then computed by the chosen backend.
 
     .. math::
-        \frac1k \sum_{j=1}^k W_p^p\Big(\frac1N\sum_i\delta_{\theta_j^\top x_i + v_{ij}},
-        \frac1M\sum_i\delta_{\theta_j^\top y_i + v'_{ij}}\Big),\quad v, v' \sim \mathcal N(0, \sigma^2)
+        \frac1k \sum_{j=1}^k W_p^p\Big(\sum_i a_i\,\delta_{\theta_j^\top x_i + v_{ij}},
+        \sum_i b_i\,\delta_{\theta_j^\top y_i + v'_{ij}}\Big),\quad v, v' \sim \mathcal N(0, \sigma^2)
 
-    with 1-D W_p^p computed by sorting (N ≠ M: the merged quantile levels {i/N} ∪ {j/M}). This is the op without
-    the losses' conventions: no clipping, no privacy randomness policy, no aliases; use
-    :func:`fastdpot.sliced.sliced_wasserstein` and :func:`fastdpot.sliced.dp_sliced_wasserstein`.
+    with 1-D W_p^p computed by sorting (a_i = 1/N, b_i = 1/M unless weights are given; N ≠ M: the merged quantile
+    levels {i/N} ∪ {j/M}). This is the op without the losses' conventions: no clipping, no privacy randomness
+    policy, no aliases; use :func:`fastdpot.sliced.sliced_wasserstein` and :func:`fastdpot.sliced.dp_sliced_wasserstein`.
 
     Args:
-        x: (N, d) float32 / float64.
+        x: (N, d) float32 / float64 (the private side of the DP uses).
         y: (M, d), same dtype and device as x.
         projections: (k, d) directions with unit-norm rows, or None: ``num_projections`` directions drawn from
             ``generator`` (:func:`fastdpot._random.random_projections`).
         p: 1 or 2.
-        noise_std: σ >= 0 of the noise added to every projected value of both sides (0: no noise).
+        noise_std: σ >= 0 of the noise added to every projected value of both sides (0: no noise); with
+            ``sketch_bins``, of the noise on every private bin sum.
         seed: key of the noise streams, an integer in [0, 2**63); None: drawn by ``generator.seed()`` after the
             directions (``generator`` a :class:`fastdpot.privacy.randomness.PrivacyRandomness`).
-        return_noise: also return the noise added, (N, k) and (M, k), so the reference can replay the run.
-        backend: "auto", "reference", "cpu", "triton".
-        num_projections: k, when ``projections`` is None (must agree with it otherwise).
+        return_noise: also return the noise added, (N, k) and (M, k) (sketch: (k, L) float64 and None), so the
+            reference can replay the run.
+        backend: "auto", "reference", "cpu", "triton", "cuda".
+        num_projections: k, when ``projections`` is None (must agree with it otherwise; at most
+            :data:`fastdpot._validate.MAX_PROJECTION_ENTRIES` / d).
         generator: None, a ``torch.Generator`` or a ``PrivacyRandomness``: the source of the drawn directions.
         names: the names of x and y in error messages.
+        orthogonal: draw ⌈k/d⌉ blocks of orthonormal directions (given projections must be such blocks).
+        a, b: optional (N,) / (M,) nonnegative sample weights (normalised to sum 1). Non-uniform weights are
+            computed by the ``reference`` backend (``auto`` falls back to it; a compiled backend asked for
+            explicitly raises), without noise or sketch.
+        sketch_bins: L, 1 <= L <= min(N, M): the sketch release's loss
+            (:func:`fastdpot.reference.sliced.sketch_sliced_wasserstein`; x is the private side, the gradient flows
+            to y only), its noise on the bin sums from the keyed normals of ``seed``
+            (:func:`sketch_noise`).
 
     Shape:
-        x (N, d), y (M, d), projections (k, d) -> 0-d tensor [, noise_x (N, k), noise_y (M, k)].
+        x (N, d), y (M, d), projections (k, d), a (N,), b (M,) -> 0-d tensor [, noise_x (N, k), noise_y (M, k)].
 
     Returns:
-        the loss, differentiable w.r.t. x and y (not w.r.t. ``projections`` on the cpu and triton backends); with
-        ``return_noise`` a tuple (loss, noise_x, noise_y).
+        the loss, differentiable w.r.t. x and y (not w.r.t. ``projections`` on the compiled backends; w.r.t. y only
+        with ``sketch_bins``); with ``return_noise`` a tuple (loss, noise_x, noise_y).
 
     Raises:
         ValueError: bad shapes / dtypes / non-finite or empty input, a tensor on an unsupported device (meta), N or
             M >= 2**32, p not in {1, 2}, projections not (k, d) with unit rows (tolerance
-            :func:`fastdpot._validate.unit_norm_tolerance`), neither ``num_projections`` nor ``projections``, σ < 0,
-            a bad seed, an unknown backend, a loss that overflows the dtype.
+            :func:`fastdpot._validate.unit_norm_tolerance`), neither ``num_projections`` nor ``projections``, too
+            many projections, σ < 0, a bad seed, an unknown backend, bad weights, weights with noise or a sketch or
+            a compiled backend, ``sketch_bins`` out of range, a loss that overflows the dtype.
         BackendUnavailableError: an explicitly requested backend is not available.
     """
-    theta = check_inputs(x, y, p, num_projections, projections, generator, names)
+    theta = check_inputs(x, y, p, num_projections, projections, generator, names, orthogonal=orthogonal)
     noise_std = check_nonnegative(noise_std, "noise_std")
+    a = check_weights(a, x.shape[0], "a", x)
+    b = check_weights(b, y.shape[0], "b", x)
+    if a is not None or b is not None:
+        if noise_std > 0 or sketch_bins is not None or return_noise:
+            raise ValueError("sample weights a, b are for the plain sliced Wasserstein distance (no noise, no sketch)")
+        if backend not in ("auto", "reference"):
+            raise ValueError(f"non-uniform sample weights are computed by the reference backend: backend must be "
+                             f"'auto' or 'reference', got {backend!r}")
+        return _check_overflow(_ref.sliced_wasserstein(x, y, theta, p, a=a, b=b), x.dtype)
+    extra = {}
+    if sketch_bins is not None:
+        extra["sketch_bins"] = check_int(sketch_bins, "sketch_bins", 1)
+        if sketch_bins > min(x.shape[0], y.shape[0]):
+            raise ValueError(f"sketch_bins must be at most both batch sizes ({names[0]}: {x.shape[0]}, {names[1]}: "
+                             f"{y.shape[0]}), got {sketch_bins}")
     if seed is None:
         if generator is None or isinstance(generator, torch.Generator):
             raise ValueError("seed=None draws the noise key from generator, which must then be a PrivacyRandomness, "
@@ -283,7 +415,7 @@ def sliced_wasserstein_op(x: torch.Tensor, y: torch.Tensor, projections: Optiona
         seed = generator.seed()
     seed = check_seed(seed, "seed")
     _, fn = _dispatch_for(x.shape[0], y.shape[0], x.device.type, backend)
-    return _check_overflow(fn(x, y, theta, p, noise_std, seed, bool(return_noise)), x.dtype)
+    return _check_overflow(fn(x, y, theta, p, noise_std, seed, bool(return_noise), **extra), x.dtype)
 
 
 def _check_overflow(loss, dtype):
@@ -294,4 +426,3 @@ def _check_overflow(loss, dtype):
                          f"inputs' projected distances raised to the power p are too large for the dtype; rescale "
                          f"the data or use float64")
     return loss
-

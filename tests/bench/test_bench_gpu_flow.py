@@ -1,12 +1,11 @@
 """bench.gpu_flow on CPU: the torch.compile anchor of the DP-SWD loss (same value and gradient as the reference, same
 noise), the --dpswd-only / --compiled options, and the ratio_to_compiled field of the rows and the table."""
-import json
 import os
 
 import pytest
 import torch
 
-from bench import gpu_flow
+from bench import gpu_flow, store
 
 
 def _compile_works():
@@ -72,10 +71,10 @@ def test_compiled_anchor_matches_reference():
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") != "1", reason="--smoke needs TRITON_INTERPRET=1")
 @pytest.mark.skipif(not _compile_works(), reason="torch.compile does not work here")
 def test_smoke_dpswd_only_with_compiled_anchor(tmp_path):
-    results, table = tmp_path / "r.jsonl", tmp_path / "t.md"
+    results, table = tmp_path / "r.json", tmp_path / "t.md"
     assert gpu_flow.main(["--smoke", "--dpswd-only", "128,4,8", "--results", str(results),
                           "--table", str(table)]) == 0
-    rows = [json.loads(ln) for ln in results.read_text().splitlines()]
+    rows = store.load_rows([str(results)])
     assert [r["impl"] for r in rows] == ["triton", "reference", "reference_compiled"]
     assert all(r["case"] == "dpswd" and "error" not in r for r in rows)
     by = {r["impl"]: r for r in rows}
@@ -94,8 +93,8 @@ def test_compile_failure_is_an_error_row(tmp_path, monkeypatch):
         return fn
 
     monkeypatch.setattr(gpu_flow, "compiled_reference_loss", broken)
-    results = tmp_path / "r.jsonl"
+    results = tmp_path / "r.json"
     assert gpu_flow.main(["--smoke", "--dpswd-only", "64,4,8", "--results", str(results)]) == 0
-    rows = {r["impl"]: r for r in map(json.loads, results.read_text().splitlines())}
+    rows = {r["impl"]: r for r in store.load_rows([str(results)])}
     assert rows["reference_compiled"]["error"].startswith("AssertionError: Inductor")
     assert "error" not in rows["triton"] and "ratio_to_compiled" not in rows["triton"]

@@ -1,13 +1,13 @@
 """bench.gpu_sinkhorn on CPU: the shared ε list (same length as GeomLoss'), the case order, the implementations per
 size, the budget prediction, the table, and a --smoke run on the dense engine (KeOps' CPU compilation is left to the
 slow test)."""
-import json
 import math
 
 import pytest
 import torch
 
 from bench import gpu_sinkhorn as gs
+from bench import store
 
 
 @pytest.mark.parametrize("diameter", [0.3, 1.7, 12.0, 300.0])
@@ -77,10 +77,10 @@ def test_markdown_table_rows_and_published_note():
 
 
 def test_smoke_dense_engine(tmp_path, capsys):
-    results, table = tmp_path / "r.jsonl", tmp_path / "t.md"
+    results, table = tmp_path / "r.json", tmp_path / "t.md"
     assert gs.main(["--smoke", "--impls", "fastdpot", "--iterations", "12", "--results", str(results),
                     "--table", str(table)]) == 0
-    rows = [json.loads(ln) for ln in results.read_text().splitlines()]
+    rows = store.load_rows([str(results)])
     assert [(r["n"], r["d"], r["mode"]) for r in rows] == gs.plan(smoke=True)
     for r in rows:
         assert r["suite"] == "gpu_sinkhorn" and r["impl"] == "fastdpot" and r["backend"] == "reference"
@@ -101,8 +101,8 @@ def test_full_smoke_with_keops_and_geomloss(tmp_path):
     formulas into KEOPS_CACHE_FOLDER on first run: about a minute)."""
     pytest.importorskip("geomloss")
     pytest.importorskip("pykeops")
-    results = tmp_path / "r.jsonl"
+    results = tmp_path / "r.json"
     assert gs.main(["--smoke", "--results", str(results)]) == 0
-    rows = [json.loads(ln) for ln in results.read_text().splitlines()]
+    rows = store.load_rows([str(results)])
     assert {r["impl"] for r in rows} == {"geomloss_online", "fastdpot", "fastdpot_keops", "geomloss_tensorized"}
     assert all(r.get("rel_diff_to_geomloss", 0.0) < 1e-3 for r in rows)

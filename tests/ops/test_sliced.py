@@ -307,14 +307,18 @@ def test_bad_input(backend):
         sw(x.half(), y.half(), projections=th, backend=backend)
     with pytest.raises(ValueError, match="same dtype"):
         sw(x.float(), y, projections=th, backend=backend)
-    with pytest.raises(ValueError, match="num_projections or projections"):
-        sw(x, y, backend=backend)
+    with pytest.raises(ValueError, match="num_projections or projections"):  # the op itself has no default
+        op.sliced_wasserstein_op(x, y, backend=backend)
     with pytest.raises(ValueError, match="num_projections"):
         sw(x, y, num_projections=0, backend=backend)
+    with pytest.raises(ValueError, match=r"k·d <= 2\^31"):  # refused before any (k, d) matrix is drawn
+        sw(x, y, num_projections=10 ** 12, backend=backend)
     with pytest.raises(ValueError, match="disagrees"):
         sw(x, y, num_projections=5, projections=th, backend=backend)
-    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+    with pytest.raises(TypeError, match="both be torch tensors or both numpy arrays"):
         sw(x.numpy(), y, projections=th, backend=backend)
+    with pytest.raises(TypeError, match="a holds the sample weights"):  # the former third positional argument k
+        sw(x, y, 5, backend=backend)
     dp = S.dp_sliced_wasserstein
     with pytest.raises(ValueError, match="noise_std"):
         dp(y, private=x, noise_std=-0.1, projections=th, backend=backend)

@@ -1,0 +1,19 @@
+"""pytest-benchmark suite ``flow``: one DP sliced-Wasserstein flow step, forward (cases: bench/flow.py).
+
+One group per case and size: ``fastdpot`` (the C++ step) beside its anchor ``reference``. ``-k quick``: tiny sizes.
+"""
+import pytest
+
+from bench import flow as F
+from bench.harness import run_benchmark
+
+PARAMS = [(size, case, impl) for size in F.SIZES for case in F.CASES for impl in F.IMPLS[case]]
+#: the torch reference at N = 1e6 takes 30-60 s a call (the histogram one 15 GB): fewer rounds
+ROUNDS = {("1e6", "step", "reference"): 2, ("1e6", "histogram_step", "reference"): 1}
+
+
+@pytest.mark.parametrize("size,case,impl", PARAMS, ids=["-".join(p) for p in PARAMS])
+def test_flow(benchmark, size, case, impl):
+    params = dict(F.SIZES[size], **F.EXTRA.get(case, {}))
+    run_benchmark(benchmark, F.CASES[case](impl, **params), suite=F.SUITE, name=case, impl=impl, params=params,
+                  mode="forward", anchors=F.ANCHORS, rounds=ROUNDS.get((size, case, impl), 3))
