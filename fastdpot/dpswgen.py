@@ -263,9 +263,6 @@ def train_dpswgen(private_data: torch.Tensor, model: nn.Module, epsilon: Optiona
     _check_release(release, sketch_bins)
     if sketch_bins is not None and sketch_bins > B:
         raise ValueError(f"sketch_bins must be at most batch_size={B}, got {sketch_bins}")
-    if release == "sketch" and backend not in ("auto", "reference"):
-        raise ValueError(f"release='sketch' is computed in torch: backend must be 'auto' or 'reference', got "
-                         f"{backend!r}")
     if release == "points" and backend != "auto":
         from .ops.sliced_wasserstein import select_backend
 

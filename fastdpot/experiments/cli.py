@@ -124,13 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "ANALYSIS, not private): the sensitive images' own codes decoded, the representation's cap")
     f.add_argument("--public-size", type=int, default=d.public_size,
                    help="public training images (they train the auto-encoder), the rest private (default: half); "
-                        "0: the private-only protocol (no public image: a DP-SGD representation of the sensitive "
+                        "0: the private-only protocol (no public image: a DP representation of the sensitive "
                         "set, the label-private flow, one composed ε; DPImageBench's split and δ)")
     f.add_argument("--validation-size", type=int, default=d.validation_size,
                    help="with --public-size 0: the validation (tuning) split taken from the training set")
     f.add_argument("--representation-share", type=float, default=d.representation_share,
-                   help="with --public-size 0: the fraction of ε the DP-SGD representation is calibrated to alone "
+                   help="with --public-size 0: the fraction of ε the DP representation is calibrated to alone "
                         "(the flow takes the rest of the composed budget)")
+    f.add_argument("--rep-kind", choices=["pca", "autoencoder"], default=d.rep_kind,
+                   help="with --public-size 0: the DP representation: pca (one DP second-moment release) or "
+                        "autoencoder (DP-SGD)")
+    f.add_argument("--rep-scale", type=float, default=d.rep_scale,
+                   help="with --public-size 0 and --rep-kind pca: images are divided by this before clipping to "
+                        "norm 1")
     f.add_argument("--rep-epochs", type=float, default=d.rep_epochs,
                    help="with --public-size 0: DP-SGD passes over the sensitive images")
     f.add_argument("--rep-batch-size", type=int, default=d.rep_batch_size,
@@ -194,6 +200,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          classifiers=args.classifiers, cnn_epochs=args.cnn_epochs,
                          cnn_augment=args.cnn_augment, cnn_arch=args.cnn_arch,
                          validation_size=args.validation_size, representation_share=args.representation_share,
+                         rep_kind=args.rep_kind, rep_scale=args.rep_scale,
                          rep_epochs=args.rep_epochs, rep_batch_size=args.rep_batch_size,
                          rep_clip_radius=args.rep_clip_radius, rep_lr=args.rep_lr,
                          rep_label_weight=args.rep_label_weight, labels_from=args.labels_from)

@@ -116,8 +116,9 @@ class PipelineConfig:
             cnn_arch: the evaluation CNN, ``"small"`` or ``"dropout"`` (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
         public_size=0 selects the private-only protocol (:mod:`fastdpot.experiments.private_only`; δ = None there
             means DPImageBench's 1/(N ln N)); its settings: validation_size (the tuning split's size),
-            representation_share (the fraction of ε the DP-SGD representation is calibrated to alone), rep_epochs,
-            rep_batch_size, rep_clip_radius, rep_lr, rep_label_weight (the representation's DP-SGD:
+            representation_share (the fraction of ε the representation is calibrated to alone), rep_kind (``"pca"``:
+            DP-PCA, one release; ``"autoencoder"``: DP-SGD), rep_scale (PCA's image scale S), rep_epochs,
+            rep_batch_size, rep_clip_radius, rep_lr, rep_label_weight (the auto-encoder's DP-SGD; all:
             :class:`fastdpot.experiments.dp_representation.RepresentationConfig`), labels_from (``"flow"``: the
             flow's label block; ``"head"``: the DP representation's head labels the decoded particles).
     """
@@ -169,6 +170,8 @@ class PipelineConfig:
     cnn_arch: str = "small"
     validation_size: int = 5000
     representation_share: float = 0.9
+    rep_kind: str = "pca"
+    rep_scale: float = 16.0
     rep_epochs: float = 10.0
     rep_batch_size: int = 1024
     rep_clip_radius: float = 1.0
@@ -241,6 +244,8 @@ class PipelineConfig:
         if private_only:
             check_int(c.validation_size, "validation_size")
             check_choice(c.labels_from, "labels_from", ("flow", "head"))
+            check_choice(c.rep_kind, "rep_kind", ("pca", "autoencoder"))
+            check_positive(c.rep_scale, "rep_scale")
             if c.labels != "private":
                 raise ValueError("public_size=0 (the private-only protocol) protects the labels: labels='private'")
             if c.method == "public":

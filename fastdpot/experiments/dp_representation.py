@@ -1,4 +1,11 @@
-"""The private-only protocol's representation: an auto-encoder trained on the SENSITIVE images with DP-SGD.
+"""The private-only protocol's representation, learnt from the SENSITIVE images under differential privacy.
+
+Two kinds (``RepresentationConfig.kind``):
+
+* ``"pca"`` (the default): :class:`DPPCARepresentation`, the top-d eigenvectors of one Gaussian-noised second-moment
+  matrix of the scaled, clipped images (Dwork, Talwar, Thakurta & Zhang, "Analyze Gauss: optimal bounds for
+  privacy-preserving principal component analysis", STOC 2014), codes in the unit ball;
+* ``"autoencoder"``: a group-normalised supervised auto-encoder trained with DP-SGD, codes on the unit sphere.
 
 :class:`GroupNormConvAutoEncoder` is the layout of the public-half protocol's batch-normalised auto-encoder
 (:class:`fastdpot.experiments.autoencoder.BatchNormConvAutoEncoder`) with group normalisation instead of batch
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -26,8 +34,11 @@ import torch.nn.functional as F
 
 from .._validate import check_int, check_nonnegative, check_positive, check_probability
 
-__all__ = ["GroupNormConvAutoEncoder", "RepresentationConfig", "representation_loss", "train_dp_representation",
-           "head_labels"]
+__all__ = ["GroupNormConvAutoEncoder", "DPPCARepresentation", "RepresentationConfig", "representation_loss",
+           "train_dp_representation", "dp_second_moment", "head_labels", "REPRESENTATION_KINDS"]
+
+#: the representations :func:`train_dp_representation` trains
+REPRESENTATION_KINDS = ("pca", "autoencoder")
 
 
 def _sphere(z: torch.Tensor) -> torch.Tensor:
@@ -53,6 +64,9 @@ class GroupNormConvAutoEncoder(nn.Module):
         Wu & He, "Group Normalization", ECCV 2018; Le, Patterson & White, "Supervised autoencoders: improving
         generalization performance with unsupervised regularizers", NeurIPS 2018 (the head).
     """
+
+    #: codes live on the unit sphere (the flow normalises its rows; generated codes are projected back)
+    on_sphere = True
 
     def __init__(self, latent_dim: int = 16, width: int = 16, groups: int = 8, num_classes: Optional[int] = 10):
         super().__init__()
@@ -87,8 +101,8 @@ class GroupNormConvAutoEncoder(nn.Module):
         return self.dec(self.fc(z).view(-1, 4 * self.width, 7, 7))
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """Images: (n, d) -> (n, 1, 28, 28) in [0, 1]."""
-        return torch.sigmoid(self.decode_logits(z))
+        """Images of codes projected onto the unit sphere: (n, d) -> (n, 1, 28, 28) in [0, 1]."""
+        return torch.sigmoid(self.decode_logits(_sphere(z)))
 
     def classify(self, z: torch.Tensor) -> torch.Tensor:
         """Label logits of latents (n, d) -> (n, C). Raises: RuntimeError without a head."""
@@ -113,19 +127,95 @@ def representation_loss(model: nn.Module, x: torch.Tensor, y: Optional[torch.Ten
     return loss
 
 
+def _clip_rows(x: torch.Tensor, radius: float = 1.0) -> torch.Tensor:
+    return x * (radius / x.norm(dim=1, keepdim=True).clamp_min(radius))
+
+
+def dp_second_moment(rows: torch.Tensor, noise_std: float, rng) -> torch.Tensor:
+    r"""One Gaussian mechanism on the second-moment matrix Σ_i x_i x_iᵀ of rows clipped to the unit ball.
+
+    Sensitivity (replace one row x by x', both of norm <= 1 after clipping): the released vector is the upper
+    triangle (diagonal included) of D = x xᵀ − x' x'ᵀ, whose squared norm is at most
+    ‖D‖_F² = ‖x‖⁴ + ‖x'‖⁴ − 2 (xᵀx')² <= 2, so Δ₂ = sqrt(2) (attained by orthogonal unit rows). The noise, one
+    N(0, noise_std²) draw per upper-triangle entry, is mirrored below the diagonal (post-processing).
+
+    Args:
+        rows: (n, p) float, clipped here to norm <= 1. noise_std: σ = z·sqrt(2) for noise multiplier z (0: none).
+        rng: a :func:`fastdpot.privacy.randomness.privacy_randomness` source (secret by default).
+
+    Returns:
+        (p, p) float64 symmetric matrix.
+
+    Raises:
+        ValueError: rows not 2-D, empty or not finite.
+
+    References:
+        Dwork, Talwar, Thakurta & Zhang, "Analyze Gauss: optimal bounds for privacy-preserving principal component
+        analysis", STOC 2014 (Algorithm 1).
+    """
+    if rows.dim() != 2 or rows.shape[0] == 0 or not bool(torch.isfinite(rows).all()):
+        raise ValueError(f"rows must be a finite non-empty (n, p) tensor, got {tuple(rows.shape)}")
+    x = _clip_rows(rows.double())
+    m = x.t() @ x
+    if noise_std > 0:
+        e = torch.triu(rng.normal(m.shape).double()) * noise_std
+        m = m + e + torch.triu(e, 1).t()
+    return m
+
+
+class DPPCARepresentation(nn.Module):
+    """A linear representation of (n, 1, 28, 28) images: codes c = Vᵀ x / S, images S·V c clamped to [0, 1].
+
+    V (p × d, orthonormal columns, p = 784) are the top-d eigenvectors of a DP second-moment matrix
+    (:func:`dp_second_moment`) of the images scaled by 1/S and clipped to the unit ball; the codes of the images
+    whose norm is <= S lie in the unit ball (the flow clips the others, ``clip_radius=1``).
+
+    Shape:
+        encode: (n, 1, 28, 28) in [0, 1] -> (n, d); decode: (n, d) -> (n, 1, 28, 28) in [0, 1].
+    """
+
+    #: codes live in the unit ball, not on the sphere (the flow clips its rows instead of normalising them)
+    on_sphere = False
+    head = None
+
+    def __init__(self, basis: torch.Tensor, scale: float):
+        super().__init__()
+        self.register_buffer("basis", basis.float().contiguous())
+        self.scale = float(check_positive(scale, "scale"))
+        self.latent_dim = basis.shape[1]
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Codes: (n, 1, 28, 28) -> (n, d) (no clipping: the mechanisms that read them clip)."""
+        return x.flatten(1).float() @ self.basis / self.scale
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Images: (n, d) -> (n, 1, 28, 28), clamped to [0, 1]."""
+        return (z.float() @ self.basis.t() * self.scale).clamp(0, 1).view(-1, 1, 28, 28)
+
+    def classify(self, z: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("the PCA representation has no label head: use labels_from='flow'")
+
+
 @dataclass(frozen=True)
 class RepresentationConfig:
-    """DP-SGD training of the representation (every field enters the cache key with the data's hash and the seed).
+    """The representation's settings (every field enters the cache key with the data's hash and the seed).
 
     Attributes:
-        latent_dim, width, groups: the auto-encoder (:class:`GroupNormConvAutoEncoder`).
-        label_weight: λ >= 0 of the head's cross-entropy (0: an unsupervised auto-encoder, no head).
-        epochs: passes over the n sensitive images (T = round(epochs·n/B) steps). batch_size: B.
+        kind: ``"pca"`` (:class:`DPPCARepresentation`, one release) or ``"autoencoder"``
+            (:class:`GroupNormConvAutoEncoder` trained with DP-SGD).
+        latent_dim: d, the code dimension.
+        scale: S > 0, PCA only: the images (pixels in [0, 1], norm up to 28) are divided by S before clipping to the
+            unit ball (Fashion-MNIST's image norms: median about 12, 90% under 17: S = 16 clips one in six mildly).
+        width, groups: the auto-encoder (:class:`GroupNormConvAutoEncoder`).
+        label_weight: auto-encoder only: λ >= 0 of the head's cross-entropy (0: no head).
+        epochs, batch_size, clip_radius, lr: auto-encoder only (DP-SGD). epochs: passes over the n sensitive images (T = round(epochs·n/B) steps). batch_size: B.
         clip_radius: C > 0, the per-sample gradient bound. lr: Adam's learning rate (cosine-decayed to 0).
         share: the fraction of the run's ε this stage is calibrated to on its own (the flow gets the rest of the
             composed budget; RDP composition makes the two shares sum to more than the whole).
     """
-    latent_dim: int = 16
+    kind: str = "pca"
+    latent_dim: int = 32
+    scale: float = 16.0
     width: int = 16
     groups: int = 8
     label_weight: float = 0.5
@@ -134,10 +224,15 @@ class RepresentationConfig:
     clip_radius: float = 1.0
     lr: float = 2e-3
     share: float = 0.9
-    version: int = 1
+    version: int = 2
 
     def __post_init__(self):
+        if self.kind not in REPRESENTATION_KINDS:
+            raise ValueError(f"kind must be one of {list(REPRESENTATION_KINDS)}, got {self.kind!r}")
         check_int(self.latent_dim, "latent_dim", 2)
+        check_positive(self.scale, "scale")
+        if self.kind == "pca" and self.latent_dim > 784:
+            raise ValueError(f"latent_dim must be <= 784 for the PCA representation, got {self.latent_dim}")
         check_int(self.width, "width")
         check_int(self.groups, "groups")
         check_nonnegative(self.label_weight, "label_weight")
@@ -161,79 +256,126 @@ def _key(images: torch.Tensor, labels: torch.Tensor, cfg: RepresentationConfig, 
 
 
 def train_dp_representation(images: torch.Tensor, labels: torch.Tensor, cfg: RepresentationConfig, ledger, *,
-                            num_classes: int, seed: int, secure_mode: bool = True, cache_dir: Optional[str] = None,
-                            progress: bool = True) -> Tuple[GroupNormConvAutoEncoder, dict]:
-    """Train the representation on the sensitive ``images`` with DP-SGD, recorded in ``ledger`` (stage
-    ``"representation"``, its noise multiplier calibrated so that the stage alone spends ``cfg.share`` of the run's
-    ε); ``ledger.private`` False trains without noise or clipping (the ε = ∞ reference).
+                            num_classes: int, seed: int, calibration_size: Optional[int] = None,
+                            secure_mode: bool = True, cache_dir: Optional[str] = None,
+                            progress: bool = True) -> Tuple[nn.Module, dict]:
+    """Learn the representation from the sensitive ``images`` under DP, recorded in ``ledger`` as the stage
+    ``"representation"``, its noise multiplier calibrated so that the stage alone spends ``cfg.share`` of the run's ε;
+    ``ledger.private`` False learns it without noise or clipping (the ε = ∞ reference).
+
+    ``kind="pca"``: one :func:`dp_second_moment` release on all n images (sampling ``"full"``), basis = its top-d
+    eigenvectors. ``kind="autoencoder"``: :func:`fastdpot.dpsgd.train_dp_sgd` (fixed-size batches sampled without
+    replacement, per-sample clipping, replace-one sensitivity 2C).
 
     Args:
-        images: (n, 1, 28, 28) uint8 sensitive images. labels: (n,) their labels (used only with a head).
+        images: (n, 1, 28, 28) uint8 sensitive images. labels: (n,) their labels (used only by a head).
         cfg: :class:`RepresentationConfig`. ledger: the run's :class:`fastdpot.privacy.composition.ComposedLedger`.
         num_classes: C, the label domain (public: never read from the private labels).
         seed: the public seed of the weights' initialisation (and of every draw with ``secure_mode=False``).
-        secure_mode: batches and noise from the operating system (default).
-        cache_dir: where the trained weights (a release) are kept, keyed by data, labels, config, ε, δ and seed;
-            "" or None: no cache.
+        calibration_size: the data-set size the noise is calibrated and recorded for (default n). A STAND-IN run
+            (tuning on public data, ``fastdpot.experiments.private_tuning``) passes the real run's size: the
+            auto-encoder takes the real run's steps and noise multiplier, the PCA's noise is scaled by
+            n / calibration_size (the same noise relative to the sum of n rows).
+        secure_mode: noise (and batches) from the operating system (default).
+        cache_dir: where the learnt weights (a release) are kept, keyed by data, labels, config, ε, δ, seed and
+            calibration size; "" or None: no cache.
         progress: a bar.
 
     Returns:
-        (model in eval mode, info: steps, noise multiplier, noise std, seconds, cached, ε of the ledger after).
+        (model in eval mode with ``encode``, ``decode`` and ``on_sphere``; info: steps, noise multiplier, noise std,
+        seconds, cached, ε of the ledger after).
 
     Raises:
-        ValueError: bad images / labels.
+        ValueError: bad images / labels / calibration size.
     """
-    from ..dpsgd import train_dp_sgd
-
     if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or tuple(images.shape[1:]) != (1, 28, 28):
         raise ValueError(f"images must be (n, 1, 28, 28) uint8, got {getattr(images, 'dtype', None)} "
                          f"{tuple(getattr(images, 'shape', ()))}")
     n = images.shape[0]
+    if n == 0:
+        raise ValueError("images is empty")
     if not isinstance(labels, torch.Tensor) or tuple(labels.shape) != (n,):
         raise ValueError(f"labels must be ({n},), got {tuple(getattr(labels, 'shape', ()))}")
-    T, B = cfg.steps(n), min(cfg.batch_size, n)
-    z = None
-    if ledger.private:
-        z = ledger.calibrate(T, dataset_size=n, batch_size=B, epsilon=cfg.share * ledger.target_epsilon)
+    n_cal = n if calibration_size is None else check_int(calibration_size, "calibration_size", n)
     num_classes = check_int(num_classes, "num_classes", 2)
-    key = _key(images, labels, cfg, ledger.target_epsilon, ledger.delta, seed)
+    key = _key(images, labels, cfg, ledger.target_epsilon, ledger.delta, seed) + ("" if n_cal == n else f"_c{n_cal}")
     path = os.path.join(cache_dir, key + ".pt") if cache_dir else None
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)  # the weights' initialisation: public
-        model = GroupNormConvAutoEncoder(cfg.latent_dim, cfg.width, cfg.groups,
-                                         None if cfg.label_weight == 0 else num_classes)
+    fit = _fit_pca if cfg.kind == "pca" else _fit_autoencoder
+    event = dict(sampling="full", dataset_size=n_cal) if cfg.kind == "pca" else \
+        dict(sampling="without_replacement", dataset_size=n_cal, batch_size=min(cfg.batch_size, n))
+    steps = 1 if cfg.kind == "pca" else cfg.steps(n_cal)
+    z = ledger.calibrate(steps, epsilon=cfg.share * ledger.target_epsilon, **event) if ledger.private else None
     t0 = time.perf_counter()
     if path and os.path.isfile(path):
         blob = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(blob["state_dict"])
+        model = _build(cfg, num_classes, seed, blob["state_dict"])
         if ledger.private:  # the cached weights are this stage's release: its steps count in this run's ledger
-            ledger.record("representation", float(blob["noise_multiplier"]), int(blob["steps"]),
-                          sampling="without_replacement", dataset_size=n, batch_size=B)
-        model.eval()
-        return model, dict(steps=int(blob["steps"]), noise_multiplier=blob["noise_multiplier"],
-                           noise_std=blob["noise_std"], seconds=time.perf_counter() - t0, cached=True,
-                           epsilon=ledger.epsilon(), batch_size=B)
+            ledger.record("representation", float(blob["noise_multiplier"]), int(blob["steps"]), **event)
+        info = dict(steps=int(blob["steps"]), noise_multiplier=blob["noise_multiplier"], noise_std=blob["noise_std"],
+                    cached=True)
+    else:
+        model, info = fit(images, labels, cfg, ledger, z, steps, n_cal, num_classes, seed, secure_mode, progress)
+        info["cached"] = False
+        if path:
+            os.makedirs(cache_dir, exist_ok=True)
+            tmp = path + f".tmp{os.getpid()}"
+            torch.save(dict(state_dict={k: v.cpu() for k, v in model.state_dict().items()}, steps=info["steps"],
+                            noise_multiplier=float(info["noise_multiplier"] or 0.0),
+                            noise_std=float(info["noise_std"] or 0.0)), tmp)
+            os.replace(tmp, path)
+    model.eval()
+    return model, dict(info, kind=cfg.kind, seconds=time.perf_counter() - t0, epsilon=ledger.epsilon(),
+                       calibration_size=n_cal, batch_size=event.get("batch_size", n_cal))
+
+
+def _build(cfg: RepresentationConfig, num_classes: int, seed: int, state_dict=None) -> nn.Module:
+    if cfg.kind == "pca":
+        model = DPPCARepresentation(torch.zeros(784, cfg.latent_dim), cfg.scale)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # the weights' initialisation: public
+            model = GroupNormConvAutoEncoder(cfg.latent_dim, cfg.width, cfg.groups,
+                                             None if cfg.label_weight == 0 else num_classes)
+    if state_dict is not None:
+        model.load_state_dict(state_dict)
+    return model
+
+
+def _fit_pca(images, labels, cfg, ledger, z, steps, n_cal, num_classes, seed, secure_mode, progress):
+    from ..privacy.randomness import privacy_randomness
+
+    n = images.shape[0]
+    std = 0.0 if z is None else z * math.sqrt(2.0) * n / n_cal
+    rng = privacy_randomness(secure_mode, None if secure_mode else torch.Generator().manual_seed(seed + 7))
+    x = images.flatten(1).double().div_(255.0 * cfg.scale)
+    if ledger.private:  # recorded before the release is computed
+        ledger.record("representation", z, 1, sampling="full", dataset_size=n_cal)
+    m = dp_second_moment(x, std, rng)
+    _, vecs = torch.linalg.eigh(m)
+    basis = vecs[:, -cfg.latent_dim:].flip(1)  # largest eigenvalue first
+    return DPPCARepresentation(basis, cfg.scale), dict(steps=1, noise_multiplier=z, noise_std=std)
+
+
+def _fit_autoencoder(images, labels, cfg, ledger, z, steps, n_cal, num_classes, seed, secure_mode, progress):
+    from ..dpsgd import train_dp_sgd
+
+    model = _build(cfg, num_classes, seed)
     x = images.float().div_(255.0)
+    B, stand_in = min(cfg.batch_size, images.shape[0]), n_cal != images.shape[0]
+    if stand_in and ledger.private:  # a stand-in records the real run's steps (its own size is not the claim)
+        ledger.record("representation", z, steps, sampling="without_replacement", dataset_size=n_cal, batch_size=B)
     res = train_dp_sgd(model, x, lambda m, xb, yb: representation_loss(m, xb, yb, cfg.label_weight), targets=labels,
-                       steps=T, batch_size=B, clip_radius=cfg.clip_radius, noise_multiplier=z,
-                       ledger=ledger if ledger.private else None, stage="representation", lr=cfg.lr,
-                       scheduler=lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=T),
+                       steps=steps, batch_size=B, clip_radius=cfg.clip_radius, noise_multiplier=z,
+                       ledger=ledger if ledger.private and not stand_in else None, stage="representation", lr=cfg.lr,
+                       scheduler=lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps),
                        generator=None if secure_mode else torch.Generator().manual_seed(seed + 7),
                        secure_mode=secure_mode, progress=progress)
-    info = dict(steps=res.steps, noise_multiplier=res.noise_multiplier, noise_std=res.noise_std,
-                seconds=time.perf_counter() - t0, cached=False, epsilon=ledger.epsilon(), batch_size=B)
-    if path:
-        os.makedirs(cache_dir, exist_ok=True)
-        tmp = path + f".tmp{os.getpid()}"
-        torch.save(dict(state_dict={k: v.cpu() for k, v in model.state_dict().items()}, steps=res.steps,
-                        noise_multiplier=float(res.noise_multiplier), noise_std=float(res.noise_std)), tmp)
-        os.replace(tmp, path)
-    return model, info
+    return model, dict(steps=res.steps, noise_multiplier=res.noise_multiplier, noise_std=res.noise_std)
 
 
 @torch.no_grad()
 def head_labels(model: GroupNormConvAutoEncoder, latents: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
     """The head's labels of latents (n, d) -> (n,) int64: post-processing of the DP-trained model."""
-    return torch.cat([model.classify(latents[s:s + batch_size].float()).argmax(1)
+    return torch.cat([model.classify(_sphere(latents[s:s + batch_size].float())).argmax(1)
                       for s in range(0, latents.shape[0], batch_size)]) if latents.numel() else \
         torch.zeros(0, dtype=torch.long)

@@ -2,8 +2,8 @@
 sensitive set, evaluated as DPImageBench does (Gong et al., "DPImageBench: A Unified Benchmark for Differentially
 Private Image Synthesis", CCS 2025).
 
-Data: the training set (Fashion-MNIST's 60 000 images) is split with the run's seed into the SENSITIVE set (all but
-``validation_size``) and a VALIDATION split of ``validation_size`` images; the test set is scored once, at the end.
+Data: the training set (Fashion-MNIST's 60 000 images) is split, with one fixed public seed shared by every run, into
+the SENSITIVE set (all but ``validation_size``) and a VALIDATION split of ``validation_size`` images; the test set is scored once, at the end.
 The validation split is an explicit tuning split, disjoint from the sensitive set: it trains the label-fidelity
 classifier (an evaluation model, never released) and served to choose the hyper-parameters
 (``docs/mainjob-private.md``); no model weight, statistic or setting of the run is computed from it.
@@ -11,13 +11,14 @@ classifier (an evaluation model, never released) and served to choose the hyper-
 Stages, each a mechanism recorded in ONE :class:`fastdpot.privacy.composition.ComposedLedger` (replace-one
 neighbours, the label free to change; RDP composition; δ = 1/(N ln N) for N sensitive images by default):
 
-1. ``"representation"`` — a supervised auto-encoder trained on the sensitive images with DP-SGD
-   (:mod:`fastdpot.experiments.dp_representation`), calibrated alone to ``representation_share`` of ε;
+1. ``"representation"`` — DP-PCA of the sensitive images (one Gaussian second-moment release; or a supervised
+   auto-encoder trained with DP-SGD, ``rep_kind="autoencoder"``; :mod:`fastdpot.experiments.dp_representation`),
+   calibrated alone to ``representation_share`` of ε;
 2. ``"flow"`` — the label-private DP sliced-Wasserstein flow (:class:`fastdpot.flows.ClassConditionalFlow`,
    ``label_privacy="private"``, orthogonal directions: no sensitivity tail) on the sensitive images' codes, its
    noise multiplier calibrated so that the composition of both stages is exactly the run's ε;
 3. post-processing: the particles are decoded; their labels are the flow's (``labels_from="flow"``) or the DP head's
-   (``"head"``). ``method="gaussian"`` replaces stage 2 by one label-private Gaussian mechanism on the per-class
+   (``"head"``, auto-encoder only). ``method="gaussian"`` replaces stage 2 by one label-private Gaussian mechanism on the per-class
    moments (:func:`dp_gaussian_label_private`).
 
 Evaluation (not part of the release): CNN accuracy on the real test set (trained on the synthetic labelled images),
@@ -41,8 +42,8 @@ from .config import PipelineConfig
 from .data import load_dataset, to_float
 from .dp_representation import RepresentationConfig, head_labels, train_dp_representation
 
-__all__ = ["protocol_delta", "private_split", "run_private_only", "dp_gaussian_label_private",
-           "representation_config", "NUM_CLASSES", "PRIVATE_ONLY_METHODS"]
+__all__ = ["protocol_delta", "private_split", "run_private_only", "generate", "dp_gaussian_label_private",
+           "representation_config", "NUM_CLASSES", "PRIVATE_ONLY_METHODS", "SPLIT_SEED"]
 
 NUM_CLASSES = 10  # the label domain of Fashion-MNIST: public
 #: ``flow``: the label-private flow; ``gaussian``: the label-private DP Gaussian per class; ``decoded``: ANALYSIS
@@ -55,7 +56,12 @@ def protocol_delta(n: int) -> float:
     return 1.0 / (n * math.log(n))
 
 
-def private_split(n_train: int, validation_size: int, seed: int):
+#: the seed of THE split: every run (every seed) uses the same sensitive / validation split, so the settings tuned
+#: on the validation split never come from any run's sensitive images (the seeds' spread describes the algorithm)
+SPLIT_SEED = 0
+
+
+def private_split(n_train: int, validation_size: int, seed: int = SPLIT_SEED):
     """``(sensitive_index, validation_index)``: a seeded permutation of the training indices; the last
     ``validation_size`` are the validation split (public randomness: the split depends on no image)."""
     if not 0 < validation_size < n_train:
@@ -66,7 +72,8 @@ def private_split(n_train: int, validation_size: int, seed: int):
 
 def representation_config(cfg: PipelineConfig) -> RepresentationConfig:
     """The representation's settings from the run's config."""
-    return RepresentationConfig(latent_dim=cfg.latent_dim or 16, width=cfg.ae_width or 16,
+    d = cfg.latent_dim or (32 if cfg.rep_kind == "pca" else 16)
+    return RepresentationConfig(kind=cfg.rep_kind, latent_dim=d, scale=cfg.rep_scale, width=cfg.ae_width or 16,
                                 label_weight=cfg.rep_label_weight, epochs=cfg.rep_epochs,
                                 batch_size=cfg.rep_batch_size, clip_radius=cfg.rep_clip_radius, lr=cfg.rep_lr,
                                 share=cfg.representation_share)
@@ -81,32 +88,38 @@ def _domain_labels(labels: torch.Tensor) -> torch.Tensor:
 
 
 def dp_gaussian_label_private(latents: torch.Tensor, labels: torch.Tensor, ledger: ComposedLedger,
-                              num_particles: int, generator: torch.Generator, *, secure_mode: bool = True):
-    r"""One Gaussian mechanism on every class's (count, Σ y, Σ y yᵀ) of unit-sphere rows, labels private.
+                              num_particles: int, generator: torch.Generator, *, secure_mode: bool = True,
+                              calibration_size: Optional[int] = None):
+    r"""One Gaussian mechanism on every class's (count, Σ y, Σ y yᵀ) of rows y clipped to the unit ball, labels
+    private (rows on the unit sphere are unchanged by the clipping).
 
     Replacing one record (x, c) by (x', c') changes class c's statistics by (−1, −y, −yyᵀ) and class c''s by
     (+1, y', y'y'ᵀ) (when c = c' the change is (0, y' − y, ...), whose norm is smaller), so the ℓ2 sensitivity of the
-    concatenated (C·(1 + d + d²)) vector is Δ = sqrt(2·(1 + ‖y‖² + ‖yyᵀ‖_F²)) = sqrt(6) for ‖y‖ = 1. The noise
+    concatenated (C·(1 + d + d²)) vector is at most Δ = sqrt(2·(1 + ‖y‖² + ‖yyᵀ‖_F²)) = sqrt(6) for ‖y‖ <= 1. The noise
     multiplier is calibrated so that the run's composed ε is met (stage ``"gaussian"``, the full data set).
     Post-processing: μ_c = S_c / ñ_c, Σ_c = Q_c/ñ_c − μ_cμ_cᵀ projected onto the PSD cone, ñ_c = max(noisy count, 1);
-    the N samples are drawn per class in proportion to the noisy counts.
+    the N samples are drawn per class in proportion to the noisy counts. ``calibration_size``: the data-set size
+    the noise is calibrated and recorded for (default n; a stand-in run passes the real run's size and its noise is
+    scaled by n / calibration_size, the same noise relative to the sums).
 
-    Returns ``(samples (N, d), labels (N,))``.
+    Returns ``(samples (N, d), labels (N,), info)``.
     """
     from ..privacy.randomness import privacy_randomness
 
     n, d = latents.shape
     C = NUM_CLASSES
-    y = latents.double() / latents.double().norm(dim=1, keepdim=True).clamp_min(1e-12)
+    y = latents.double()
+    y = y / y.norm(dim=1, keepdim=True).clamp_min(1.0)
     stats = torch.zeros(C, 1 + d + d * d, dtype=torch.float64)
     stats.index_add_(0, labels, torch.cat([torch.ones(n, 1, dtype=torch.float64), y,
                                            (y[:, :, None] * y[:, None, :]).reshape(n, -1)], dim=1))
     sens = math.sqrt(6.0)
     sigma = 0.0
+    n_cal = n if calibration_size is None else calibration_size
     if ledger.private:
-        z = ledger.calibrate(1, sampling="full", dataset_size=n)
-        ledger.record("gaussian", z, 1, sampling="full", dataset_size=n)
-        sigma = z * sens
+        z = ledger.calibrate(1, sampling="full", dataset_size=n_cal)
+        ledger.record("gaussian", z, 1, sampling="full", dataset_size=n_cal)
+        sigma = z * sens * n / n_cal
     rng = privacy_randomness(secure_mode, generator if not secure_mode else None)
     noisy = stats + rng.normal(stats.shape) * sigma
     counts = noisy[:, 0].clamp_min(1.0)
@@ -131,25 +144,28 @@ def dp_gaussian_label_private(latents: torch.Tensor, labels: torch.Tensor, ledge
 
 
 def _stage_flow(cfg: PipelineConfig, latents, labels, ledger: ComposedLedger, num_particles: int, seed: int,
-                progress: bool):
-    """The label-private flow on the sensitive codes, calibrated to the rest of the composed budget."""
+                progress: bool, on_sphere: bool, calibration_size: Optional[int] = None):
+    """The label-private flow on the sensitive codes, calibrated to the rest of the composed budget (rows normalised
+    onto the sphere for sphere codes, clipped to the unit ball otherwise). A stand-in (``calibration_size`` > n)
+    takes the real run's steps and noise multiplier: the same batch, the same noise per step."""
     from ..flows import ClassConditionalFlow
 
     n, d = latents.shape
     k = d + NUM_CLASSES if cfg.num_projections is None else cfg.num_projections  # one orthogonal block in R^{d+C}
     h = 0.3 if cfg.step_size is None else cfg.step_size
     B = min(cfg.batch_size, n)
-    T = max(1, int(round(cfg.epochs * n / B)))
+    n_cal = n if calibration_size is None else calibration_size
+    T = max(1, int(round(cfg.epochs * n_cal / B)))
     z = None
     if ledger.private:
-        z = ledger.calibrate(T, dataset_size=n, batch_size=B)
-        ledger.record("flow", z, T, sampling="without_replacement", dataset_size=n, batch_size=B)  # before it runs
+        z = ledger.calibrate(T, dataset_size=n_cal, batch_size=B)
+        ledger.record("flow", z, T, sampling="without_replacement", dataset_size=n_cal, batch_size=B)  # before it runs
     kw = dict(noise_multiplier=z, steps=T, batch_size=B) if z is not None else dict(batch_size=B, steps=T)
     flow = ClassConditionalFlow(num_particles, d, k, h, num_classes=NUM_CLASSES, label_privacy="private",
                                 label_scale=cfg.label_scale, particles_per_class="equal",
                                 generator=torch.Generator().manual_seed(seed), init=cfg.init,
                                 init_scale=cfg.init_scale, secure_mode=not cfg.replayable_noise, clip_radius=1.0,
-                                normalize=True, directions="orthogonal", release=cfg.release,
+                                normalize=on_sphere, directions="orthogonal", release=cfg.release,
                                 sketch_bins=cfg.sketch_bins, diffusion=cfg.diffusion, device=cfg.device,
                                 backend=cfg.backend, **kw)
     samples, sample_labels = flow.run(latents, labels, progress=progress)
@@ -201,6 +217,60 @@ def _evaluate(cfg: PipelineConfig, images, labels, data, cache_dir: str, progres
     return out
 
 
+def generate(cfg: PipelineConfig, images: torch.Tensor, labels: torch.Tensor, ledger: ComposedLedger, *,
+             cache_dir: str, progress: bool = True, calibration_size: Optional[int] = None):
+    """The protocol's release: the DP representation of the sensitive ``images`` (uint8 (n, 1, 28, 28)), then the
+    method's generation in its code space, decoded; every mechanism recorded in ``ledger``.
+
+    ``calibration_size``: the data-set size every stage is calibrated and recorded for (default n). A stand-in run
+    on public data (:mod:`fastdpot.experiments.private_tuning`) passes the real run's size: each stage then adds the
+    real run's noise relative to its signal, so a setting that works on the stand-in is one that works at that ε.
+
+    Returns ``(images (N, 1, 28, 28) in [0, 1], labels (N,), info)``; info holds ``representation_config``,
+    ``representation``, ``generation`` and ``wall_time_s`` (seconds per phase).
+    """
+    times: Dict[str, float] = {}
+    n = images.shape[0]
+    t0 = time.perf_counter()
+    rep_cfg = representation_config(cfg)
+    if cfg.labels_from == "head" and (rep_cfg.kind != "autoencoder" or rep_cfg.label_weight == 0):
+        raise ValueError("labels_from='head' needs the auto-encoder representation with a head (rep_kind="
+                         "'autoencoder', rep_label_weight > 0)")
+    model, rep_info = train_dp_representation(images, labels, rep_cfg, ledger, num_classes=NUM_CLASSES,
+                                              seed=cfg.seed, secure_mode=not cfg.replayable_noise,
+                                              calibration_size=calibration_size,
+                                              cache_dir=os.path.join(cache_dir, "dp_representation") if cache_dir
+                                              else None, progress=progress)
+    with torch.no_grad():
+        latents = torch.cat([model.encode(to_float(images[s:s + 4096])) for s in range(0, n, 4096)])
+    times["representation"] = round(time.perf_counter() - t0, 2)
+
+    t0 = time.perf_counter()
+    num_particles = cfg.num_particles or (1000 if cfg.quick else 60_000)  # DPImageBench generates 60 000
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    if cfg.method == "flow":
+        samples, sample_labels, flow_info = _stage_flow(cfg, latents, labels, ledger, num_particles, cfg.seed + 1,
+                                                        progress, model.on_sphere, calibration_size)
+    elif cfg.method == "decoded":  # analysis: the representation's cap (reads the sensitive codes, releases them)
+        pick = torch.randint(n, (num_particles,), generator=gen) if num_particles > n else \
+            torch.randperm(n, generator=gen)[:num_particles]
+        samples, sample_labels, flow_info = latents[pick], labels[pick], dict(note="the sensitive images' own codes "
+                                                                                   "decoded: NOT private")
+    else:
+        samples, sample_labels, flow_info = dp_gaussian_label_private(latents, labels, ledger, num_particles, gen,
+                                                                      secure_mode=not cfg.replayable_noise,
+                                                                      calibration_size=calibration_size)
+    times["generation"] = round(time.perf_counter() - t0, 2)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = torch.cat([model.decode(samples[s:s + 4096]) for s in range(0, samples.shape[0], 4096)]).clamp_(0, 1)
+        if cfg.labels_from == "head":
+            sample_labels = head_labels(model, samples)
+    times["decode"] = round(time.perf_counter() - t0, 2)
+    return out, sample_labels, dict(representation_config=rep_cfg, representation=rep_info, generation=flow_info,
+                                    wall_time_s=times)
+
+
 def run_private_only(cfg: PipelineConfig, run_dir: str, progress: bool = True,
                      cache_dir: Optional[str] = None) -> Dict[str, Any]:
     """Run the private-only protocol (module docstring) into ``run_dir``; returns the metrics (also in
@@ -223,7 +293,7 @@ def run_private_only(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     t0 = time.perf_counter()
     train = load_dataset(cfg.dataset, "train", cfg.data_dir, cfg.celeba_dir, cfg.max_train)
     test = load_dataset(cfg.dataset, "test", cfg.data_dir, cfg.celeba_dir, cfg.max_test)
-    sens_idx, val_idx = private_split(len(train), cfg.validation_size, cfg.seed)
+    sens_idx, val_idx = private_split(len(train), cfg.validation_size)
     data = dict(sensitive=train.subset(sens_idx), validation=train.subset(val_idx), test=test)
     sensitive = data["sensitive"]
     n = len(sensitive)
@@ -232,38 +302,12 @@ def run_private_only(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     labels = _domain_labels(sensitive.labels)
     times["data"] = round(time.perf_counter() - t0, 2)
 
-    t0 = time.perf_counter()
-    rep_cfg = representation_config(cfg)
-    model, rep_info = train_dp_representation(sensitive.images, labels, rep_cfg, ledger, num_classes=NUM_CLASSES,
-                                              seed=cfg.seed, secure_mode=not cfg.replayable_noise,
-                                              cache_dir=os.path.join(cache_dir, "dp_representation"),
-                                              progress=progress)
-    with torch.no_grad():
-        latents = torch.cat([model.encode(to_float(sensitive.images[s:s + 4096]))
-                             for s in range(0, n, 4096)])
-    times["representation"] = round(time.perf_counter() - t0, 2)
-
-    t0 = time.perf_counter()
-    num_particles = cfg.num_particles or (1000 if cfg.quick else 60_000)  # DPImageBench generates 60 000
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    if cfg.method == "flow":
-        samples, sample_labels, flow_info = _stage_flow(cfg, latents, labels, ledger, num_particles, cfg.seed + 1,
-                                                        progress)
-    elif cfg.method == "decoded":  # analysis: the representation's cap (reads the sensitive codes, releases them)
-        pick = torch.randperm(n, generator=gen)[:num_particles]
-        samples, sample_labels, flow_info = latents[pick], labels[pick], dict(note="the sensitive images' own codes "
-                                                                                   "decoded: NOT private")
-    else:
-        samples, sample_labels, flow_info = dp_gaussian_label_private(latents, labels, ledger, num_particles, gen,
-                                                                      secure_mode=not cfg.replayable_noise)
-    times["generation"] = round(time.perf_counter() - t0, 2)
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        z = samples / samples.norm(dim=1, keepdim=True).clamp_min(1e-12)
-        images = torch.cat([model.decode(z[s:s + 4096]) for s in range(0, z.shape[0], 4096)]).clamp_(0, 1)
-        if cfg.labels_from == "head":
-            sample_labels = head_labels(model, z)
-    times["decode"] = round(time.perf_counter() - t0, 2)
+    images, sample_labels, gen_info = generate(cfg, sensitive.images, labels, ledger, cache_dir=cache_dir,
+                                               progress=progress)
+    times.update(gen_info.pop("wall_time_s"))
+    rep_cfg, rep_info, flow_info = gen_info["representation_config"], gen_info["representation"], \
+        gen_info["generation"]
+    num_particles = images.shape[0]
     t0 = time.perf_counter()
     met = _evaluate(cfg, images, sample_labels, data, cache_dir, progress)
     times["metrics"] = round(time.perf_counter() - t0, 2)
@@ -301,10 +345,13 @@ def _privacy_md(m: Dict[str, Any]) -> str:
               f"metrics computed from them) is post-processing of the stages below, composed in one Rényi-DP "
               f"accountant (dp-accounting, replace-one relation), all of δ to the accountant (every stage has a "
               f"deterministic sensitivity). No image outside the sensitive set was used for any weight, statistic or "
-              f"setting; the validation split ({m['n_validation']} images, disjoint) trains only the label-fidelity "
-              f"judge, an evaluation model that is not released.", "",
+              f"setting. The validation split ({m['n_validation']} images, disjoint from the sensitive set, the same "
+              f"split for every run) is an explicit tuning split: the protocol's settings were chosen on it "
+              f"(`fastdpot.experiments.private_tuning`), and it trains the label-fidelity judge, an evaluation "
+              f"model that is not released.", "",
               "| stage | mechanism | noise multiplier | releases | batch / n |", "|---|---|---|---|---|"]
-    what = {"representation": "DP-SGD, per-sample clipping, sensitivity 2C",
+    what = {"representation": "DP-PCA: Gaussian second-moment matrix, sensitivity sqrt(2)"
+            if m["representation"].get("kind") == "pca" else "DP-SGD, per-sample clipping, sensitivity 2C",
             "flow": "label-private sliced quantile sketch, orthogonal directions",
             "gaussian": "Gaussian mechanism on per-class moments, sensitivity sqrt(6)"}
     for s in m["stages"]:

@@ -120,7 +120,7 @@ def _privacy_md(cfg: PipelineConfig, result: Dict[str, Any]) -> str:
         f"; a batch of B = "
         f"{p['batch_size']} private latents drawn uniformly without replacement (fresh every step, never a replayed "
         f"epoch); "
-        + (f"the release is Y Θᵀ + V with V i.i.d. N(0, σ²) on each of the B·k projected values."
+        + ("the release is Y Θᵀ + V with V i.i.d. N(0, σ²) on each of the B·k projected values."
            if p.get("release", "points") == "points" else
            f"the release is the sliced quantile sketch (`fastdpot.privacy.sliced_quantile_sketch`): per direction "
            f"the B projected latents are sorted and summed in L = {p['sketch_bins']} rank bins whose sizes depend only "

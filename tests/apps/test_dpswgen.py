@@ -124,7 +124,6 @@ class _NoLatent(torch.nn.Module):
     (dict(generator=7), TypeError, "generator"),
     (dict(release="histogram"), ValueError, "release"),
     (dict(release="sketch", sketch_bins=6), ValueError, "sketch_bins must be at most"),
-    (dict(release="sketch", sketch_bins=3, backend="cpu"), ValueError, "backend must be 'auto' or 'reference'"),
     (dict(model="mlp"), TypeError, "model must be a torch.nn.Module"),
     (dict(model=_NoLatent()), ValueError, "latent_dim"),
     (dict(model=MLPGenerator(2, 4)), ValueError, r"rows of shape \(2, 3\), got \(2, 4\)"),
@@ -172,6 +171,20 @@ def test_replayable_run_gives_the_same_losses_and_weights(one_thread):
     assert a.losses == b.losses and a.losses != c.losses
     for p, q in zip(a.generator.parameters(), b.generator.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_sketch_release_takes_the_compiled_backend_with_the_reference_losses(one_thread):
+    # the sketch is fused in the C++ kernel with the same keyed noise: backend="cpu" replays the reference's losses
+    x = torch.randn(300, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    def go(backend):
+        return train_dpswgen(x, _seeded(MLPGenerator, 0, 2, 4).double(), noise_std=0.5, delta=1e-5, steps=3,
+                             batch_size=50, num_projections=8, secure_mode=False, release="sketch", sketch_bins=5,
+                             generator=torch.Generator().manual_seed(1), progress=False, budget_checks=1,
+                             backend=backend)
+
+    torch.testing.assert_close(torch.tensor(go("cpu").losses), torch.tensor(go("reference").losses),
+                               rtol=1e-9, atol=1e-12)
 
 
 def test_evaluate_sw_refuses_bad_data():

@@ -76,42 +76,54 @@ def test_the_label_private_gaussian_records_its_one_release():
 
 
 @pytest.mark.skipif(not load_fashion_mnist_available(), reason="needs the dataset-fashion-mnist package")
-def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["pca", "autoencoder"])
+def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     import fastdpot.dpsgd as dpsgd
+    import fastdpot.experiments.dp_representation as R
     import fastdpot.flows.class_conditional as cc
 
     handed = {}
-    real_train, real_run = dpsgd.train_dp_sgd, cc.ClassConditionalFlow.run
+    real_train, real_moment, real_run = dpsgd.train_dp_sgd, R.dp_second_moment, cc.ClassConditionalFlow.run
 
     def train_spy(model, data, loss_fn, **kw):
-        handed["dp_sgd"] = (data.clone(), kw["ledger"])
+        handed["representation"] = (data.clone(), kw["ledger"])
         return real_train(model, data, loss_fn, **kw)
+
+    def moment_spy(rows, noise_std, rng):
+        handed["representation"] = (rows.clone(), noise_std)
+        return real_moment(rows, noise_std, rng)
 
     def run_spy(self, private_data, labels, **kw):
         handed["flow"] = (private_data.clone(), labels.clone())
         return real_run(self, private_data, labels, **kw)
 
     monkeypatch.setattr(dpsgd, "train_dp_sgd", train_spy)
+    monkeypatch.setattr(R, "dp_second_moment", moment_spy)
     monkeypatch.setattr(cc.ClassConditionalFlow, "run", run_spy)
     cfg = PipelineConfig(dataset="fashion-mnist", public_size=0, epsilon=8.0, max_train=1200, max_test=300,
                          validation_size=200, rep_epochs=0.5, rep_batch_size=100, epochs=1.0, batch_size=50,
                          num_particles=200, fid_samples=50, fid_real=50, classifiers="cnn", cnn_epochs=1,
-                         latent_dim=6, ae_width=4)
+                         latent_dim=6, ae_width=4, rep_kind=kind)
     m = P.run_private_only(cfg, str(tmp_path / "run"), progress=False, cache_dir=str(tmp_path / "cache"))
     n = m["n_sensitive"]
     assert n == 1000 and m["n_validation"] == 200
     assert m["delta"] == pytest.approx(1 / (n * math.log(n)))
     assert [s["stage"] for s in m["stages"]] == ["representation", "flow"]
+    assert m["stages"][0]["releases"] == (1 if kind == "pca" else 5)
     assert m["epsilon"] == pytest.approx(_independent_epsilon(m["stages"], m["delta"]), rel=1e-9)
     assert 7.9 < m["epsilon"] <= 8.0 * (1 + 1e-9)  # the flow takes the rest of the composed budget
-    # the sensitive rows reach only the accounted mechanisms: DP-SGD gets the sensitive images (with the run's
-    # ledger), the flow the codes of the same images; nothing else is handed private rows for training
+    # the sensitive rows reach only the accounted mechanisms: the representation's mechanism gets the sensitive
+    # images, the flow the codes of the same images; nothing else is handed private rows for training
     from fastdpot.experiments.data import load_dataset
 
     train = load_dataset("fashion-mnist", "train", None, None, 1200)
     sens, _ = P.private_split(1200, 200, seed=0)
-    data, ledger = handed["dp_sgd"]
-    assert torch.equal(data, train.images[sens].float() / 255.0) and ledger is not None
+    data, noise = handed["representation"]
+    if kind == "pca":  # images scaled by 1/S, the noise z·sqrt(2) of the stage's recorded multiplier
+        assert torch.equal(data, train.images[sens].flatten(1).double() / (255.0 * 16.0))
+        assert noise == pytest.approx(m["stages"][0]["noise_multiplier"] * math.sqrt(2))
+    else:
+        assert torch.equal(data, train.images[sens].float() / 255.0) and noise is not None
     lat, lab = handed["flow"]
     assert lat.shape == (n, 6) and torch.equal(lab, train.labels[sens])
     assert set(m) >= {"accuracy_cnn", "fid", "label_fidelity", "wall_time_s"}
