@@ -111,7 +111,9 @@ def compiled_reference_loss():
     return _COMPILED_FN["sw"]
 
 
-def _dpswd_case(impl, N, d, k, M=None, device="cuda"):
+def _dpswd_case(impl, N, d, k, M=None, device="cuda", sketch_bins=None):
+    """DP-SW_2^2 forward + backward (gradient w.r.t. the generated side); ``sketch_bins``: the sketch release of
+    the private side (L bins, σ on each bin sum) instead of the points release."""
     from fastdpot.sliced import dp_sliced_wasserstein
 
     m = N if M is None else M
@@ -127,7 +129,8 @@ def _dpswd_case(impl, N, d, k, M=None, device="cuda"):
             x, y, th = state
             return dp_sliced_wasserstein(y, private=x, noise_std=0.5, p=2, projections=th,
                                          generator=torch.Generator().manual_seed(1234), secure_mode=False,
-                                         backend=impl)  # replayable noise: a timing, not a release
+                                         backend=impl,  # replayable noise: a timing, not a release
+                                         **(dict(release="sketch", sketch_bins=sketch_bins) if sketch_bins else {}))
 
     def backward(state, loss):
         loss.backward()
@@ -152,7 +155,12 @@ def _compiled_forward(state):
     return op._check_overflow(compiled_reference_loss()(x, y, theta, 2, noise_x, noise_y), x.dtype)
 
 
-CASES = {"flow_step": _flow_case, "dpswd": _dpswd_case}
+def _sketch_case(impl, N, d, k, M=None, device="cuda"):
+    """The DP-SWD loss with the sliced quantile sketch release (L = 10 bins): :func:`_dpswd_case`."""
+    return _dpswd_case(impl, N, d, k, M=M, device=device, sketch_bins=10)
+
+
+CASES = {"flow_step": _flow_case, "dpswd": _dpswd_case, "sketch": _sketch_case}
 
 
 #: largest N at which the flow step's torch reference is timed (None: every N); at N = 1e7 one reference step takes
@@ -274,13 +282,14 @@ def run_events(sizes, results_path, device, note="", budget_s=None, cases=None, 
                 continue
             by_impl = {}
             impls = _impls(case_name, params["N"], case_name == "dpswd" and _wants_compiled(params, compiled))
+            full = case_name != "flow_step"
             for impl in impls:
                 row = dict(common, case=case_name, impl=impl, params=params,
-                           mode="full" if case_name == "dpswd" else "forward", device=device,
+                           mode="full" if full else "forward", device=device,
                            anchor="reference_hist" if impl.endswith("_hist") else "reference",
                            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
                 try:
-                    res = _time_case(factory(impl, device=device, **params), case_name == "dpswd", device == "cuda",
+                    res = _time_case(factory(impl, device=device, **params), full, device == "cuda",
                                      compiled=impl == COMPILED)
                     row.update(res)
                     row["ms"] = round(res["median_s"] * 1e3, 4)
@@ -425,15 +434,18 @@ def main(argv=None):
     ap.add_argument("--compiled", choices=("target", "all", "none"), default=None,
                     help="DP-SWD sizes that get the reference_compiled anchor: target (N=1e6, d=48, k=128 only; the "
                          "default), all (the default with --dpswd-only and --smoke), none")
-    ap.add_argument("--cases", default=None, help="comma-separated cases to time with --only (flow_step, dpswd)")
+    ap.add_argument("--sketch-only", action="append", default=None, metavar="N,d,k",
+                    help="time only the DP-SWD loss with the sketch release (GPU backends, reference) at these sizes")
+    ap.add_argument("--cases", default=None,
+                    help="comma-separated cases to time with --only (flow_step, dpswd, sketch)")
     ap.add_argument("--max-reference-n", type=float, default=None,
                     help="time the flow step's torch reference only up to this N (it takes ~10 s a step at 1e7)")
     args = ap.parse_args(argv)
     if args.max_reference_n is not None:
         MAX_REFERENCE_N[0] = int(args.max_reference_n)
-    if args.dpswd_only and args.only:
-        ap.error("--dpswd-only and --only select sizes in two ways: give one of them")
-    sizes_arg = args.dpswd_only or args.only
+    if sum(bool(a) for a in (args.dpswd_only, args.only, args.sketch_only)) > 1:
+        ap.error("--dpswd-only, --sketch-only and --only select sizes in different ways: give one of them")
+    sizes_arg = args.dpswd_only or args.sketch_only or args.only
     try:
         picked = [_parse_size(o) for o in sizes_arg] if sizes_arg else None
     except ValueError as err:
@@ -463,7 +475,7 @@ def main(argv=None):
                     num_bins=NUM_BINS if q == "histogram" else None)
         return 0
     sizes = picked or _sizes(args.quick, args.smoke)
-    cases = ["dpswd"] if args.dpswd_only else list(CASES)
+    cases = ["dpswd"] if args.dpswd_only else ["sketch"] if args.sketch_only else list(CASES)
     if args.cases:
         cases = [c.strip() for c in args.cases.split(",") if c.strip()]
         if not set(cases) <= set(CASES):

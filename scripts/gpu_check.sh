@@ -23,9 +23,13 @@ LOG="$OUTDIR/gpu_check.log"
 status=0
 T0=$(date +%s)
 
+BUDGET=${GPU_CHECK_BUDGET_S:-540}  # the whole script's wall time: a step that cannot finish inside it is skipped
 step() {  # step NAME LIMIT_S CMD...: run CMD under a time limit, log it, remember a failure
     local name=$1 limit=$2
     shift 2
+    local left=$(( BUDGET - ($(date +%s) - T0) ))
+    if (( left < 20 )); then echo "=== $name: skipped, $left s left of the ${BUDGET} s budget" | tee -a "$LOG"; return; fi
+    (( limit > left )) && limit=$left
     echo "=== [$(( $(date +%s) - T0 )) s] $name (limit ${limit} s)" | tee -a "$LOG"
     local t=$(date +%s)
     timeout -k 5 "$limit" "$@" 2>&1 | tee -a "$LOG"
@@ -58,14 +62,14 @@ step versions 60 python -c "import torch, triton, fastdpot._cuda_prims as c; pri
 'cuda', torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name(0)); print('cuda backend:', c.cuda_status())"
 
 # 1. correctness on CUDA: the cuda backend (CUB primitives vs torch, backend vs replay and triton), the Triton kernels
-step tests 240 python -m pytest -q -ra -p no:cacheprovider tests/test_cuda_backend.py tests/test_gpu.py \
-    tests/test_gpu_flows.py
+#    (every test marked cuda or triton: the cuda backend vs the torch primitives and the replay, the compiled Triton
+#    kernels, the sketch release's CUDA and Triton kernels, the 1-GPU NCCL sharded flow against gloo on the CPU)
+step tests 200 python -m pytest -q -ra -p no:cacheprovider -n 4 -m "cuda or triton" tests/ops tests/flows tests/bench \
+    tests/apps/test_ldp.py
 
-# 2. where the time goes: each stage of one chunk, both GPU backends (N = 1e7 per-row sorts; N = 1e6 both modes)
+# 2. where the time goes: each stage of one chunk, both GPU backends (N = 1e7 per-row sorts; N = 1e6 both modes at
+#    the end, when time is left)
 step stages-1e7 75 python -m bench.gpu_profile --stages --size 10000000,48,128
-step stages-1e6-segmented 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row no
-step stages-1e6-per-row 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row yes
-step softmin-lse 40 python -m bench.gpu_profile --lse 10000
 
 # 3. the benchmark table (flow step: triton / cuda, exact / histogram, reference at N <= 1e6; DP-SWD loss with the
 #    torch.compile anchor), then a private 10^7-particle run through DPSlicedWassersteinFlow (cuda backend)
@@ -74,6 +78,8 @@ GPU_FLOW_RES="bench/results/gpu_flow-$(date +%Y%m%dT%H%M%S).json"
 step bench-flow 150 python -m bench.gpu_flow "${SIZES[@]}" --cases flow_step --max-reference-n 1e6 \
     --table bench/gpu_flow_table.md --note "scripts/gpu_check.sh" --results "$GPU_FLOW_RES"
 step bench-dpswd 120 python -m bench.gpu_flow --dpswd-only 1000000,48,128 --note "scripts/gpu_check.sh" \
+    --results "$GPU_FLOW_RES"
+step sketch-release 40 python -m bench.gpu_flow --sketch-only 1000000,48,128 --note "scripts/gpu_check.sh" \
     --results "$GPU_FLOW_RES"
 step api-run 75 python -m bench.gpu_flow --api-run "${GPU_CHECK_API_RUN:-1e7,48,128,20}" \
     --note "scripts/gpu_check.sh api run" --results "$GPU_FLOW_RES"
@@ -84,6 +90,10 @@ cp "$GPU_FLOW_RES" "$OUTDIR/gpu_flow_results.json" 2>/dev/null || true
 # the dense engines first (no KeOps), then KeOps (online), which can crash in its code generation on a new CUDA
 [ "$QUICK" = 1 ] || step sinkhorn-dense 70 bash scripts/gpu_sinkhorn.sh 65 --impls geomloss_tensorized,fastdpot_tensorized
 [ "$QUICK" = 1 ] || step sinkhorn-keops 60 bash scripts/gpu_sinkhorn.sh 55 --impls geomloss_online,fastdpot,fastdpot_keops
+step stages-1e6-segmented 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row no
+step stages-1e6-per-row 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row yes
+step softmin-lse 40 python -m bench.gpu_profile --lse 10000
+step sweep-projection 45 python -m bench.gpu_profile --sweep --size 10000000,48,48
 [ "$QUICK" = 1 ] || step ldp-400k 60 python -m fastdpot.experiments.ldp --points 400000 --data-batch 2048 --steps 300 \
     --eval-points 2000 --replayable-noise --device cuda --backend tensorized --time-budget-s 30 \
     --out "$OUTDIR/ldp_400k.json"

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --public-size 0: the validation (tuning) split taken from the training set")
     f.add_argument("--representation-share", type=float, default=d.representation_share,
                    help="with --public-size 0: the fraction of ε the DP representation is calibrated to alone "
-                        "(the flow takes the rest of the composed budget)")
+                        "(the flow takes the rest of the composed budget; default 0.3 for pca, 0.9 for autoencoder)")
     f.add_argument("--rep-kind", choices=["pca", "autoencoder"], default=d.rep_kind,
                    help="with --public-size 0: the DP representation: pca (one DP second-moment release) or "
                         "autoencoder (DP-SGD)")

@@ -116,8 +116,8 @@ class PipelineConfig:
             cnn_arch: the evaluation CNN, ``"small"`` or ``"dropout"`` (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
         public_size=0 selects the private-only protocol (:mod:`fastdpot.experiments.private_only`; δ = None there
             means DPImageBench's 1/(N ln N)); its settings: validation_size (the tuning split's size),
-            representation_share (the fraction of ε the representation is calibrated to alone), rep_kind (``"pca"``:
-            DP-PCA, one release; ``"autoencoder"``: DP-SGD), rep_scale (PCA's image scale S), rep_epochs,
+            representation_share (the fraction of ε the representation is calibrated to alone; None: 0.3 for
+            DP-PCA, 0.9 for the auto-encoder), rep_kind (``"pca"``: DP-PCA, one release; ``"autoencoder"``: DP-SGD), rep_scale (PCA's image scale S), rep_epochs,
             rep_batch_size, rep_clip_radius, rep_lr, rep_label_weight (the auto-encoder's DP-SGD; all:
             :class:`fastdpot.experiments.dp_representation.RepresentationConfig`), labels_from (``"flow"``: the
             flow's label block; ``"head"``: the DP representation's head labels the decoded particles).
@@ -169,7 +169,7 @@ class PipelineConfig:
     cnn_augment: bool = False
     cnn_arch: str = "small"
     validation_size: int = 5000
-    representation_share: float = 0.9
+    representation_share: Optional[float] = None
     rep_kind: str = "pca"
     rep_scale: float = 16.0
     rep_epochs: float = 10.0
@@ -254,6 +254,8 @@ class PipelineConfig:
                 check_positive(getattr(c, name), name)
             check_int(c.rep_batch_size, "rep_batch_size")
             check_nonnegative(c.rep_label_weight, "rep_label_weight")
+            if c.representation_share is None:  # tuned on the validation split (docs/mainjob-private.md)
+                c.representation_share = 0.3 if c.rep_kind == "pca" else 0.9
             if not 0 < c.representation_share < 1:
                 raise ValueError(f"representation_share must be in (0, 1), got {c.representation_share!r}")
         elif c.method == "decoded":
