@@ -9,15 +9,22 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-results/private_only}
 PARALLEL=${PARALLEL:-1}
 mkdir -p "$OUT"
+# the settings chosen on the validation split (docs/mainjob-private.md, "Tuning"): d = 32 and 30 % of ε for DP-PCA at
+# ε = 10 (the defaults), d = 16 and 60 % at ε = 1
+E10="--epsilon 10"
+E1="--epsilon 1 --latent-dim 16 --representation-share 0.6"
 runs=()
 for seed in 1 2 3; do
-  runs+=("eps10_seed$seed --epsilon 10 --seed $seed")
-  runs+=("eps1_seed$seed --epsilon 1 --seed $seed")
+  runs+=("eps10_seed$seed $E10 --seed $seed")
+  runs+=("eps1_seed$seed $E1 --seed $seed")
 done
-runs+=("gaussian_eps10 --method gaussian --epsilon 10 --seed 1")
-runs+=("gaussian_eps1 --method gaussian --epsilon 1 --seed 1")
-runs+=("inf --epsilon inf --seed 1")
-runs+=("decoded --method decoded --epsilon inf --seed 1")
+runs+=("gaussian_eps10 --method gaussian $E10 --seed 1")
+runs+=("gaussian_eps1 --method gaussian $E1 --seed 1")
+runs+=("inf --epsilon inf --seed 1")  # the ε = 10 pipeline without noise
+runs+=("decoded --method decoded --epsilon inf --seed 1")  # the caps: non-private PCA, d = 32 and d = 16
+runs+=("decoded_d16 --method decoded --epsilon inf --latent-dim 16 --seed 1")
+runs+=("decoded_eps10 --method decoded $E10 --seed 1")  # the DP basis of the ε = 10 / ε = 1 runs, codes decoded
+runs+=("decoded_eps1 --method decoded $E1 --seed 1")
 threads=$(( $(nproc) / PARALLEL )); (( threads >= 1 )) || threads=1
 run_one() {
   local name=$1; shift

@@ -13,10 +13,11 @@ normalisation (a sample's output must not depend on the other samples of its bat
 an optional linear head on the unit-sphere latent that predicts the label (a *supervised* auto-encoder: the classes
 separate in the latent space the flow runs in, and the head, a DP-trained classifier, can label generated latents).
 
-:func:`train_dp_representation` trains it with :func:`fastdpot.dpsgd.train_dp_sgd` (fixed-size batches sampled
-without replacement, per-sample clipping, replace-one sensitivity 2C), recorded as the stage ``"representation"`` of
-the run's :class:`fastdpot.privacy.composition.ComposedLedger`. The trained weights are a DP release: caching them
-is caching a release, and a run that loads them records the stage's releases in its ledger again (once).
+:func:`train_dp_representation` fits either kind, recorded as the stage ``"representation"`` of the run's
+:class:`fastdpot.privacy.composition.ComposedLedger`: DP-PCA as one Gaussian release (:func:`dp_second_moment`,
+sensitivity sqrt(2)), the auto-encoder with :func:`fastdpot.dpsgd.train_dp_sgd` (fixed-size batches sampled without
+replacement, per-sample clipping, replace-one sensitivity 2C). The fitted basis or weights are a DP release: caching
+them is caching a release, and a run that loads them records the stage's releases in its ledger again (once).
 """
 from __future__ import annotations
 
