@@ -3,6 +3,8 @@
 # CUDA tests, time every stage of a flow step, run the GPU benchmarks, a private 10^7-particle flow through the public
 # API, the Sinkhorn comparison with GeomLoss and the LDP half-circle experiment at the paper's size.
 #   FASTDPOT_TREE_COMMIT=<git rev-parse --short HEAD of the caller> bash scripts/gpu_check.sh [--quick]
+# GPU_CHECK_BUDGET_S: the whole script's wall time (default 540 s); GPU_CHECK_ONLY="build tests ...": run only the
+# named steps (a rerun of what failed); GPU_CHECK_TESTS: the pytest arguments of the tests step.
 # (the machine's copy of .git can be stale: the rows then name the tree the caller sent, see bench/harness.git_rev)
 # Each part has its own time limit and the parts run in order of importance, so a slow part cannot starve the rest.
 # Uses the torch (CUDA build) and Triton of the machine; never installs torch. Pure-Python packages the machine lacks
@@ -27,6 +29,7 @@ BUDGET=${GPU_CHECK_BUDGET_S:-540}  # the whole script's wall time: a step that c
 step() {  # step NAME LIMIT_S CMD...: run CMD under a time limit, log it, remember a failure
     local name=$1 limit=$2
     shift 2
+    if [ -n "${GPU_CHECK_ONLY:-}" ] && [[ " $GPU_CHECK_ONLY " != *" $name "* ]]; then return; fi
     local left=$(( BUDGET - ($(date +%s) - T0) ))
     if (( left < 20 )); then echo "=== $name: skipped, $left s left of the ${BUDGET} s budget" | tee -a "$LOG"; return; fi
     (( limit > left )) && limit=$left
@@ -64,8 +67,8 @@ step versions 60 python -c "import torch, triton, fastdpot._cuda_prims as c; pri
 # 1. correctness on CUDA: the cuda backend (CUB primitives vs torch, backend vs replay and triton), the Triton kernels
 #    (every test marked cuda or triton: the cuda backend vs the torch primitives and the replay, the compiled Triton
 #    kernels, the sketch release's CUDA and Triton kernels, the 1-GPU NCCL sharded flow against gloo on the CPU)
-step tests 200 python -m pytest -q -ra -p no:cacheprovider -n 4 -m "cuda or triton" tests/ops tests/flows tests/bench \
-    tests/apps/test_ldp.py
+read -r -a TESTS <<< "${GPU_CHECK_TESTS:-tests/ops tests/flows tests/bench tests/apps/test_ldp.py}"
+step tests 200 python -m pytest -q -ra -p no:cacheprovider -n 4 -m "cuda or triton" "${TESTS[@]}"
 
 # 2. where the time goes: each stage of one chunk, both GPU backends (N = 1e7 per-row sorts; N = 1e6 both modes at
 #    the end, when time is left)

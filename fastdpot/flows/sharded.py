@@ -246,7 +246,9 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
         privacy randomness, as a quantile table at the levels m/(B−1) (what op ``flow_step`` reads at u·(B−1)); the
         particles keep smoothing noise σ."""
         sigma = float(self.noise_std)
-        yp = batch.double() @ theta.double().t() + self._rng.normal((batch.shape[0], theta.shape[0])) * sigma
+        # float64 on the CPU, where the privacy randomness draws (the release is broadcast from the CPU anyway)
+        yp = batch.detach().cpu().double() @ theta.detach().cpu().double().t() \
+            + self._rng.normal((batch.shape[0], theta.shape[0])) * sigma
         table = torch.sort(yp.t(), dim=1).values  # sorting is post-processing of the release
         b = batch.shape[0]
         levels = torch.linspace(0, 1, b, dtype=torch.float64) if b > 1 else torch.zeros(1, dtype=torch.float64)

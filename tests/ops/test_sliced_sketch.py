@@ -19,6 +19,8 @@ needs_cpp = pytest.mark.skipif(not HAS_CPP, reason="C++ extension fastdpot._C_sl
 TRITON = os.environ.get("TRITON_INTERPRET", "0") == "1" or torch.cuda.is_available()
 needs_triton = [pytest.mark.triton, pytest.mark.skipif(not TRITON, reason="Triton needs CUDA or TRITON_INTERPRET=1")]
 BACKENDS = [pytest.param("cpu", marks=needs_cpp), pytest.param("triton", marks=needs_triton)]
+# compiled Triton takes CUDA tensors; under the interpreter (CI) CPU ones
+TRITON_DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET", "0") == "1" or not torch.cuda.is_available() else "cuda"
 # (M private rows, N generated rows, d, k, L): N != M, L = 1, L = min(M, N), odd sizes
 SHAPES = [(30, 25, 4, 5, 4), (40, 40, 3, 7, 1), (17, 33, 5, 6, 17), (50, 20, 2, 3, 20), (64, 81, 6, 9, 7)]
 
@@ -35,23 +37,30 @@ def _backend(name):
     return op._dispatch.dispatch(op.OP, name)[1]
 
 
+def _on(backend, *tensors):
+    """``tensors`` on the device the backend takes (leaves, gradients required where the input's were)."""
+    dev = TRITON_DEVICE if backend == "triton" else "cpu"
+    return [t.detach().to(dev).requires_grad_(t.requires_grad) for t in tensors]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("p", [1, 2])
 @pytest.mark.parametrize("m,n,d,k,L", SHAPES)
 def test_float64_matches_reference_with_replayed_noise(backend, p, m, n, d, k, L):
     x, y, th = _data(m, n, d, k, seed=m + k)
     y.requires_grad_(True)
-    loss, noise, none = _backend(backend)(x, y, th, p, 0.7, 123 + L, True, sketch_bins=L)
+    xd, yd, thd = _on(backend, x, y, th)
+    loss, noise, none = _backend(backend)(xd, yd, thd, p, 0.7, 123 + L, True, sketch_bins=L)
     assert none is None and noise.dtype == torch.float64 and noise.shape == (k, L)
     # the noise is the release key's keyed normals j·L + l of stream 0, σ-scaled
     want = keyed_normals(123 + L, 0, 0, k * L, per_block=2).reshape(k, L) * 0.7
     torch.testing.assert_close(noise.cpu(), want, rtol=1e-15, atol=1e-15)
     up = torch.tensor(-1.7, dtype=torch.float64)  # an upstream gradient that is not one
-    g = torch.autograd.grad(loss, y, up)[0]
+    g = torch.autograd.grad(loss, yd, up.to(yd.device))[0].cpu()
     yr = y.detach().clone().requires_grad_(True)
     ref = ref_sketch(x, yr, th, L, p, want)
     gr = torch.autograd.grad(ref, yr, up)[0]
-    torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(loss.detach().cpu(), ref.detach(), rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(g, gr, rtol=1e-10, atol=1e-13)
 
 
@@ -66,9 +75,10 @@ def test_float32_error_within_torch_float32_error(backend):
     x32, y32, th32 = x64.float(), y64.float().requires_grad_(True), th64.float()
     r32 = ref_sketch(x32, y32, th32, L, 2, noise)
     g32 = torch.autograd.grad(r32, y32)[0]
-    y32k = y64.float().requires_grad_(True)
-    loss = _backend(backend)(x32, y32k, th32, 2, 0.4, 77, False, sketch_bins=L)
+    x32k, y32k, th32k = _on(backend, x32, y64.float().requires_grad_(True), th32)
+    loss = _backend(backend)(x32k, y32k, th32k, 2, 0.4, 77, False, sketch_bins=L)
     gk = torch.autograd.grad(loss, y32k)[0]
+    loss, gk = loss.cpu(), gk.cpu()
     assert loss.dtype == torch.float32 and gk.dtype == torch.float32
     eps = torch.finfo(torch.float32).eps
     ref_err = abs(float(r32.detach()) - float(r64.detach()))
