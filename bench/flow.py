@@ -1,10 +1,10 @@
 """Cases of the benchmark of one DP sliced-Wasserstein flow step (issue 4), fused C++ step vs the torch reference: the
 suite ``flow`` of ``bench/test_flow.py`` (pytest-benchmark).
 
-impls: ``fastdpot`` (op ``flow_step``, backend ``cpu``: csrc/flow.cpp) and ``reference`` (backend ``reference``:
-:func:`fastdpot.reference.flow.flow_step`, whose noise is the C++ kernel's keyed Philox normals drawn in numpy
-(``fastdpot.reference.philox``): slower than ``torch.randn``, which the rows before the restructure of issue 30
-used). Both do the same work: k
+impls: ``fastdpot`` (op ``flow_step``, backend ``cpu``: csrc/flow.cpp) and ``reference`` (the anchor:
+:func:`fastdpot.reference.flow.flow_step`, the torch math, with its noise from ``torch.randn``,
+:func:`bench.harness.torch_noise`; the ``reference`` *backend* replays the kernel's keyed Philox streams in float64
+for the tests, slower than a torch user's code: rows of 2026-11-22 to 11-26 timed it). Both do the same work: k
 fresh noisy projections (σ = 0.5) of N particles and M private rows, per-direction sort, sort-based quantile
 transport (``quantiles="exact"``), drift and Euler--Maruyama update; float32, a fresh seed every call.
 
@@ -23,7 +23,7 @@ recompute the projections per block of particles, nothing of size N·k stored), 
 """
 from __future__ import annotations
 
-from bench.harness import Case, suite_main
+from bench.harness import Case, suite_main, torch_noise
 
 SUITE = "flow"
 ANCHORS = ["reference"]
@@ -50,11 +50,18 @@ def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0)
         th = torch.nn.functional.normalize(torch.randn(k, d, generator=g), dim=1)
         return dict(x=x, y=y, th=th, seed=[0])
 
+    mode, q = quantiles if isinstance(quantiles, tuple) else (quantiles, None)  # ("histogram", bins)
+
     def forward(s):
+        s["seed"][0] += 1
+        if backend == "reference":  # the anchor: the torch math with torch.randn noise (bench.harness.torch_noise)
+            from fastdpot.reference.flow import flow_step as reference_step
+
+            nx, ny = torch_noise(s["x"], s["y"], s["th"].shape[0], noise_std, seed=s["seed"][0])
+            return reference_step(s["x"], s["y"], s["th"], nx, ny, step_size=step_size, quantiles=mode,
+                                  histogram_bins=q)[0]
         from fastdpot.ops.flow_step import flow_step
 
-        s["seed"][0] += 1
-        mode, q = quantiles if isinstance(quantiles, tuple) else (quantiles, None)  # ("histogram", bins)
         new, drift, _ = flow_step(s["x"], s["y"], s["th"], noise_std=noise_std, step_size=step_size,
                                   seed=s["seed"][0], quantiles=mode, histogram_bins=q, backend=backend)
         return new

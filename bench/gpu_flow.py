@@ -54,7 +54,7 @@ import time
 import torch
 
 from . import harness, store
-from .harness import Case
+from .harness import Case, torch_noise
 
 SUITE = "gpu_flow"
 COMPILED = "reference_compiled"
@@ -82,17 +82,6 @@ def _inputs(n, m, d, k, device, seed=0):
     th = torch.randn(k, d, device=device, generator=g)
     th /= th.norm(dim=1, keepdim=True)
     return x, y, th
-
-
-def torch_noise(x, y, k, noise_std, seed=1234):
-    """The anchors' noise: ``(noise_x (N, k), noise_y (M, k))`` from ``torch.randn`` on x's device (one generator
-    per call, seeded), in x's dtype. The fastdpot backends draw keyed Philox normals inside their kernels (the
-    ``reference`` backend replays those streams in torch, float64, which a user's torch code would not do); the
-    anchors pay for the same amount of noise with torch's own, fastest, generator."""
-    g = torch.Generator(device=x.device).manual_seed(seed)
-    nx = torch.randn(x.shape[0], k, device=x.device, dtype=x.dtype, generator=g) * noise_std
-    ny = torch.randn(y.shape[0], k, device=x.device, dtype=x.dtype, generator=g) * noise_std
-    return nx, ny
 
 
 def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):

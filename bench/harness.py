@@ -313,3 +313,16 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+
+
+def torch_noise(x, y, k, noise_std, seed=1234):
+    """The torch anchors' noise: ``(noise_x (N, k), noise_y (M, k))`` from ``torch.randn`` on x's device (one
+    generator per call, seeded), in x's dtype. The fastdpot backends draw keyed Philox normals inside their kernels
+    (the ``reference`` backend replays those streams in float64 for the tests, which a user's torch code would not
+    do); the anchors pay for the same amount of noise with torch's own generator."""
+    import torch
+
+    g = torch.Generator(device=x.device).manual_seed(seed)
+    nx = torch.randn(x.shape[0], k, device=x.device, dtype=x.dtype, generator=g) * noise_std
+    ny = torch.randn(y.shape[0], k, device=x.device, dtype=x.dtype, generator=g) * noise_std
+    return nx, ny

@@ -3,7 +3,9 @@
 
 impls: ``fastdpot`` (the C++ ``cpu`` backend), ``pot`` (``ot.sliced_wasserstein_distance`` on torch tensors with
 the same projections; it returns the p-th root, which changes nothing in cost), ``reference``
-(:func:`fastdpot.reference.sliced.sliced_wasserstein`, backend ``reference``: keyed numpy Philox noise). The ``dp``
+(:func:`fastdpot.reference.sliced.sliced_wasserstein`, the torch math; in the ``dp`` case its noise comes from
+``torch.randn``, :func:`bench.harness.torch_noise`: the ``reference`` backend's float64 replay of the kernel's keyed
+streams is a test oracle, which rows of 2026-11-22 to 11-26 timed). The ``dp``
 case adds σ = 0.5 noise on both sides (fastdpot and reference only: POT has no noise). The ``sketch`` case is the
 DP-SWD loss with the sliced quantile sketch release (``release="sketch"``, L = 10 bins, σ = 0.5 on each bin sum):
 impl ``fastdpot`` the fused C++ kernel, ``reference`` the torch reference
@@ -15,7 +17,7 @@ release) of the same run.
 """
 from __future__ import annotations
 
-from bench.harness import Case, suite_main
+from bench.harness import Case, suite_main, torch_noise
 
 SUITE = "sliced"
 ANCHORS = ["pot", "reference"]
@@ -77,12 +79,12 @@ def dp_case(impl, n, m, d, k, p=2, noise_std=0.5):
             return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
                                          generator=g,
                                          secure_mode=False, backend="cpu")
-        if impl == "reference":
-            from fastdpot.sliced import dp_sliced_wasserstein
+        if impl == "reference":  # the anchor: the torch math with torch.randn noise (bench.harness.torch_noise)
+            from fastdpot.reference.sliced import sliced_wasserstein
 
-            return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
-                                         generator=g,
-                                         secure_mode=False, backend="reference")
+            nx, ny = torch_noise(s["x"], s["y"], s["th"].shape[0], noise_std,
+                                 seed=int(torch.randint(2 ** 62, (1,), generator=g)))
+            return sliced_wasserstein(s["x"], s["y"], s["th"], p, nx, ny)
         raise ValueError(f"impl must be fastdpot or reference, got {impl!r}")
 
     def setup():

@@ -67,15 +67,16 @@ def bin_levels(sizes: torch.Tensor) -> torch.Tensor:
     sizes = torch.as_tensor(sizes, dtype=torch.int64)
     b = int(sizes.sum())
     if b == 1:
-        return torch.full((1,), 0.5, dtype=torch.float64)
+        return torch.full((1,), 0.5, dtype=torch.float64, device=sizes.device)
     starts = torch.cumsum(sizes, 0) - sizes
     return (starts.double() + (sizes.double() - 1.0) / 2.0) / (b - 1)
 
 
 def bin_index(sizes: torch.Tensor) -> torch.Tensor:
-    """The bin of every rank 0..B−1: (B,) int64, non-decreasing (``repeat_interleave`` of the bin numbers)."""
+    """The bin of every rank 0..B−1: (B,) int64 on ``sizes``' device, non-decreasing (``repeat_interleave`` of the
+    bin numbers)."""
     sizes = torch.as_tensor(sizes, dtype=torch.int64)
-    return torch.repeat_interleave(torch.arange(sizes.numel()), sizes)
+    return torch.repeat_interleave(torch.arange(sizes.numel(), device=sizes.device), sizes)
 
 
 def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, sketch_bins: int, noise_std: float,
