@@ -1,7 +1,7 @@
 """Error of the sort-free histogram step against the exact (sort-based) step, by number of bins (issue 18).
 
 Both steps are the C++ ``cpu`` backend with the SAME seed, hence the same Philox draws (particle smoothing noise,
-private noise, Brownian term; pinned by tests/test_flow_histogram_cpp.py), so every difference is the histogram CDF's.
+private noise, Brownian term; pinned by tests/ops/test_flow_step_cpu_histogram.py), so every difference is the histogram CDF's.
 Setup (synthetic): N particles ~ N(0, I_d), M private rows from a 2-component Gaussian mixture in d dimensions
 (means ±1.5·e_1, std 0.5), k unit directions, σ = 0.1 smoothing, h = 1, float64. Reported per bin count B:
 

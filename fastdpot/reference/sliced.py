@@ -3,7 +3,7 @@
 Differentiable by autograd, any floating dtype, any device. They are the baselines the C++ (``csrc/sliced.cpp``) and
 Triton (``kernels/dpswd.py``) kernels are tested and benchmarked against, and they are themselves checked against
 POT (``ot.sliced_wasserstein_distance``, ``ot.wasserstein_1d``) in ``tests/ops/test_sliced.py`` and
-``tests/ops/test_sliced_pot.py``.
+``tests/ops/test_sliced_api.py``.
 
 * :func:`sliced_wasserstein` / :func:`projected_wasserstein`: SW_p^p along given directions, equal-weight atoms
   (merged quantile levels, :func:`quantile_levels`) or weighted atoms (:func:`weighted_wasserstein_1d`), with
