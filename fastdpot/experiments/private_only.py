@@ -364,8 +364,9 @@ def _privacy_md(m: Dict[str, Any]) -> str:
 
 def summarize(folder: str) -> str:
     """A markdown table of the private-only runs under ``folder`` (one ``metrics.json`` per run folder), grouped by
-    (method, ε, labels_from): the mean ± sd over the runs (each an independent run with its own ε and its own DP
-    representation; the spread describes the algorithm: no pooled release) and each run's wall time."""
+    (method, ε, labels_from, latent dimension d): the mean ± sd over the runs (each an independent run with its own
+    ε and its own DP representation; the spread describes the algorithm: no pooled release) and each run's wall
+    time."""
     import statistics
 
     rows: Dict[tuple, list] = {}
@@ -375,7 +376,7 @@ def summarize(folder: str) -> str:
             continue
         with open(path) as f:
             m = json.load(f)
-        key = (m["method"], m["epsilon_target"], m.get("labels_from", "flow"))
+        key = (m["method"], m["epsilon_target"], m.get("labels_from", "flow"), m["representation"]["latent_dim"])
         rows.setdefault(key, []).append(m)
 
     def stat(ms, k, scale=1.0, fmt="{:.1f}"):
@@ -386,12 +387,13 @@ def summarize(folder: str) -> str:
             return fmt.format(vals[0])
         return f"{fmt.format(statistics.mean(vals))} ± {fmt.format(statistics.stdev(vals))}"
 
-    out = ["| method | ε (target) | ε (composed) | labels | runs | CNN acc. % | FID (sensitive) | FID (test) | "
-           "label fidelity % | wall time min |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for (method, eps, lab), ms in sorted(rows.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 1e9), kv[0][2])):
+    out = ["| method | ε (target) | ε (composed) | labels | d | runs | CNN acc. % | FID (sensitive) | FID (test) | "
+           "label fidelity % | wall time min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (method, eps, lab, d), ms in sorted(rows.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 1e9), kv[0][2],
+                                                                          -kv[0][3])):
         composed = stat(ms, "epsilon", fmt="{:.3f}") if method != "decoded" else "∞ (not private)"
         minutes = ", ".join("{:.0f}".format(m["wall_time_s"]["total"] / 60) for m in ms)
-        out.append(f"| {method} | {eps} | {composed} | {lab} | {len(ms)} | {stat(ms, 'accuracy_cnn', 100)} | "
+        out.append(f"| {method} | {eps} | {composed} | {lab} | {d} | {len(ms)} | {stat(ms, 'accuracy_cnn', 100)} | "
                    f"{stat(ms, 'fid')} | {stat(ms, 'fid_test')} | {stat(ms, 'label_fidelity', 100)} | {minutes} |")
     return "\n".join(out)
 

@@ -129,3 +129,25 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     assert set(m) >= {"accuracy_cnn", "fid", "label_fidelity", "wall_time_s"}
     assert 0.0 <= m["label_fidelity"] <= 1.0
     assert f"({m['epsilon']:.4g}," in (tmp_path / "run" / "privacy.md").read_text()
+
+
+def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):
+    import json
+
+    def run(name, method, eps, d, acc, composed):
+        (tmp_path / name).mkdir()
+        m = dict(method=method, epsilon_target=eps, epsilon=composed, labels_from="flow",
+                 representation=dict(latent_dim=d), accuracy_cnn=acc, fid=50.0, fid_test=55.0, label_fidelity=0.8,
+                 wall_time_s=dict(total=600.0))
+        (tmp_path / name / "metrics.json").write_text(json.dumps(m))
+
+    run("a", "flow", 10.0, 32, 0.70, 9.99)
+    run("b", "flow", 10.0, 32, 0.80, 9.98)
+    run("c", "decoded", None, 32, 0.84, None)
+    run("d", "decoded", None, 16, 0.79, None)
+    (tmp_path / "not_a_run").mkdir()
+    rows = [r for r in P.summarize(str(tmp_path)).splitlines()[2:]]
+    assert len(rows) == 3  # the two ε = 10 seeds pooled into one row; the caps at d = 32 and d = 16 apart
+    flow = next(r for r in rows if r.startswith("| flow"))
+    assert "| 2 | 75.0 ± 7.1 |" in flow and "| 32 |" in flow
+    assert sum(r.startswith("| decoded") for r in rows) == 2
