@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--rep-kind", choices=["pca", "autoencoder"], default=d.rep_kind,
                    help="with --public-size 0: the DP representation: pca (one DP second-moment release) or "
                         "autoencoder (DP-SGD)")
+    f.add_argument("--rep-lowpass", type=int, default=d.rep_lowpass, metavar="K",
+                   help="with --public-size 0 and --rep-kind pca: DP-PCA of the K x K lowest 2-D DCT frequencies "
+                        "(default: of the pixels)")
     f.add_argument("--rep-scale", type=float, default=d.rep_scale,
                    help="with --public-size 0 and --rep-kind pca: images are divided by this before clipping to "
                         "norm 1")
@@ -200,7 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          classifiers=args.classifiers, cnn_epochs=args.cnn_epochs,
                          cnn_augment=args.cnn_augment, cnn_arch=args.cnn_arch,
                          validation_size=args.validation_size, representation_share=args.representation_share,
-                         rep_kind=args.rep_kind, rep_scale=args.rep_scale,
+                         rep_kind=args.rep_kind, rep_scale=args.rep_scale, rep_lowpass=args.rep_lowpass,
                          rep_epochs=args.rep_epochs, rep_batch_size=args.rep_batch_size,
                          rep_clip_radius=args.rep_clip_radius, rep_lr=args.rep_lr,
                          rep_label_weight=args.rep_label_weight, labels_from=args.labels_from)

@@ -117,7 +117,8 @@ class PipelineConfig:
         public_size=0 selects the private-only protocol (:mod:`fastdpot.experiments.private_only`; δ = None there
             means DPImageBench's 1/(N ln N)); its settings: validation_size (the tuning split's size),
             representation_share (the fraction of ε the representation is calibrated to alone; None: 0.3 for
-            DP-PCA, 0.9 for the auto-encoder), rep_kind (``"pca"``: DP-PCA, one release; ``"autoencoder"``: DP-SGD), rep_scale (PCA's image scale S), rep_epochs,
+            DP-PCA, 0.9 for the auto-encoder), rep_lowpass (DP-PCA of the K × K lowest DCT frequencies), rep_kind
+            (``"pca"``: DP-PCA, one release; ``"autoencoder"``: DP-SGD), rep_scale (PCA's image scale S), rep_epochs,
             rep_batch_size, rep_clip_radius, rep_lr, rep_label_weight (the auto-encoder's DP-SGD; all:
             :class:`fastdpot.experiments.dp_representation.RepresentationConfig`), labels_from (``"flow"``: the
             flow's label block; ``"head"``: the DP representation's head labels the decoded particles).
@@ -172,6 +173,7 @@ class PipelineConfig:
     representation_share: Optional[float] = None
     rep_kind: str = "pca"
     rep_scale: float = 16.0
+    rep_lowpass: Optional[int] = None
     rep_epochs: float = 10.0
     rep_batch_size: int = 1024
     rep_clip_radius: float = 1.0

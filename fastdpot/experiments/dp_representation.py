@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from .._validate import check_int, check_nonnegative, check_positive, check_probability
 
 __all__ = ["GroupNormConvAutoEncoder", "DPPCARepresentation", "RepresentationConfig", "representation_loss",
-           "train_dp_representation", "dp_second_moment", "head_labels", "REPRESENTATION_KINDS"]
+           "train_dp_representation", "dp_second_moment", "dct_lowpass_matrix", "head_labels", "REPRESENTATION_KINDS"]
 
 #: the representations :func:`train_dp_representation` trains
 REPRESENTATION_KINDS = ("pca", "autoencoder")
@@ -164,6 +164,27 @@ def dp_second_moment(rows: torch.Tensor, noise_std: float, rng) -> torch.Tensor:
     return m
 
 
+def dct_lowpass_matrix(size: int, side: int = 28) -> torch.Tensor:
+    """The K × K lowest frequencies of the orthonormal 2-D DCT-II of side × side images, as a (K², side²) float64
+    matrix L with orthonormal rows: ``L @ x.flatten()`` are the coefficients (row u·K + v: vertical frequency u,
+    horizontal v), ``L.T @ c`` the image of coefficients c with every higher frequency zero. ‖L x‖ <= ‖x‖.
+
+    Raises:
+        ValueError: K not in [1, side].
+
+    References:
+        Ahmed, Natarajan & Rao, "Discrete cosine transform", IEEE Transactions on Computers, 1974 (DCT-II).
+    """
+    check_int(side, "side")
+    check_int(size, "size")
+    if size > side:
+        raise ValueError(f"size must be at most side = {side}, got {size}")
+    k = torch.arange(side, dtype=torch.float64)
+    d = torch.cos(math.pi * (2 * k[None, :] + 1) * k[:, None] / (2 * side)) * math.sqrt(2.0 / side)
+    d[0] /= math.sqrt(2.0)
+    return torch.kron(d[:size], d[:size])
+
+
 class DPPCARepresentation(nn.Module):
     """A linear representation of (n, 1, 28, 28) images: codes c = Vᵀ x / S, images S·V c clamped to [0, 1].
 
@@ -213,6 +234,11 @@ class RepresentationConfig:
         clip_radius: C > 0, the per-sample gradient bound. lr: Adam's learning rate (cosine-decayed to 0).
         share: the fraction of the run's ε this stage is calibrated to on its own (the flow gets the rest of the
             composed budget; RDP composition makes the two shares sum to more than the whole).
+        lowpass: PCA only: None (PCA of the pixels), or K in [1, 28] with K² >= d: PCA of the K × K lowest
+            frequencies of each image's orthonormal 2-D DCT-II (:func:`dct_lowpass_matrix`, a public,
+            data-independent map). The noise of the second-moment release then never reaches the higher
+            frequencies: the basis, and every decoded image, is smooth (measured on the validation split:
+            docs/mainjob-private.md).
     """
     kind: str = "pca"
     latent_dim: int = 32
@@ -225,7 +251,8 @@ class RepresentationConfig:
     clip_radius: float = 1.0
     lr: float = 2e-3
     share: float = 0.9
-    version: int = 2
+    lowpass: Optional[int] = None
+    version: int = 3
 
     def __post_init__(self):
         if self.kind not in REPRESENTATION_KINDS:
@@ -242,6 +269,11 @@ class RepresentationConfig:
         check_positive(self.clip_radius, "clip_radius")
         check_positive(self.lr, "lr")
         check_probability(self.share, "share", low_open=True, high_open=True)
+        if self.lowpass is not None:
+            check_int(self.lowpass, "lowpass")
+            if not 1 <= self.lowpass <= 28 or self.lowpass ** 2 < self.latent_dim:
+                raise ValueError(f"lowpass must be K in [1, 28] with K² >= latent_dim = {self.latent_dim}, got "
+                                 f"{self.lowpass!r}")
 
     def steps(self, n: int) -> int:
         return max(1, int(round(self.epochs * n / self.batch_size)))
@@ -349,11 +381,16 @@ def _fit_pca(images, labels, cfg, ledger, z, steps, n_cal, num_classes, seed, se
     std = 0.0 if z is None else z * math.sqrt(2.0) * n / n_cal
     rng = privacy_randomness(secure_mode, None if secure_mode else torch.Generator().manual_seed(seed + 7))
     x = images.flatten(1).double().div_(255.0 * cfg.scale)
+    lp = None if cfg.lowpass is None else dct_lowpass_matrix(cfg.lowpass)
+    if lp is not None:
+        x = x @ lp.t()  # the low frequencies (a public linear map; norms do not grow)
     if ledger.private:  # recorded before the release is computed
         ledger.record("representation", z, 1, sampling="full", dataset_size=n_cal)
     m = dp_second_moment(x, std, rng)
     _, vecs = torch.linalg.eigh(m)
     basis = vecs[:, -cfg.latent_dim:].flip(1)  # largest eigenvalue first
+    if lp is not None:
+        basis = lp.t() @ basis  # back to pixels: still orthonormal columns (L has orthonormal rows)
     return DPPCARepresentation(basis, cfg.scale), dict(steps=1, noise_multiplier=z, noise_std=std)
 
 

@@ -76,7 +76,7 @@ def representation_config(cfg: PipelineConfig) -> RepresentationConfig:
     return RepresentationConfig(kind=cfg.rep_kind, latent_dim=d, scale=cfg.rep_scale, width=cfg.ae_width or 16,
                                 label_weight=cfg.rep_label_weight, epochs=cfg.rep_epochs,
                                 batch_size=cfg.rep_batch_size, clip_radius=cfg.rep_clip_radius, lr=cfg.rep_lr,
-                                share=cfg.representation_share)
+                                share=cfg.representation_share, lowpass=cfg.rep_lowpass)
 
 
 def _domain_labels(labels: torch.Tensor) -> torch.Tensor:

@@ -85,6 +85,41 @@ def test_private_pca_records_one_release_and_the_stand_in_scales_its_noise():
                                   progress=False, calibration_size=100)
 
 
+def test_dct_lowpass_matrix_is_the_orthonormal_2d_dct():
+    from scipy.fft import dctn
+
+    L = R.dct_lowpass_matrix(28)
+    assert torch.allclose(L @ L.t(), torch.eye(784, dtype=torch.float64), atol=1e-12)  # K = side: orthogonal
+    img = torch.rand(28, 28, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    want = torch.from_numpy(dctn(img.numpy(), type=2, norm="ortho"))
+    assert torch.allclose((L @ img.flatten()).view(28, 28), want, atol=1e-12)
+    L7 = R.dct_lowpass_matrix(7)
+    assert L7.shape == (49, 784) and torch.allclose(L7, L.view(28, 28, 784)[:7, :7].reshape(49, 784))
+    with pytest.raises(ValueError, match="size"):
+        R.dct_lowpass_matrix(29)
+
+
+def test_lowpass_pca_releases_the_low_frequencies_only_and_its_basis_is_orthonormal(monkeypatch):
+    images = (torch.rand(300, 1, 28, 28, generator=torch.Generator().manual_seed(6)) * 255).to(torch.uint8)
+    seen = []
+    real = R.dp_second_moment
+    monkeypatch.setattr(R, "dp_second_moment", lambda rows, std, rng: seen.append(rows) or real(rows, std, rng))
+    cfg = R.RepresentationConfig(kind="pca", latent_dim=12, lowpass=6, share=0.5)
+    led = ComposedLedger(2.0, 1e-5)
+    model, _ = R.train_dp_representation(images, torch.zeros(300, dtype=torch.long), cfg, led, num_classes=10,
+                                         seed=0, progress=False, secure_mode=False)
+    (rows,) = seen  # the one release reads the 36 lowest DCT coefficients of the scaled images, nothing else
+    L = R.dct_lowpass_matrix(6)
+    assert rows.shape == (300, 36)
+    assert torch.allclose(rows, images.flatten(1).double() / (255 * cfg.scale) @ L.t(), atol=1e-12)
+    assert len(led.stages) == 1 and led.stages[0]["releases"] == 1
+    b = model.basis.double()
+    assert torch.allclose(b.t() @ b, torch.eye(12, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(L.t() @ (L @ b), b, atol=1e-5)  # every basis image lies in the low frequencies
+    with pytest.raises(ValueError, match="lowpass"):
+        R.RepresentationConfig(kind="pca", latent_dim=40, lowpass=6)
+
+
 def test_representation_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="kind"):
         R.RepresentationConfig(kind="vae")
