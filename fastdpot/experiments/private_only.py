@@ -184,7 +184,7 @@ def _evaluate(cfg: PipelineConfig, images, labels, data, cache_dir: str, progres
     n_gen, n_real = min(cfg.fid_samples, images.shape[0]), min(cfg.fid_real, len(data["sensitive"]))
     gi = torch.randperm(images.shape[0], generator=g)[:n_gen]
     ri = torch.sort(torch.randperm(len(data["sensitive"]), generator=torch.Generator().manual_seed(12345))[:n_real]).values
-    key = f"sensitive_{cfg.seed}_n{n_real}"
+    key = f"sensitive_split{SPLIT_SEED}_n{n_real}"  # the same images for every run (fixed split, fixed pick)
     mu_r, sig_r, _ = M.real_statistics(to_float(data["sensitive"].images[ri]), device=cfg.device,
                                        cache=os.path.join(cache_dir, "fid_real_stats", key + ".npz"),
                                        progress=progress)
