@@ -1,7 +1,6 @@
 """The main job end to end on small real data (a --quick run of the CLI), its stages, and the CelebA path."""
 import json
 import math
-import os
 import struct
 
 import numpy as np

@@ -254,7 +254,7 @@ def test_histogram_mode_error_against_exact():
         # bound: per direction the target moves at most over the private quantiles of levels u_exact +- e
         xp = x @ th.T + noise["particles"]
         yp = torch.sort(y @ th.T + noise["private"], dim=0).values
-        n, m = xp.shape[0], yp.shape[0]
+        n = xp.shape[0]
         lo, hi = xp.amin(0), xp.amax(0)
         b = ((xp - lo) / ((hi - lo) / bins)).clamp(0, bins).long().clamp(max=bins - 1)
         counts = torch.stack([torch.bincount(b[:, j], minlength=bins) for j in range(th.shape[0])], 1)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats
 
-import fastdpot.ops.flow_step as flow_op  # the op module: its cpu backend reads cpp_status
+import fastdpot.ops.flow_step as flow_op  # noqa: F401  (the op module: its cpu backend reads cpp_status)
 from fastdpot.dp_sinkhorn import sanitize_image_gradient
 from fastdpot.flows import ClassConditionalFlow, DPSlicedWassersteinFlow
 from fastdpot.ops.flow_step import flow_step
