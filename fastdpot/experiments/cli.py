@@ -131,9 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--representation-share", type=float, default=d.representation_share,
                    help="with --public-size 0: the fraction of ε the DP representation is calibrated to alone "
                         "(the flow takes the rest of the composed budget; default 0.3 for pca, 0.9 for autoencoder)")
-    f.add_argument("--rep-kind", choices=["pca", "autoencoder"], default=d.rep_kind,
-                   help="with --public-size 0: the DP representation: pca (one DP second-moment release) or "
-                        "autoencoder (DP-SGD)")
+    f.add_argument("--rep-kind", choices=["pca", "autoencoder", "dct"], default=d.rep_kind,
+                   help="with --public-size 0: the representation: pca (one DP second-moment release), "
+                        "autoencoder (DP-SGD) or dct (the --rep-lowpass K x K lowest DCT frequencies: public, no "
+                        "release)")
     f.add_argument("--rep-lowpass", type=int, default=d.rep_lowpass, metavar="K",
                    help="with --public-size 0 and --rep-kind pca: DP-PCA of the K x K lowest 2-D DCT frequencies "
                         "(default: of the pixels)")

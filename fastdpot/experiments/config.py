@@ -246,7 +246,7 @@ class PipelineConfig:
         if private_only:
             check_int(c.validation_size, "validation_size")
             check_choice(c.labels_from, "labels_from", ("flow", "head"))
-            check_choice(c.rep_kind, "rep_kind", ("pca", "autoencoder"))
+            check_choice(c.rep_kind, "rep_kind", ("pca", "autoencoder", "dct"))
             check_positive(c.rep_scale, "rep_scale")
             if c.labels != "private":
                 raise ValueError("public_size=0 (the private-only protocol) protects the labels: labels='private'")

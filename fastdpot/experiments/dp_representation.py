@@ -39,7 +39,7 @@ __all__ = ["GroupNormConvAutoEncoder", "DPPCARepresentation", "RepresentationCon
            "train_dp_representation", "dp_second_moment", "dct_lowpass_matrix", "head_labels", "REPRESENTATION_KINDS"]
 
 #: the representations :func:`train_dp_representation` trains
-REPRESENTATION_KINDS = ("pca", "autoencoder")
+REPRESENTATION_KINDS = ("pca", "autoencoder", "dct")
 
 
 def _sphere(z: torch.Tensor) -> torch.Tensor:
@@ -223,8 +223,10 @@ class RepresentationConfig:
     """The representation's settings (every field enters the cache key with the data's hash and the seed).
 
     Attributes:
-        kind: ``"pca"`` (:class:`DPPCARepresentation`, one release) or ``"autoencoder"``
-            (:class:`GroupNormConvAutoEncoder` trained with DP-SGD).
+        kind: ``"pca"`` (:class:`DPPCARepresentation`, one release), ``"autoencoder"``
+            (:class:`GroupNormConvAutoEncoder` trained with DP-SGD) or ``"dct"`` (the K × K lowest frequencies of
+            the 2-D DCT, K = ``lowpass``, d = K²: a fixed public transform that reads no image and releases
+            nothing; the flow gets the whole budget).
         latent_dim: d, the code dimension.
         scale: S > 0, PCA only: the images (pixels in [0, 1], norm up to 28) are divided by S before clipping to the
             unit ball (Fashion-MNIST's image norms: median about 12, 90% under 17: S = 16 clips one in six mildly).
@@ -269,6 +271,9 @@ class RepresentationConfig:
         check_positive(self.clip_radius, "clip_radius")
         check_positive(self.lr, "lr")
         check_probability(self.share, "share", low_open=True, high_open=True)
+        if self.kind == "dct" and (self.lowpass is None or self.lowpass ** 2 != self.latent_dim):
+            raise ValueError(f"kind='dct' needs lowpass = K with K² = latent_dim, got lowpass={self.lowpass!r}, "
+                             f"latent_dim={self.latent_dim}")
         if self.lowpass is not None:
             check_int(self.lowpass, "lowpass")
             if not 1 <= self.lowpass <= 28 or self.lowpass ** 2 < self.latent_dim:
@@ -331,6 +336,11 @@ def train_dp_representation(images: torch.Tensor, labels: torch.Tensor, cfg: Rep
         raise ValueError(f"labels must be ({n},), got {tuple(getattr(labels, 'shape', ()))}")
     n_cal = n if calibration_size is None else check_int(calibration_size, "calibration_size", n)
     num_classes = check_int(num_classes, "num_classes", 2)
+    if cfg.kind == "dct":  # public and data-independent: no image read, nothing released, nothing recorded
+        model = DPPCARepresentation(dct_lowpass_matrix(cfg.lowpass).t(), cfg.scale).eval()
+        return model, dict(steps=0, noise_multiplier=None, noise_std=None, cached=False, kind="dct", seconds=0.0,
+                           epsilon=ledger.epsilon() if ledger.private else float("inf"), calibration_size=n_cal,
+                           batch_size=0)
     key = _key(images, labels, cfg, ledger.target_epsilon, ledger.delta, seed) + ("" if n_cal == n else f"_c{n_cal}")
     path = os.path.join(cache_dir, key + ".pt") if cache_dir else None
     fit = _fit_pca if cfg.kind == "pca" else _fit_autoencoder

@@ -72,7 +72,8 @@ def private_split(n_train: int, validation_size: int, seed: int = SPLIT_SEED):
 
 def representation_config(cfg: PipelineConfig) -> RepresentationConfig:
     """The representation's settings from the run's config."""
-    d = cfg.latent_dim or (32 if cfg.rep_kind == "pca" else 16)
+    d = cfg.rep_lowpass ** 2 if cfg.rep_kind == "dct" and cfg.rep_lowpass else \
+        cfg.latent_dim or (32 if cfg.rep_kind == "pca" else 16)
     return RepresentationConfig(kind=cfg.rep_kind, latent_dim=d, scale=cfg.rep_scale, width=cfg.ae_width or 16,
                                 label_weight=cfg.rep_label_weight, epochs=cfg.rep_epochs,
                                 batch_size=cfg.rep_batch_size, clip_radius=cfg.rep_clip_radius, lr=cfg.rep_lr,

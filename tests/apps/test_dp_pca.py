@@ -120,6 +120,21 @@ def test_lowpass_pca_releases_the_low_frequencies_only_and_its_basis_is_orthonor
         R.RepresentationConfig(kind="pca", latent_dim=40, lowpass=6)
 
 
+def test_dct_representation_is_public_and_releases_nothing(monkeypatch):
+    monkeypatch.setattr(R, "dp_second_moment", lambda *a: pytest.fail("the DCT representation reads no image"))
+    led = ComposedLedger(1.0, 1e-5)
+    images = torch.full((20, 1, 28, 28), 255, dtype=torch.uint8)
+    model, info = R.train_dp_representation(images, torch.zeros(20, dtype=torch.long),
+                                            R.RepresentationConfig(kind="dct", latent_dim=16, lowpass=4), led,
+                                            num_classes=10, seed=0, progress=False)
+    assert led.stages == [] and info["steps"] == 0 and info["noise_multiplier"] is None
+    assert torch.allclose(model.basis.double(), R.dct_lowpass_matrix(4).t(), atol=1e-7)
+    flat = torch.full((1, 1, 28, 28), 0.5)  # a constant image is the DC coefficient alone: decoded exactly
+    assert torch.allclose(model.decode(model.encode(flat)), flat, atol=1e-5)
+    with pytest.raises(ValueError, match="dct"):
+        R.RepresentationConfig(kind="dct", latent_dim=16, lowpass=5)
+
+
 def test_representation_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="kind"):
         R.RepresentationConfig(kind="vae")
