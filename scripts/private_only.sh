@@ -21,6 +21,9 @@ done
 # the comparisons and caps, one seed each, 20 000 synthetic images (the downstream CNN's time on 2 cores)
 A="--seed 1 --num-particles 20000"
 runs+=("gaussian_eps10 --method gaussian $E10 $A")
+for seed in 2 3; do  # the baseline that the flow loses to at ε = 10: three seeds as well
+  runs+=("gaussian_eps10_seed$seed --method gaussian $E10 --seed $seed --num-particles 20000")
+done
 runs+=("gaussian_eps1 --method gaussian $E1 $A")
 runs+=("inf --epsilon inf $A")  # the ε = 10 pipeline without noise: the flow's own error
 runs+=("decoded --method decoded --epsilon inf $A")  # the non-private PCA's cap (d = 32)

@@ -336,9 +336,17 @@ def run_private_only(cfg: PipelineConfig, run_dir: str, progress: bool = True,
     return metrics
 
 
+def _non_finite(v) -> bool:
+    """None, ∞ or its JSON spelling "inf" (:func:`fastdpot.experiments.report._finite`)."""
+    return v is None or v == "inf" or (isinstance(v, float) and not math.isfinite(v))
+
+
 def _privacy_md(m: Dict[str, Any]) -> str:
     lines = ["# Privacy of this run (private-only protocol)", ""]
-    if m["epsilon"] is None or m["epsilon_target"] in (None, float("inf")):
+    if m["method"] == "decoded":
+        return "\n".join(lines + ["**Analysis run (`--method decoded`): the sensitive images' own codes, decoded. It "
+                                   "releases the sensitive data: no differential-privacy guarantee.**", ""])
+    if _non_finite(m["epsilon"]) or _non_finite(m["epsilon_target"]):  # metrics.json writes ∞ as "inf"
         return "\n".join(lines + ["**Non-private run (`--epsilon inf`): no differential-privacy guarantee.**", ""])
     lines += [f"The whole run is **({m['epsilon']:.4g}, {m['delta']:.3g})-differentially private** for neighbouring "
               f"data sets that differ by the replacement of one labelled image by any other (its label free to "
@@ -377,7 +385,8 @@ def summarize(folder: str) -> str:
             continue
         with open(path) as f:
             m = json.load(f)
-        key = (m["method"], m["epsilon_target"], m.get("labels_from", "flow"), m["representation"]["latent_dim"])
+        eps = None if _non_finite(m["epsilon_target"]) else float(m["epsilon_target"])  # None: ε = ∞
+        key = (m["method"], eps, m.get("labels_from", "flow"), m["representation"]["latent_dim"])
         rows.setdefault(key, []).append(m)
 
     def stat(ms, k, scale=1.0, fmt="{:.1f}"):
@@ -392,7 +401,8 @@ def summarize(folder: str) -> str:
            "label fidelity % | wall time min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (method, eps, lab, d), ms in sorted(rows.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 1e9), kv[0][2],
                                                                           -kv[0][3])):
-        composed = stat(ms, "epsilon", fmt="{:.3f}") if method != "decoded" else "∞ (not private)"
+        composed = "∞ (not private)" if method == "decoded" or eps is None else stat(ms, "epsilon", fmt="{:.3f}")
+        eps = "∞" if eps is None else f"{eps:g}"
         minutes = ", ".join("{:.0f}".format(m["wall_time_s"]["total"] / 60) for m in ms)
         out.append(f"| {method} | {eps} | {composed} | {lab} | {d} | {len(ms)} | {stat(ms, 'accuracy_cnn', 100)} | "
                    f"{stat(ms, 'fid')} | {stat(ms, 'fid_test')} | {stat(ms, 'label_fidelity', 100)} | {minutes} |")

@@ -143,11 +143,16 @@ def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):
 
     run("a", "flow", 10.0, 32, 0.70, 9.99)
     run("b", "flow", 10.0, 32, 0.80, 9.98)
-    run("c", "decoded", None, 32, 0.84, None)
-    run("d", "decoded", None, 16, 0.79, None)
+    run("c", "decoded", "inf", 32, 0.84, "inf")  # metrics.json spells ∞ "inf"
+    run("d", "decoded", "inf", 16, 0.79, "inf")
+    run("e", "flow", "inf", 32, 0.75, "inf")
     (tmp_path / "not_a_run").mkdir()
     rows = [r for r in P.summarize(str(tmp_path)).splitlines()[2:]]
-    assert len(rows) == 3  # the two ε = 10 seeds pooled into one row; the caps at d = 32 and d = 16 apart
-    flow = next(r for r in rows if r.startswith("| flow"))
+    assert len(rows) == 4  # the two ε = 10 seeds pooled into one row; the caps at d = 32 and d = 16 apart
+    assert "| flow | ∞ | ∞ (not private) |" in next(r for r in rows if "75.0" in r)
+    for method, eps in (("flow", "inf"), ("decoded", "inf"), ("decoded", 10.0)):
+        text = P._privacy_md(dict(method=method, epsilon="inf", epsilon_target=eps))
+        assert "no differential-privacy guarantee" in text
+    flow = next(r for r in rows if r.startswith("| flow | 10 |"))
     assert "| 2 | 75.0 ± 7.1 |" in flow and "| 32 |" in flow
     assert sum(r.startswith("| decoded") for r in rows) == 2
