@@ -275,6 +275,8 @@ class RepresentationConfig:
             raise ValueError(f"kind='dct' needs lowpass = K with K² = latent_dim, got lowpass={self.lowpass!r}, "
                              f"latent_dim={self.latent_dim}")
         if self.lowpass is not None:
+            if self.kind == "autoencoder":
+                raise ValueError("lowpass is a setting of kind='pca' and kind='dct', not of the auto-encoder")
             check_int(self.lowpass, "lowpass")
             if not 1 <= self.lowpass <= 28 or self.lowpass ** 2 < self.latent_dim:
                 raise ValueError(f"lowpass must be K in [1, 28] with K² >= latent_dim = {self.latent_dim}, got "

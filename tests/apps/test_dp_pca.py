@@ -118,6 +118,8 @@ def test_lowpass_pca_releases_the_low_frequencies_only_and_its_basis_is_orthonor
     assert torch.allclose(L.t() @ (L @ b), b, atol=1e-5)  # every basis image lies in the low frequencies
     with pytest.raises(ValueError, match="lowpass"):
         R.RepresentationConfig(kind="pca", latent_dim=40, lowpass=6)
+    with pytest.raises(ValueError, match="lowpass"):
+        R.RepresentationConfig(kind="autoencoder", latent_dim=16, lowpass=6)
 
 
 def test_dct_representation_is_public_and_releases_nothing(monkeypatch):
