@@ -136,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "autoencoder (DP-SGD) or dct (the --rep-lowpass K x K lowest DCT frequencies: public, no "
                         "release)")
     f.add_argument("--rep-lowpass", type=int, default=d.rep_lowpass, metavar="K",
-                   help="with --public-size 0 and --rep-kind pca: DP-PCA of the K x K lowest 2-D DCT frequencies "
-                        "(default: of the pixels)")
+                   help="with --public-size 0: --rep-kind pca: DP-PCA of the K x K lowest 2-D DCT frequencies "
+                        "(default: of the pixels); --rep-kind dct: the K x K lowest frequencies themselves")
     f.add_argument("--rep-scale", type=float, default=d.rep_scale,
                    help="with --public-size 0 and --rep-kind pca: images are divided by this before clipping to "
                         "norm 1")

@@ -232,11 +232,13 @@ class RepresentationConfig:
             unit ball (Fashion-MNIST's image norms: median about 12, 90% under 17: S = 16 clips one in six mildly).
         width, groups: the auto-encoder (:class:`GroupNormConvAutoEncoder`).
         label_weight: auto-encoder only: λ >= 0 of the head's cross-entropy (0: no head).
-        epochs, batch_size, clip_radius, lr: auto-encoder only (DP-SGD). epochs: passes over the n sensitive images (T = round(epochs·n/B) steps). batch_size: B.
+        epochs, batch_size, clip_radius, lr: auto-encoder only (DP-SGD). epochs: passes over the n sensitive
+            images (T = round(epochs·n/B) steps). batch_size: B.
         clip_radius: C > 0, the per-sample gradient bound. lr: Adam's learning rate (cosine-decayed to 0).
         share: the fraction of the run's ε this stage is calibrated to on its own (the flow gets the rest of the
             composed budget; RDP composition makes the two shares sum to more than the whole).
-        lowpass: PCA only: None (PCA of the pixels), or K in [1, 28] with K² >= d: PCA of the K × K lowest
+        lowpass: ``"dct"``: K (required, d = K²). ``"pca"``: None (PCA of the pixels), or K in [1, 28] with
+            K² >= d: PCA of the K × K lowest
             frequencies of each image's orthonormal 2-D DCT-II (:func:`dct_lowpass_matrix`, a public,
             data-independent map). The noise of the second-moment release then never reaches the higher
             frequencies: the basis, and every decoded image, is smooth (measured on the validation split:

@@ -122,15 +122,13 @@ def _grid(items: Iterable[str]) -> List[Dict[str, Any]]:
 
 
 def tune(base: PipelineConfig, grid: Iterable[str], *, stand_in_size: int = 4000, num_particles: int = 6000,
-         fid_samples: int = 0,
-         progress: bool = False, out: Optional[str] = None) -> List[Dict[str, Any]]:
+         fid_samples: int = 0, progress: bool = False, out: Optional[str] = None) -> List[Dict[str, Any]]:
     """Score every setting of the grid (``FIELD=v1,v2`` axes, their product) on the stand-in; each row is also
     appended to the JSON-lines file ``out`` when given. Returns the rows, best first."""
     rows = []
     for over in _grid(grid):
         row = score_setting(replace(base, **over), stand_in_size=stand_in_size, num_particles=num_particles,
-                            fid_samples=fid_samples,
-                            progress=progress)
+                            fid_samples=fid_samples, progress=progress)
         rows.append(row)
         print(json.dumps(row, default=str), flush=True)
         if out:
