@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from . import store
-from .store import ROOT, cpu_model, versions  # noqa: F401  (re-exported: the GPU scripts import them from here)
+from .store import ROOT, cpu_model, gpu_name, versions  # noqa: F401  (re-exported: the GPU scripts import them from here)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -180,13 +180,8 @@ def machine_info() -> Dict[str, Any]:
 
     info = {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version()}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
+    if gpu_name() is not None:
+        info["gpu"] = gpu_name()
     return info
 
 

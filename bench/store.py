@@ -29,6 +29,8 @@ import os
 import platform
 from typing import Any, Dict, Iterable, List, Optional
 
+from fastdpot.env import cpu_model  # noqa: F401  (re-exported: harness and the GPU scripts import it here)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS_DIR = os.path.join(HERE, "results")
@@ -50,29 +52,21 @@ def versions() -> Dict[str, Optional[str]]:
     return out
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``."""
+def gpu_name() -> Optional[str]:
+    """The first CUDA device's name, None without CUDA (or without torch)."""
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+        import torch
+    except ImportError:
+        return None
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
 def machine_extra(threads: int) -> Dict[str, Any]:
     """What fastdpot adds to pytest-benchmark's ``machine_info``: CPU model, cores, torch threads, GPU, versions."""
     info: Dict[str, Any] = {"cpu_model": cpu_model(), "cores": os.cpu_count(), "threads": threads,
                             "versions": versions(), "load_average_1min": _load()}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
+    if gpu_name() is not None:
+        info["gpu"] = gpu_name()
     return info
 
 

@@ -22,7 +22,8 @@ def _version(mod):
     return getattr(m, "__version__", "installed")
 
 
-def _cpu_model():
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -78,7 +79,7 @@ def report() -> str:
     lines = [f"fastdpot {fastdpot.__version__} ({os.path.dirname(fastdpot.__file__)})",
              f"install: {install_location()}",
              f"python {sys.version.split()[0]} on {platform.platform()}",
-             f"cpu: {_cpu_model()}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",
+             f"cpu: {cpu_model()}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",
              f"cuda: {'available: ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'not available'}"]
     lines.append("versions:")
     for mod in ["torch", "numpy", "scipy", "triton", "pykeops", "geomloss", "ot", "dp_accounting", "opacus", "tqdm"]:
