@@ -17,7 +17,8 @@ from .._random import draw_seed, make_generator
 from .._validate import check_choice, check_int, check_positive, check_tensor
 from .flow import DPSlicedWassersteinFlow
 from .init import INIT_KINDS
-from .labelled import LabelledRowsFlow, label_rows, split_particles
+from .allocation import allocate_particles
+from .labelled import LabelledRowsFlow, label_rows
 from .sharded import make_flow
 
 __all__ = ["ClassConditionalFlow"]
@@ -170,18 +171,14 @@ class ClassConditionalFlow:
             return list(self.particles_per_class)
         if self.num_particles < 2 * C:
             raise ValueError(f"num_particles must be >= 2·num_classes = {2 * C}, got {self.num_particles}")
-        w = torch.ones(C, dtype=torch.float64) if self.particles_per_class == "equal" else counts.double()
-        spare = self.num_particles - 2 * C  # every class gets at least 2 particles
-        share = w / w.sum() * spare
-        base = share.floor().long()
-        order = torch.argsort(share - base.double(), descending=True, stable=True)
-        base[order[:spare - int(base.sum())]] += 1  # largest remainders
-        return [int(v) + 2 for v in base]
+        # every class gets at least 2 particles, the rest in proportion (largest remainders)
+        return allocate_particles(self.num_particles, "equal" if self.particles_per_class == "equal" else counts, C,
+                                  minimum=2)
 
     def _build_private(self):
         """The label-private mode's one flow on embedded rows (nothing read from the private labels)."""
         C = self.num_classes
-        sizes = (split_particles(self.num_particles, "equal", C) if isinstance(self.particles_per_class, str)
+        sizes = (allocate_particles(self.num_particles, "equal", C, minimum=1 if self.num_particles >= C else 0) if isinstance(self.particles_per_class, str)
                  else list(self.particles_per_class))
         self.flows = [LabelledRowsFlow(sum(sizes), self.dim + C, self.num_projections, self.step_size,
                                        num_classes=C, label_scale=self.label_scale, class_particles=sizes,

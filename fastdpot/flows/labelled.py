@@ -43,17 +43,17 @@ References:
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import torch
 
 from .._validate import check_int, check_positive, check_tensor
+from .allocation import allocate_particles
 from .config import LabelledFlowConfig
 from .flow import DPSlicedWassersteinFlow
 from .init import draw_init
 
-__all__ = ["LabelledRowsFlow", "label_rows", "embed_labelled_rows", "labelled_rows_diameter",
-           "split_particles"]
+__all__ = ["LabelledRowsFlow", "label_rows", "embed_labelled_rows", "labelled_rows_diameter"]
 
 
 def labelled_rows_diameter(clip_radius: float, label_scale: float) -> float:
@@ -119,32 +119,6 @@ def embed_labelled_rows(rows: torch.Tensor, feature_dim: int, clip_radius: float
     return torch.cat([x, onehot], dim=1)
 
 
-def split_particles(num_particles: int, weights: Union[str, Sequence[float]], num_classes: int) -> List[int]:
-    """Particles per class from PUBLIC weights: ``"equal"`` or C non-negative weights (e.g. public class counts),
-    largest-remainder rounding, every class at least 1 when N >= C.
-
-    Raises:
-        ValueError: wrong number of weights, negative or all-zero weights, ``weights`` another string.
-    """
-    n = check_int(num_particles, "num_particles", 1)
-    C = check_int(num_classes, "num_classes", 1)
-    if isinstance(weights, str):
-        if weights != "equal":
-            raise ValueError(f"weights must be 'equal' or C public weights, got {weights!r}")
-        w = torch.ones(C, dtype=torch.float64)
-    else:
-        w = torch.as_tensor([float(v) for v in weights], dtype=torch.float64)
-        if w.numel() != C or bool((w < 0).any()) or not float(w.sum()) > 0 or not bool(torch.isfinite(w).all()):
-            raise ValueError(f"weights must be {C} finite non-negative numbers, not all 0, got {list(weights)!r}")
-    floor = 1 if n >= C else 0
-    spare = n - floor * C
-    share = w / w.sum() * spare
-    base = share.floor().long()
-    order = torch.argsort(share - base.double(), descending=True, stable=True)
-    base[order[: spare - int(base.sum())]] += 1
-    return [int(v) + floor for v in base]
-
-
 class LabelledRowsFlow(DPSlicedWassersteinFlow):
     """A :class:`~fastdpot.flows.DPSlicedWassersteinFlow` in R^{d+C} whose private rows are labelled records,
     embedded inside the step as ``[clip_r(x), c·e_y]`` (module docstring: relation, proof of Δ).
@@ -160,7 +134,7 @@ class LabelledRowsFlow(DPSlicedWassersteinFlow):
             ``init_scale``); then the label block of particle i is c·e_{j_i}, the first ``class_particles[0]``
             particles in class 0, the next in class 1, … (data-independent).
         class_particles: C public particle counts summing to N for a string ``init`` (default: equal shares,
-            :func:`split_particles`); unused with a tensor ``init``.
+            :func:`fastdpot.flows.allocation.allocate_particles`); unused with a tensor ``init``.
         **kwargs: every other :class:`~fastdpot.flows.DPSlicedWassersteinFlow` argument (``clip_radius`` and
             ``normalize`` act on the feature block).
 
@@ -189,7 +163,7 @@ class LabelledRowsFlow(DPSlicedWassersteinFlow):
 
             generator = make_generator()
         if init is None or isinstance(init, str):
-            counts = split_particles(N, "equal", C) if class_particles is None else \
+            counts = allocate_particles(N, "equal", C, minimum=1 if N >= C else 0) if class_particles is None else \
                 [check_int(v, "class_particles[i]", 0) for v in class_particles]
             if len(counts) != C or sum(counts) != N:
                 raise ValueError(f"class_particles must be {C} counts summing to num_particles = {N}, got {counts}")

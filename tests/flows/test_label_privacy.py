@@ -11,8 +11,8 @@ import torch
 
 from fastdpot._random import random_projections
 from fastdpot.flows import ClassConditionalFlow
-from fastdpot.flows.labelled import (LabelledRowsFlow, embed_labelled_rows, label_rows, labelled_rows_diameter,
-                                 split_particles)
+from fastdpot.flows.allocation import allocate_particles
+from fastdpot.flows.labelled import LabelledRowsFlow, embed_labelled_rows, label_rows, labelled_rows_diameter
 from fastdpot.privacy import orthogonal_sliced_sensitivity, sliced_quantile_sketch
 
 
@@ -206,7 +206,8 @@ def test_private_mode_bad_labels_change_nothing():
         LabelledRowsFlow(4, 3, 2, 0.5, num_classes=3)
     with pytest.raises(ValueError, match="class_particles"):
         LabelledRowsFlow(4, 5, 2, 0.5, num_classes=3, class_particles=[1, 1, 1])
-    assert split_particles(10, "equal", 3) == [4, 3, 3] and split_particles(10, [0, 1, 3], 3) == [1, 3, 6]
+    assert allocate_particles(10, "equal", 3, minimum=1) == [4, 3, 3]
+    assert allocate_particles(10, [0, 1, 3], 3, minimum=1) == [1, 3, 6]
     assert label_rows(x[:3], torch.tensor([2, 0, 1]), 3)[:, 2:].argmax(1).tolist() == [2, 0, 1]
 
 
