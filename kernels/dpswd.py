@@ -35,7 +35,7 @@ import triton.language as tl
 
 from ._common import (STREAM_PARTICLES, STREAM_PRIVATE, check_launchable, device_guard, direction_chunk,
                       fast_noise_stream, stream_seed)
-from fastdpot.ops.sliced_wasserstein import GradientInForward, sketch_noise
+from fastdpot.ops._sliced_shared import GradientInForward, sketch_noise
 
 from .drift import accumulate_drift
 from .projection_noise import project_noise

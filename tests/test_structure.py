@@ -1,33 +1,77 @@
 """The package's structure, checked statically: no import cycle, no arrow from the library into the application
-package (:mod:`fastdpot.experiments`; its command-line entry point ``fastdpot.__main__`` aside), no module over 600
-lines, and a documentation folder of at most 1 MB (run artefacts live outside ``docs/``).
+package (:mod:`fastdpot.experiments`; its command-line entry point ``fastdpot.__main__`` aside), no source file over
+600 lines, and a documentation folder of at most 1 MB (run artefacts live outside ``docs/``).
 
 The import graph reads module-level and function-level imports from the source (nothing is imported): an arrow
 m -> t for every ``import`` / ``from ... import`` in m that names a module t of the package (the longest existing
-prefix of the name). A package's own ``__init__`` importing its submodules is not an arrow between rooms.
+prefix of the name), and for every ``importlib.import_module(...)`` / ``__import__(...)`` call whose name is a
+literal (an arrow to that module) or starts with a literal (an f-string ``f"fastdpot.kernels.{module}"`` or
+``"fastdpot.kernels." + name``: an arrow to every module whose name starts with that prefix). A module's arrow to a
+package that contains it (its own ``__init__``) is not an arrow between rooms.
+
+The modules are those the wheel ships: ``fastdpot/`` and the Triton kernels of ``kernels/``, which ``setup.py``
+ships as ``fastdpot.kernels`` (so ``kernels/dpswd.py`` is the module ``fastdpot.kernels.dpswd``, and an import of
+``kernels.dpswd`` names it too).
 """
 import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = "fastdpot"
+#: source folder -> the name its modules are shipped under (setup.py's package_dir)
+SHIPPED = {"fastdpot": "fastdpot", "kernels": "fastdpot.kernels"}
 APPLICATION = "fastdpot.experiments"
 ENTRY_POINTS = {"fastdpot.__main__"}
 
 
-def _modules():
+def _modules(root=ROOT):
+    """``{module name: path}`` of every shipped ``.py`` file under ``root``."""
     mods = {}
-    for folder, _, files in os.walk(os.path.join(ROOT, PKG)):
-        for f in files:
-            if f.endswith(".py"):
-                path = os.path.join(folder, f)
-                name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-                mods[name[: -len(".__init__")] if name.endswith(".__init__") else name] = path
+    for folder, prefix in SHIPPED.items():
+        top = os.path.join(root, folder)
+        for dirpath, _, files in os.walk(top):
+            for f in files:
+                if f.endswith(".py"):
+                    path = os.path.join(dirpath, f)
+                    parts = os.path.relpath(path, top)[:-3].split(os.sep)
+                    if parts[-1] == "__init__":
+                        parts = parts[:-1]
+                    mods[".".join([prefix] + parts)] = path
     return mods
 
 
-def _graph():
-    mods = _modules()
+def _shipped_name(name):
+    """The shipped name of an imported module name (``kernels.x`` -> ``fastdpot.kernels.x``)."""
+    for folder, prefix in SHIPPED.items():
+        if folder != prefix and (name == folder or name.startswith(folder + ".")):
+            return prefix + name[len(folder):]
+    return name
+
+
+def _literal_prefix(arg):
+    """``(name, exact)`` of a dynamic import's first argument: a literal string (exact), the literal start of an
+    f-string or of ``"literal" + expr`` (a prefix), or ``(None, False)`` when it starts with no literal."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value, True
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        return arg.values[0].value, False
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add):
+        name, _ = _literal_prefix(arg.left)
+        return name, False
+    return None, False
+
+
+def _is_dynamic_import(node):
+    if not (isinstance(node, ast.Call) and node.args):
+        return False
+    fn = node.func
+    return (isinstance(fn, ast.Attribute) and fn.attr == "import_module") or (
+        isinstance(fn, ast.Name) and fn.id in ("import_module", "__import__"))
+
+
+def _graph(root=ROOT):
+    """``{module: set of modules it imports}`` over the shipped modules under ``root`` (module docstring)."""
+    mods = _modules(root)
 
     def resolve(name):
         while name and name not in mods:
@@ -40,6 +84,7 @@ def _graph():
         with open(path) as f:
             tree = ast.parse(f.read())
         for node in ast.walk(tree):
+            prefixes = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -50,13 +95,24 @@ def _graph():
                         b = b.rpartition(".")[0]
                     mod = b + ("." + mod if mod else "")
                 targets = [mod] + [mod + "." + a.name for a in node.names]
+            elif _is_dynamic_import(node):
+                name, exact = _literal_prefix(node.args[0])
+                if name is None:
+                    continue
+                if name.startswith("."):  # import_module(".x", package): relative to this module's package
+                    name = base + name
+                if exact:
+                    targets = [name]
+                else:
+                    targets, prefixes = [], [_shipped_name(name)]
             else:
                 continue
-            for t in targets:
-                if t == PKG or t.startswith(PKG + "."):
-                    r = resolve(t)
-                    if r and r != m and not (m.startswith(r + ".") and mods[r].endswith("__init__.py")):
-                        edges[m].add(r)
+            found = [resolve(_shipped_name(t)) for t in targets if _shipped_name(t).split(".")[0] == PKG]
+            for p in prefixes:
+                found += [x for x in mods if x.startswith(p) or x == p.rstrip(".")]
+            for r in found:
+                if r and r != m and not (m.startswith(r + ".") and mods[r].endswith("__init__.py")):
+                    edges[m].add(r)
     return edges
 
 
@@ -100,6 +156,15 @@ def test_no_import_cycle():
     assert _cycles(_graph()) == []
 
 
+def test_the_graph_holds_the_kernels_and_their_lazy_imports():
+    edges = _graph()
+    kernels = {m for m in edges if m.startswith("fastdpot.kernels.")}
+    assert {"fastdpot.kernels", "fastdpot.kernels.dpswd", "fastdpot.kernels.flow_step"} <= set(edges)
+    # ops/_triton.py imports f"fastdpot.kernels.{module}" on first use: an arrow to every kernel module
+    assert kernels | {"fastdpot.kernels"} <= edges["fastdpot.ops._triton"]
+    assert "fastdpot.kernels._common" in edges["fastdpot.kernels.dpswd"]  # a kernel's relative import
+
+
 def test_the_library_never_imports_the_application():
     edges = _graph()
     arrows = sorted((m, t) for m, ts in edges.items() for t in ts
@@ -111,6 +176,61 @@ def test_the_library_never_imports_the_application():
 def test_the_check_finds_a_planted_cycle():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(edges) == [["a", "b", "c"]]
+
+
+def _plant(root, files):
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def test_the_check_finds_the_loop_through_a_lazy_kernel_import(tmp_path):
+    """The loop of an op module that loads its kernel through importlib while the kernel imports the op module
+    (and the kernels' package imports the registration module) is found; the same tree with what both sides
+    need moved below them has none."""
+    files = {
+        "fastdpot/__init__.py": "",
+        "fastdpot/ops/__init__.py": "",
+        "fastdpot/ops/_triton.py": "import importlib\n\n\ndef _lazy(module):\n"
+                                   "    return importlib.import_module(f'fastdpot.kernels.{module}')\n",
+        "fastdpot/ops/sliced_wasserstein.py": "from ._triton import _lazy\n\nclass GradientInForward:\n    pass\n",
+        "kernels/__init__.py": "from fastdpot.ops._triton import _lazy  # noqa\n",
+        "kernels/dpswd.py": "from fastdpot.ops.sliced_wasserstein import GradientInForward\n",
+    }
+    _plant(tmp_path, files)
+    cycles = _cycles(_graph(str(tmp_path)))
+    assert cycles == [["fastdpot.kernels", "fastdpot.kernels.dpswd", "fastdpot.ops._triton",
+                       "fastdpot.ops.sliced_wasserstein"]]
+    _plant(tmp_path, {"fastdpot/ops/_shared.py": "class GradientInForward:\n    pass\n",
+                      "fastdpot/ops/_status.py": "def _lazy(module):\n    return None\n",
+                      "kernels/__init__.py": "from fastdpot.ops._status import _lazy  # noqa\n",
+                      "kernels/dpswd.py": "from fastdpot.ops._shared import GradientInForward\n"})
+    assert _cycles(_graph(str(tmp_path))) == []
+
+
+def test_the_check_follows_every_form_of_dynamic_import(tmp_path):
+    _plant(tmp_path, {
+        "fastdpot/__init__.py": "",
+        "fastdpot/a.py": "import importlib\nimportlib.import_module('fastdpot.b')\n",
+        "fastdpot/b.py": "__import__('fastdpot.c')\n",
+        "fastdpot/c.py": "from importlib import import_module\nimport_module('fastdpot.sub.' + NAME)\n",
+        "fastdpot/d.py": "import importlib\nimportlib.import_module('.b', __package__)\n",
+        "fastdpot/e.py": "import importlib\nimportlib.import_module(some_name)\n",  # no literal: no arrow
+        "fastdpot/sub/__init__.py": "",
+        "fastdpot/sub/x.py": "",
+        "kernels/__init__.py": "",
+        "kernels/k.py": "import kernels._common\n",
+        "kernels/_common.py": "",
+    })
+    edges = _graph(str(tmp_path))
+    assert edges["fastdpot.a"] == {"fastdpot.b"}
+    assert edges["fastdpot.b"] == {"fastdpot.c"}
+    assert edges["fastdpot.c"] == {"fastdpot.sub", "fastdpot.sub.x"}
+    assert edges["fastdpot.d"] == {"fastdpot.b"}
+    assert edges["fastdpot.e"] == set()
+    assert edges["fastdpot.kernels.k"] == {"fastdpot.kernels._common"}
 
 
 def test_no_module_over_600_lines():

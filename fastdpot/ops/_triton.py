@@ -10,32 +10,10 @@ from __future__ import annotations
 
 import importlib
 
-import torch
-
 from .._dispatch import register, set_auto
-from .._ext import triton_interpret, triton_status
+from .._triton_status import cuda_available, triton_available
 
-
-def triton_available():
-    """``(available, reason)``: Triton importable and either a CUDA device or ``TRITON_INTERPRET=1`` (CPU tensors)."""
-    ok, reason = triton_status()
-    if not ok:
-        return False, reason
-    if torch.cuda.is_available() or triton_interpret():
-        return True, None
-    return False, ("no CUDA device; the Triton kernels run on CUDA tensors, or on CPU tensors under "
-                   "TRITON_INTERPRET=1 (Triton's interpreter, for testing only)")
-
-
-def cuda_available():
-    """``(available, reason)`` of the ``cuda`` backend: Triton importable, ``fastdpot._C_cuda_flow`` built, a CUDA
-    device visible."""
-    ok, reason = triton_status()
-    if not ok:
-        return False, reason
-    from .._cuda_prims import cuda_status
-
-    return cuda_status()
+__all__ = ["register_triton", "register_cuda", "triton_available", "cuda_available"]
 
 
 def register_triton(op: str, module: str, function: str) -> None:

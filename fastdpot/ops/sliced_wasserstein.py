@@ -12,7 +12,9 @@ release, noise on the bin sums of the private side's sorted projections):
 
 * ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` and
   :func:`~fastdpot.reference.sliced.sketch_sliced_wasserstein` (pure torch, autograd), with the C++ kernel's keyed
-  noise (:func:`reference_noise`, :func:`sketch_noise`); also the only row for non-uniform sample weights;
+  noise (:func:`reference_noise`, :func:`sketch_noise`, defined in :mod:`fastdpot.ops._sliced_shared` beside
+  :class:`GradientInForward`, which ``kernels/dpswd.py`` imports from there); also the only row for non-uniform
+  sample weights;
 * ``cpu`` — ``csrc/sliced.cpp``: projections by torch's BLAS per chunk of directions, then one fused C++ pass per
   direction (Philox noise, radix argsort with 32-bit indices, quantile matching — or bin sums, noise, isotonic fit
   and table lookup for the sketch —, gradient scattered through the permutation), OpenMP over directions, GIL
@@ -41,6 +43,7 @@ from .._validate import (check_choice, check_int, check_nonnegative, check_num_p
                          check_seed, check_tensor, check_unit_rows, unit_norm_tolerance)
 from ..reference import sliced as _ref
 from .._random import random_projections
+from ._sliced_shared import GradientInForward, reference_noise, sketch_noise
 from ._triton import register_cuda, register_triton
 
 __all__ = ["sliced_wasserstein_op", "check_inputs", "check_weights", "select_backend", "GradientInForward",
@@ -55,30 +58,6 @@ _CHUNK_BYTES = 64 * 2 ** 20
 # ------------------------------------------------------------------------------------------------------------
 # backends
 # ------------------------------------------------------------------------------------------------------------
-def reference_noise(x, y, k, noise_std, seed):
-    """The ``reference`` backend's noise, ``(noise_x (N, k), noise_y (M, k))`` in x's dtype and device: the keyed
-    privacy-grade normals of :mod:`fastdpot.reference.philox` (all 64 bits of ``seed`` key them) in the C++
-    kernel's layout (``csrc/sliced.cpp``: element (i, j) of the x noise is normal ``j·N + i`` of stream 0, of the y
-    noise normal ``j·M + i`` of stream 1), scaled by ``noise_std``. Also used by ``bench.gpu_flow``'s
-    ``reference_compiled`` anchor, so that it adds exactly the reference's noise."""
-    from ..reference.philox import keyed_normals
-
-    n, m = x.shape[0], y.shape[0]
-    nx = keyed_normals(seed, 0, 0, k * n, per_block=2, device=x.device).reshape(k, n).t() * noise_std
-    ny = keyed_normals(seed, 1, 0, k * m, per_block=2, device=x.device).reshape(k, m).t() * noise_std
-    return nx.to(x.dtype), ny.to(x.dtype)
-
-
-def sketch_noise(k, sketch_bins, noise_std, seed, device="cpu"):
-    """The noise of the sketch release on the private bin sums, (k, L) float64: normal ``j·L + l`` of stream 0 of
-    the keyed privacy-grade normals of :mod:`fastdpot.reference.philox` (``per_block=2``, all 64 bits of ``seed``),
-    times ``noise_std`` -- the draws of ``csrc/sliced.cpp``'s sketch kernel and of ``kernels/dpswd.py``."""
-    from ..reference.philox import keyed_normals
-
-    z = keyed_normals(seed, 0, 0, k * sketch_bins, per_block=2, device=device).reshape(k, sketch_bins)
-    return z * noise_std
-
-
 @_dispatch.register(OP, "reference")
 def _sw_reference(x, y, projections, p, noise_std, seed, return_noise, *, sketch_bins=None):
     if sketch_bins is not None:
@@ -97,20 +76,6 @@ def _sw_reference(x, y, projections, p, noise_std, seed, return_noise, *, sketch
 def _chunk_size(n, m, k, itemsize, buffers):
     per_dir = (n + m) * itemsize * buffers
     return max(1, min(k, _CHUNK_BYTES // per_dir))
-
-
-class GradientInForward(torch.autograd.Function):
-    """Base of the fused DP-SW autograd Functions (cpu, triton): their forward computes dloss/dx and dloss/dy
-    alongside the loss and saves them with ``ctx.save_for_backward(grad_x, grad_y)`` (None for a side that needs
-    no gradient); backward scales them by the upstream gradient. Forward arguments:
-    (x, y, projections, p, noise_std, seed, return_noise). No double backward."""
-
-    @staticmethod
-    def backward(ctx, grad_out, *unused):
-        grad_x, grad_y = ctx.saved_tensors
-        gx = grad_out * grad_x if grad_x is not None else None
-        gy = grad_out * grad_y if grad_y is not None else None
-        return (gx, gy) + (None,) * (len(ctx.needs_input_grad) - 2)
 
 
 class SlicedWassersteinCPU(GradientInForward):
