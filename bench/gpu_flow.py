@@ -85,7 +85,7 @@ def _inputs(n, m, d, k, device, seed=0):
 
 
 def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):
-    from fastdpot.ops.flow_step import flow_step
+    from fastdpot.ops import flow_step
 
     backend = impl[:-len("_hist")] if impl.endswith("_hist") else impl  # triton, cuda or reference
     quantiles = "histogram" if impl.endswith("_hist") else "exact"

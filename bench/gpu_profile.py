@@ -19,7 +19,7 @@ import torch
 def profile_mode(n, d, k, quantiles, steps, backend="triton"):
     from torch.profiler import ProfilerActivity, profile
 
-    from fastdpot.ops.flow_step import flow_step
+    from fastdpot.ops import flow_step
 
     from .gpu_flow import M_PRIVATE, NUM_BINS, _inputs
 

@@ -20,7 +20,7 @@ import argparse
 
 import torch
 
-from fastdpot.ops.flow_step import flow_step
+from fastdpot.ops import flow_step
 from fastdpot.reference.flow import histogram_levels
 
 

@@ -7,7 +7,7 @@ import torch
 
 import fastdpot as F
 from fastdpot import privacy as P
-from fastdpot.ops.flow_step import flow_step
+from fastdpot.ops import flow_step
 from fastdpot.sinkhorn import select_backend, sinkhorn
 from fastdpot.sliced import random_projections
 
@@ -336,7 +336,7 @@ def _public_members_without_docstring():
     import inspect
 
     modules = ["fastdpot", "fastdpot.sliced", "fastdpot.sinkhorn", "fastdpot.flows", "fastdpot.privacy",
-               "fastdpot.dpswgen", "fastdpot.dp_sinkhorn", "fastdpot.ldp", "fastdpot.audit", "fastdpot.ops.flow_step",
+               "fastdpot.dpswgen", "fastdpot.dp_sinkhorn", "fastdpot.ldp", "fastdpot.audit", "fastdpot.ops",
                "fastdpot.experiments.dpswgen", "fastdpot.experiments.dp_sinkhorn", "fastdpot.experiments.ldp",
                "fastdpot.experiments.baselines", "fastdpot.experiments.autoencoder", "fastdpot.experiments.tuning",
                "fastdpot.experiments.pipeline", "fastdpot.experiments.metrics", "fastdpot.experiments.data",

@@ -191,7 +191,7 @@ def _flow_step(backend: str, variant: str) -> AuditSetup:
     clips nothing). Worst case and claim as for the Gaussian projection mechanism.
     """
     _check_variant(variant, VARIANTS)
-    from ..ops.flow_step import flow_step
+    from ..ops import flow_step
 
     k, d = 2, 3
     theta, x, x2 = _projection_geometry()
@@ -230,7 +230,7 @@ def _flow_step_particles(backend: str, variant: str) -> AuditSetup:
     :func:`_flow_step`.
     """
     _check_variant(variant, ("correct", "sensitivity_2x", "no_clip"))
-    from ..ops.flow_step import flow_step
+    from ..ops import flow_step
 
     k, d, n_part, h = 2, 3, 64, 0.5
     theta, x, x2 = _projection_geometry()

@@ -23,7 +23,7 @@ def backend_status(name: str, backend: str) -> Tuple[bool, Optional[str]]:
     if backend == "reference":
         return True, None
     from .._dispatch import available_backends
-    import fastdpot.ops.flow_step, fastdpot.sliced  # noqa: E401,F401  (register the ops)
+    import fastdpot.ops, fastdpot.sliced  # noqa: E401,F401  (register the ops)
 
     ok, reason = available_backends(_OPS[name]).get(backend, (False, f"no {backend!r} backend"))
     if ok and backend == "triton" and not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":

@@ -63,7 +63,7 @@ import torch
 
 from .._random import make_generator, random_projections
 from .._validate import check_tensor
-from ..ops.flow_step import flow_step
+from ..ops import flow_step
 from .checkpoint import FlowCheckpointing
 from .config import FlowConfig
 from .init import draw_init
@@ -426,7 +426,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
         return release
 
     def _op_shard(self):
-        """Hook: the :class:`fastdpot.ops.flow_step.Shard` of a sharded flow (None: one process)."""
+        """Hook: the :class:`fastdpot.ops.Shard` of a sharded flow (None: one process)."""
         return None
 
     def _take_step(self, batch: Optional[torch.Tensor]) -> torch.Tensor:

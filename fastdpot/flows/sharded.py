@@ -10,7 +10,7 @@ the same flow with three hooks overridden (the run loop, the step and the op are
    at the levels ``m/(B−1)``) or the sketch release's quantile table;
 2. it broadcasts whether a step follows, one header (the key, σ of the particles' smoothing noise, sizes), the
    directions and the table;
-3. every rank runs op :func:`fastdpot.ops.flow_step` on its shard with a :class:`fastdpot.ops.flow_step.Shard`
+3. every rank runs op :func:`fastdpot.ops.flow_step` on its shard with a :class:`fastdpot.ops.Shard`
    (global offset, global N, the all-reduce, the all-gather): the op keys every per-particle draw by global index,
    and histogram mode needs one all-reduce (MAX) of each direction's extremes and one (SUM) of the (k, bins) counts:
    O(k·bins) communicated per step, independent of N. Exact mode all-gathers the (N, k) projections (refused above
@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from .._validate import check_int
-from ..ops.flow_step import Shard
+from ..ops import Shard
 from .checkpoint import ShardedCheckpointing
 from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError
 from .init import draw_init_keyed

@@ -31,7 +31,7 @@ The target Q_j:
   the end segments extended, u clamped to [0, 1], constant when L = 1 (:func:`table_quantiles`).
 
 Sharding (``shard``): the rows given are rows ``[offset, offset + n)`` of N particles held by several processes;
-``shard`` (duck-typed as :class:`fastdpot.ops.flow_step.Shard`: ``offset``, ``num_particles``,
+``shard`` (duck-typed as :class:`fastdpot.ops.Shard`: ``offset``, ``num_particles``,
 ``all_reduce(tensor, op)`` with op ``"sum"``/``"max"`` in place, ``all_gather(tensor)`` returning every process's
 rows in global order) makes the levels global: histogram mode all-reduces each direction's extremes and its (k, B)
 counts (O(k·B) per step, independent of N), exact and grid modes all-gather the (N, k) projections. Everything else

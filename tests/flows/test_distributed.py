@@ -281,7 +281,7 @@ def test_shard_range():
 def test_a_world_size_1_sharded_step_is_the_op_step_with_the_release_as_a_table(world1, backend):
     # the sharded flow's step is op flow_step on its rows: with one rank, the release (broadcast as a table at the
     # levels m/(B-1)) and the keyed draws of the step reproduce the op's reference on the whole array
-    from fastdpot.ops.flow_step import flow_step
+    from fastdpot.ops import flow_step
 
     g = torch.Generator().manual_seed(1)
     x0 = torch.randn(13, 3, generator=g, dtype=torch.float64)

@@ -100,7 +100,7 @@ def test_non_private_sketch_flow_with_one_bin_per_row_reaches_the_target():
 
 
 def test_sketch_step_uses_no_particle_smoothing_noise(monkeypatch):
-    import fastdpot.ops.flow_step as F  # the flow calls op flow_step, which dispatches here
+    import fastdpot.ops.flow as F  # the flow calls op flow_step, which dispatches here
 
     seen = []
     real = F.dispatch

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-import fastdpot.ops.flow_step as F
+import fastdpot.ops.flow as F
 from fastdpot._ext import BackendUnavailableError, cpp_status, load_cpp
 from fastdpot.reference import flow as R
 from fastdpot.reference.philox import keyed_normals
@@ -178,6 +178,18 @@ def test_a_shard_is_refused_where_it_cannot_be_honoured():
     with pytest.raises(BackendUnavailableError, match="shard"):
         F.flow_step(x, None, th, noise_std=0.1, sketch=target["sketch"], shard=solo, backend="triton",
                     quantiles="histogram", histogram_bins=4, step_size=0.5)
+
+
+def test_fastdpot_ops_flow_step_is_the_op():
+    # the docs name the op ``fastdpot.ops.flow_step``: it is the function (its module is fastdpot.ops.flow)
+    import fastdpot
+
+    assert callable(fastdpot.ops.flow_step) and fastdpot.ops.flow_step is F.flow_step
+    assert fastdpot.ops.Shard is F.Shard and fastdpot.ops.QUANTILE_MODES == ("exact", "grid", "histogram")
+    x, th, target, kw = _inputs(CASES[0], torch.float64)
+    new, drift, _ = fastdpot.ops.flow_step(x, target["private"], th, noise_std=0.2, seed=5, backend="reference", **kw)
+    want, _, _ = F.flow_step(x, target["private"], th, noise_std=0.2, seed=5, backend="reference", **kw)
+    assert new.shape == x.shape and torch.equal(new, want)
 
 
 # ---------------------------------------------------------------------------------------------------- draws

@@ -7,7 +7,7 @@ import pytest
 import scipy.stats
 import torch
 
-import fastdpot.ops.flow_step as F  # the op module (flow_step, its backends, _CPU_MAX_CHUNK)
+import fastdpot.ops.flow as F  # the op module (flow_step, its backends, _CPU_MAX_CHUNK)
 from fastdpot._ext import BackendUnavailableError, cpp_status, load_cpp
 from fastdpot.reference.flow import flow_step as ref_step
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-import fastdpot.ops.flow_step as F  # the op module (flow_step, its backends, _CPU_MAX_CHUNK)
+import fastdpot.ops.flow as F  # the op module (flow_step, its backends, _CPU_MAX_CHUNK)
 import fastdpot.ops.cpu_histogram as H
 from fastdpot._ext import BackendUnavailableError
 from fastdpot.reference.flow import flow_step as ref_step, histogram_levels

@@ -131,7 +131,7 @@ def test_seed_arguments_do_not_recompile_the_kernels():
 
 def test_cuda_backend_unavailable_is_a_clear_error():
     from fastdpot._dispatch import available_backends
-    from fastdpot.ops.flow_step import flow_step
+    from fastdpot.ops import flow_step
 
     ok, reason = available_backends("flow_step")["cuda"]
     if ok:
@@ -203,7 +203,7 @@ def _replay(x, y, th, noise, quantiles, nq, diffusion):
 @pytest.mark.parametrize("quantiles,nq", [("exact", None), ("grid", 100), ("histogram", 256)])
 @pytest.mark.parametrize("n,d,k", [(4096, 48, 64), (3001, 8, 37), (2 ** 20 + 5, 8, 20)])
 def test_cuda_backend_matches_replay_and_triton(quantiles, nq, n, d, k):
-    from fastdpot.ops.flow_step import flow_step
+    from fastdpot.ops import flow_step
 
     torch.backends.cuda.matmul.allow_tf32 = False
     x, y, th = _inputs(n, 250, d, k, device="cuda")

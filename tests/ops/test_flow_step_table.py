@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-import fastdpot.ops.flow_step as F  # the op module (flow_step, its backends, _CPU_MAX_CHUNK)
+import fastdpot.ops.flow as F  # the op module (flow_step, its backends, _CPU_MAX_CHUNK)
 from fastdpot._ext import cpp_status
 from fastdpot.reference.flow import flow_step as ref_points
 from fastdpot.reference.flow import flow_step as ref_step

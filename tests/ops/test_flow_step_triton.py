@@ -203,7 +203,7 @@ def test_dispatch_and_public_flow_step():
     b = flow_step_triton(x, y, th, noise_std=0.2, step_size=0.5, diffusion=0.0, seed=4, quantiles="exact",
                          num_quantiles=None, histogram_bins=None, return_noise=False)
     assert torch.equal(a[0], b[0])  # the lazily imported launcher is kernels/flow_step.py's
-    from fastdpot.ops.flow_step import flow_step
+    from fastdpot.ops import flow_step
 
     new, drift, noise = flow_step(x, y, th, noise_std=0.2, step_size=0.5, seed=4, return_noise=True,
                                   backend="triton")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from scipy import stats
 
-import fastdpot.ops.flow_step as flow_op  # noqa: F401  (the op module: its cpu backend reads cpp_status)
+import fastdpot.ops.flow as flow_op  # noqa: F401  (the op module: its cpu backend reads cpp_status)
 from fastdpot.dp_sinkhorn import sanitize_image_gradient
 from fastdpot.flows import ClassConditionalFlow, DPSlicedWassersteinFlow
-from fastdpot.ops.flow_step import flow_step
+from fastdpot.ops import flow_step
 from fastdpot.privacy import (FixedSizeSampler, PoissonSampler, clip_rows, gaussian_local_mechanism,
                               gaussian_projection_mechanism, laplace_local_mechanism)
 from fastdpot.privacy.randomness import PrivacyRandomness, privacy_randomness, wide_normal_from_words

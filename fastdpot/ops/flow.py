@@ -1,7 +1,7 @@
 """Op ``flow_step``: one Euler--Maruyama step of the DP sliced-Wasserstein particle flow (Sebag et al., TMLR).
 
-This module owns the op: the validated public function :func:`flow_step`, the :class:`Shard` a sharded step runs
-on, and the op's dispatch rows (:mod:`fastdpot._dispatch`). Backends (the contract: ``fn(particles, private,
+This module owns the op: the validated public function :func:`flow_step` (exported as ``fastdpot.ops.flow_step``),
+the :class:`Shard` a sharded step runs on (``fastdpot.ops.Shard``), and the op's dispatch rows (:mod:`fastdpot._dispatch`). Backends (the contract: ``fn(particles, private,
 projections, *, noise_std, step_size, diffusion, seed, quantiles, num_quantiles, histogram_bins, return_noise,
 sketch, shard)``, returning ``(new, drift, noise)``):
 
@@ -291,7 +291,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     needs = []
     if shard is not None:
         if not isinstance(shard, Shard):
-            raise ValueError(f"shard must be a fastdpot.ops.flow_step.Shard or None, got {type(shard).__name__}")
+            raise ValueError(f"shard must be a fastdpot.ops.Shard or None, got {type(shard).__name__}")
         shard.check(particles.shape[0], quantiles)
         needs.append("shard")
     elif particles.shape[0] < 2:
