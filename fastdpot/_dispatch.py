@@ -14,6 +14,10 @@ a minimum problem size) and takes the first one that is available and has every 
 declares the optional features it implements, e.g. op ``flow_step``'s ``"shard"``: a step over one process's rows of
 sharded particles). Asking explicitly for a backend that is not
 registered or not available raises :class:`~fastdpot._ext.BackendUnavailableError` naming what to install.
+
+What a backend supports is declared here and nowhere else: a class above the ops that needs a feature asks
+:func:`require` when it is built (before anything is released), with the same check and the same message as the
+call's :func:`dispatch`.
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ._ext import BackendUnavailableError
 
-__all__ = ["BACKENDS", "register", "set_auto", "dispatch", "available_backends", "registered_ops"]
+__all__ = ["BACKENDS", "register", "set_auto", "describe_features", "dispatch", "require", "available_backends",
+           "registered_ops", "MissingFeatureError"]
 
 BACKENDS = ("reference", "cpu", "triton", "cuda", "keops")
 
@@ -42,6 +47,15 @@ class _Op:
 
 
 _TABLE: Dict[str, _Op] = {}
+#: op -> feature -> what the feature is, in the words of an error (``"takes no shard (...)"``)
+_FEATURE_TEXT: Dict[str, Dict[str, str]] = {}
+
+
+class MissingFeatureError(BackendUnavailableError, ValueError):
+    """An explicitly named backend's row lacks an optional feature that the call (or a flow's settings) needs.
+
+    A :class:`~fastdpot._ext.BackendUnavailableError` (what :func:`dispatch` raises for a call) and a ``ValueError``
+    (what a flow raises at construction for a setting its backend cannot honour)."""
 
 
 def _always():
@@ -74,6 +88,41 @@ def set_auto(op: str, device_type: str, order: List[Tuple[str, int]]):
     _TABLE.setdefault(op, _Op()).auto[device_type] = list(order)
 
 
+def describe_features(op: str, texts: Dict[str, str]) -> None:
+    """Name the optional features of ``op`` in the words of an error: ``texts[feature]`` completes "backend 'x' of
+    op 'op' ..." (e.g. ``"takes no shard (...)"``); a feature without a text is named by itself."""
+    _FEATURE_TEXT.setdefault(op, {}).update(texts)
+
+
+def _check_features(op: str, entry: _Op, backend: str, impl: _Impl, needs: frozenset) -> None:
+    missing = needs - impl.features
+    if missing:
+        texts = _FEATURE_TEXT.get(op, {})
+        what = "; ".join(texts.get(f, f"does not implement {f!r}") for f in sorted(missing))
+        with_it = sorted(b for b, i in entry.impls.items() if needs <= i.features)
+        raise MissingFeatureError(f"backend '{backend}' of op '{op}' {what}; the backends that do: {with_it} "
+                                  f"(backend='auto' picks one)")
+
+
+def require(op: str, backend: str, needs: Tuple[str, ...]) -> None:
+    """Check, before any call, that ``backend`` of ``op`` has every feature in ``needs`` (:func:`dispatch`'s check
+    for an explicit backend, without its availability check: a missing install is reported by the call).
+
+    ``"auto"`` always passes (it picks a row with the features, else ``reference``); so does a backend name that
+    ``op`` does not register (:func:`dispatch` refuses it, naming the registered ones).
+
+    Raises:
+        MissingFeatureError: the backend's row lacks a feature in ``needs`` (the message says which, and which rows
+            have them).
+    """
+    entry = _TABLE.get(op)
+    if entry is None:
+        raise KeyError(f"unknown op {op!r}; registered: {registered_ops()}")
+    impl = entry.impls.get(backend)
+    if backend != "auto" and impl is not None:
+        _check_features(op, entry, backend, impl, frozenset(needs))
+
+
 def registered_ops():
     return sorted(_TABLE)
 
@@ -93,8 +142,8 @@ def dispatch(op: str, backend: str = "auto", device_type: str = "cpu", size: int
 
     Raises:
         ValueError: unknown backend name.
-        BackendUnavailableError: an explicitly requested backend is not registered for ``op``, failed to load, or
-            lacks a feature in ``needs``.
+        BackendUnavailableError: an explicitly requested backend is not registered for ``op`` or failed to load;
+            :class:`MissingFeatureError` (a subclass): it lacks a feature in ``needs``.
     """
     needs = frozenset(needs)
     entry = _TABLE.get(op)
@@ -107,13 +156,10 @@ def dispatch(op: str, backend: str = "auto", device_type: str = "cpu", size: int
         if impl is None:
             raise BackendUnavailableError(
                 f"op '{op}' has no '{backend}' backend; implemented: {sorted(entry.impls)}")
+        _check_features(op, entry, backend, impl, needs)  # first: what the row is, whatever is installed
         ok, reason = impl.available()
         if not ok:
             raise BackendUnavailableError(f"backend '{backend}' for op '{op}' is unavailable: {reason}")
-        if not needs <= impl.features:
-            with_it = sorted(b for b, i in entry.impls.items() if needs <= i.features)
-            raise BackendUnavailableError(f"backend '{backend}' for op '{op}' does not implement "
-                                          f"{sorted(needs - impl.features)}; backends that do: {with_it}")
         return backend, impl.fn
     for name, min_size in entry.auto.get(device_type, []):
         impl = entry.impls.get(name)

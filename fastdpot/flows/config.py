@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 
 from .._validate import (check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_num_projections,
                          check_positive, check_probability)
-from ..reference.flow import QUANTILE_MODES
+from ..reference.flow import QUANTILE_MODES, check_quantile_sizes
 
 __all__ = ["FlowConfig", "LabelledFlowConfig", "VARIANTS", "RELEASES", "DIRECTIONS", "BOUNDS"]
 
@@ -62,8 +62,9 @@ class FlowConfig:
         release: ``"points"`` (default: the B·k noisy projections, the papers' release) or ``"sketch"`` (the
             sliced quantile sketch of the batch, L = ``sketch_bins`` noisy bin means per direction, isotonic fit,
             then a table target for :func:`fastdpot.ops.flow_step`; same Δ, σ and accounting; no smoothing noise on
-            the particles). The ``"triton"`` and ``"cuda"`` backends take ``"sketch"`` with ``quantiles="exact"``
-            only.
+            the particles). A flow whose backend's row of op ``flow_step`` takes no table target in its
+            ``quantiles`` mode (the dispatch table's features; the triton and cuda rows: exact mode only) is
+            refused when it is built.
         sketch_bins: L, 1 <= L <= B, the sketch's bins per direction (required with ``release="sketch"``).
 
     Raises:
@@ -129,19 +130,8 @@ class FlowConfig:
                                  f"got {self.sketch_bins}")
         elif self.sketch_bins is not None:
             raise ValueError(f"sketch_bins is only used with release='sketch', got sketch_bins={self.sketch_bins!r}")
-        if self.num_quantiles is not None:
-            if self.quantiles != "grid":
-                raise ValueError(f"num_quantiles is the size of the 'grid' mode's quantile grid; got num_quantiles="
-                                 f"{self.num_quantiles!r} with quantiles={self.quantiles!r}")
-            self._set(num_quantiles=check_int(self.num_quantiles, "num_quantiles", 2))
-        if self.quantiles == "histogram":
-            if self.histogram_bins is None:
-                raise ValueError("histogram_bins (B, the histogram's bins per direction) is required for "
-                                 "quantiles='histogram'")
-            self._set(histogram_bins=check_int(self.histogram_bins, "histogram_bins", 1))
-        elif self.histogram_bins is not None:
-            raise ValueError(f"histogram_bins is only used with quantiles='histogram', got histogram_bins="
-                             f"{self.histogram_bins!r}")
+        nq, hb = check_quantile_sizes(self.quantiles, self.num_quantiles, self.histogram_bins)
+        self._set(num_quantiles=nq, histogram_bins=hb)
         if self.variant == "presampled":
             self._set(pool_size=10 * k if self.pool_size is None else check_int(self.pool_size, "pool_size", k))
             check_num_projections(self.pool_size, self.dim, "pool_size")  # the pool is a (pool_size, d) matrix

@@ -63,7 +63,7 @@ import torch
 
 from .._random import make_generator, random_projections
 from .._validate import check_tensor
-from ..ops import flow_step
+from ..ops import flow_step, step_needs
 from .checkpoint import FlowCheckpointing
 from .config import FlowConfig
 from .init import draw_init
@@ -126,7 +126,9 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
             ``batch_size``/``sample_rate``, ``sketch_bins`` / ``histogram_bins`` / ``num_quantiles`` / ``pool_size``
             missing where required or given where unused), non-finite ``init`` or of the wrong shape, an ``init``
             string not in :data:`fastdpot.flows.INIT_KINDS`, ``init_scale`` <= 0 (or != 1 with a tensor ``init``),
-            ``"sketch"`` on the triton/cuda backend with non-exact quantiles, a device that is not available.
+            a device that is not available; :class:`fastdpot._dispatch.MissingFeatureError` (a ValueError): a
+            ``backend`` whose row of op ``flow_step`` lacks a feature the settings need (e.g. ``"sketch"`` with
+            non-exact quantiles on the triton/cuda rows).
 
     References:
         Sebag et al., TMLR, DPSWflow-r / DPSWflow; Rakotomamonjy & Ralaivola, ICML 2021, Lemma 2 (sensitivity);
@@ -178,17 +180,20 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
     def _pre_setup(self):
         """Hook run before :meth:`_setup` by :meth:`from_config` (a sharded flow binds its process group here)."""
 
+    def _step_needs(self, config: FlowConfig):
+        """The features of op ``flow_step`` that this flow's steps need (:func:`fastdpot.ops.step_needs`): a table
+        target with ``release="sketch"``."""
+        return step_needs(config.quantiles, table=config.release == "sketch")
+
     def _setup(self, config: FlowConfig, *, init, init_scale, generator, device, backend, secure_mode):
-        from .._dispatch import BACKENDS
+        from .._dispatch import BACKENDS, require
         from .._validate import check_choice, check_device_available, check_positive
         from ..privacy.randomness import PrivacyRandomness
         from .init import check_init_kind
 
         c = config
         check_choice(backend, "backend", ("auto",) + BACKENDS)
-        if c.release == "sketch" and backend in ("triton", "cuda") and c.quantiles != "exact":
-            raise ValueError(f"release='sketch' on the {backend} backend needs quantiles='exact', got "
-                             f"{c.quantiles!r}")
+        require("flow_step", backend, self._step_needs(c))  # what the backend's dispatch row supports
         if isinstance(init, str):
             check_init_kind(init)
         init_scale = check_positive(init_scale, "init_scale")

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from .._validate import check_int
-from ..ops import Shard
+from ..ops import Shard, step_needs
 from .checkpoint import ShardedCheckpointing
 from .flow import DPSlicedWassersteinFlow, NonFiniteParticlesError
 from .init import draw_init_keyed
@@ -93,7 +93,8 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
 
     Raises:
         ValueError: as the base class; ``variant="presampled"`` or ``quantiles="grid"`` (not sharded: use
-            ``"resample"`` and ``"histogram"``/``"exact"``), a ``triton``/``cuda`` backend (they take no shard);
+            ``"resample"`` and ``"histogram"``/``"exact"``), a backend whose row of op ``flow_step`` takes no shard
+            (the triton/cuda rows; :func:`fastdpot._dispatch.require`);
             N < world size; arguments differing between ranks; torch.distributed not initialised.
     """
 
@@ -122,15 +123,18 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
         self._shard = None
         self._eps_cache = None
 
+    def _step_needs(self, config):
+        """A sharded step: a :class:`fastdpot.ops.Shard`, and a table target (the broadcast release)."""
+        return step_needs(config.quantiles, table=True, shard=True)
+
     def _setup(self, config, **kw):
         c = config
         if c.variant != "resample":
             raise ValueError("a sharded flow supports variant='resample' only")
         if c.quantiles == "grid":
+            # the flow's rule, not a backend's: the broadcast release is a table at the levels m/(B−1), which a grid
+            # step reads as a table, not by the grid rule of the one-process flow on private rows
             raise ValueError("quantiles='grid' is not sharded; use quantiles='histogram' (or 'exact')")
-        if kw.get("backend") in ("triton", "cuda"):
-            raise ValueError(f"backend {kw['backend']!r} takes no shard; a sharded flow runs on 'auto', 'cpu' or "
-                             f"'reference'")
         if c.quantiles == "exact" and c.num_particles * c.num_projections > self._gather_limit:
             raise ValueError(f"quantiles='exact' on a sharded flow all-gathers the N·k = "
                              f"{c.num_particles * c.num_projections} projections every step (> exact_gather_limit = "

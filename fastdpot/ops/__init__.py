@@ -16,6 +16,6 @@ with its :class:`Shard`), :mod:`fastdpot.ops.sliced_wasserstein` (op ``"sliced_w
 Everything else (the classes, the main job, ``bench/``) calls the op's public function, with ``backend=`` to pick an
 implementation.
 """
-from .flow import QUANTILE_MODES, Shard, flow_step, step_draws
+from .flow import QUANTILE_MODES, Shard, flow_step, step_draws, step_needs
 
-__all__ = ["flow_step", "Shard", "QUANTILE_MODES", "step_draws"]
+__all__ = ["flow_step", "Shard", "QUANTILE_MODES", "step_draws", "step_needs"]

@@ -27,25 +27,51 @@ with every feature the call needs; else ``reference``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 
 from . import cpu_histogram as _hist
-from .._dispatch import dispatch, register, set_auto
+from .._dispatch import describe_features, dispatch, register, set_auto
 from .._ext import cpp_status, load_cpp
-from .._validate import check_choice, check_int, check_nonnegative, check_positive, check_tensor
+from .._validate import check_int, check_nonnegative, check_positive, check_tensor
 from ..reference import flow as _ref
 from ..reference.philox import keyed_normals
 from ._triton import register_cuda, register_triton
 
-__all__ = ["flow_step", "Shard", "QUANTILE_MODES", "step_draws"]
+__all__ = ["flow_step", "Shard", "QUANTILE_MODES", "step_draws", "step_needs"]
 
 #: The particle-level modes of the step: sort-based ``"exact"``, the authors' ``"grid"``, the sort-free
 #: ``"histogram"``.
 QUANTILE_MODES = _ref.QUANTILE_MODES
 
+# the op's optional features (a row declares those it implements; a call needs those of step_needs)
 _FEATURES = ("shard", "sketch:grid", "sketch:histogram")
+describe_features("flow_step", {
+    "shard": "takes no shard (a step on one process's rows of particles sharded over processes)",
+    "sketch:grid": "takes no quantile-table target (release='sketch', or a sharded flow's release) with "
+                   "quantiles='grid'; it takes one with quantiles='exact'",
+    "sketch:histogram": "takes no quantile-table target (release='sketch', or a sharded flow's release) with "
+                        "quantiles='histogram'; it takes one with quantiles='exact'",
+})
+
+
+def step_needs(quantiles: str, *, table: bool = False, shard: bool = False) -> Tuple[str, ...]:
+    """The optional features of op ``flow_step`` that a step needs (what :func:`fastdpot._dispatch.dispatch` and
+    :func:`fastdpot._dispatch.require` match against each row's ``features``): ``"shard"`` for a sharded step, and
+    ``"sketch:<quantiles>"`` for a quantile-table target outside exact mode (every row takes one in exact mode).
+
+    Args:
+        quantiles: one of :data:`QUANTILE_MODES`.
+        table: the target is a quantile table (``sketch=(table, levels)``), not private rows.
+        shard: the step runs on one process's rows of sharded particles (a :class:`Shard`).
+
+    Returns a tuple of feature names (empty: every row can run the step).
+    """
+    needs = ("shard",) if shard else ()
+    if table and quantiles != "exact":
+        needs += (f"sketch:{quantiles}",)
+    return needs
 
 
 @dataclass(frozen=True)
@@ -287,13 +313,11 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     if projections.shape[1] != particles.shape[1]:
         raise ValueError(f"particles and projections must share d, got {particles.shape[1]}, "
                          f"{projections.shape[1]}")
-    check_choice(quantiles, "quantiles", QUANTILE_MODES)
-    needs = []
+    num_quantiles, histogram_bins = _ref.check_quantile_sizes(quantiles, num_quantiles, histogram_bins)
     if shard is not None:
         if not isinstance(shard, Shard):
             raise ValueError(f"shard must be a fastdpot.ops.Shard or None, got {type(shard).__name__}")
         shard.check(particles.shape[0], quantiles)
-        needs.append("shard")
     elif particles.shape[0] < 2:
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={particles.shape[0]}")
     check_unit_rows(projections, "projections")
@@ -301,23 +325,9 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     check_nonnegative(noise_std, "noise_std")
     check_positive(step_size, "step_size")
     check_nonnegative(diffusion, "diffusion")
-    if num_quantiles is not None:
-        if quantiles != "grid":
-            raise ValueError(f"num_quantiles is the size of the 'grid' mode's quantile grid; got "
-                             f"num_quantiles={num_quantiles!r} with quantiles={quantiles!r}")
-        num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
-    if quantiles == "histogram":
-        if histogram_bins is None:
-            raise ValueError("histogram_bins (B, the histogram's bins per direction) is required for "
-                             "quantiles='histogram'")
-        histogram_bins = check_int(histogram_bins, "histogram_bins", 1)
-    elif histogram_bins is not None:
-        raise ValueError(f"histogram_bins is only used with quantiles='histogram', got histogram_bins="
-                         f"{histogram_bins!r}")
-    if sketch is not None and quantiles != "exact":
-        needs.append(f"sketch:{quantiles}")
+    needs = step_needs(quantiles, table=sketch is not None, shard=shard is not None)
     _, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0],
-                     needs=tuple(needs))
+                     needs=needs)
     return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
               diffusion=float(diffusion), seed=int(seed), quantiles=quantiles, num_quantiles=num_quantiles,
               histogram_bins=histogram_bins, return_noise=return_noise, sketch=sketch, shard=shard)

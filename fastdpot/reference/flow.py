@@ -51,10 +51,42 @@ import torch
 from .._validate import check_choice, check_int, check_nonnegative, check_positive, check_same_dim, check_tensor
 
 __all__ = ["flow_step", "particle_levels", "histogram_bins", "histogram_levels", "target_at", "table_quantiles",
-           "check_sketch_target", "quantiles_sorted", "interp", "QUANTILE_MODES"]
+           "check_sketch_target", "check_quantile_sizes", "quantiles_sorted", "interp", "QUANTILE_MODES"]
 
 #: The particle-level modes of the step.
 QUANTILE_MODES = ("exact", "grid", "histogram")
+
+
+def check_quantile_sizes(quantiles: str, num_quantiles: Optional[int] = None,
+                         histogram_bins: Optional[int] = None) -> Tuple[Optional[int], Optional[int]]:
+    """The one check of the particle-level mode and its size keywords (the op :func:`fastdpot.ops.flow_step`, this
+    module's :func:`flow_step` and :class:`fastdpot.flows.FlowConfig` call it); returns ``(num_quantiles,
+    histogram_bins)`` as ints, or None where not given.
+
+    Args:
+        quantiles: one of :data:`QUANTILE_MODES`.
+        num_quantiles: Q >= 2, the ``"grid"`` mode's grid size (None: N); only with ``quantiles="grid"``.
+        histogram_bins: B >= 1, the ``"histogram"`` mode's bins per direction; required there, refused elsewhere.
+
+    Raises:
+        ValueError: an unknown mode; ``num_quantiles`` outside grid mode or < 2; ``histogram_bins`` missing in
+            histogram mode, given outside it, or < 1.
+    """
+    check_choice(quantiles, "quantiles", QUANTILE_MODES)
+    if num_quantiles is not None:
+        if quantiles != "grid":
+            raise ValueError(f"num_quantiles is the size of the 'grid' mode's quantile grid; got "
+                             f"num_quantiles={num_quantiles!r} with quantiles={quantiles!r}")
+        num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
+    if quantiles == "histogram":
+        if histogram_bins is None:
+            raise ValueError("histogram_bins (B, the histogram's bins per direction) is required for "
+                             "quantiles='histogram'")
+        histogram_bins = check_int(histogram_bins, "histogram_bins", 1)
+    elif histogram_bins is not None:
+        raise ValueError(f"histogram_bins is only used with quantiles='histogram', got histogram_bins="
+                         f"{histogram_bins!r}")
+    return num_quantiles, histogram_bins
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -277,8 +309,8 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
 
     Raises:
         ValueError: N < 2, mismatched shapes, non-finite inputs, step_size <= 0, λ < 0, λ > 0 without
-            ``brownian``, unknown ``quantiles``, ``histogram_bins`` missing in histogram mode, both or neither of
-            ``private`` and ``sketch``, a bad table (:func:`check_sketch_target`).
+            ``brownian``, a bad mode or size (:func:`check_quantile_sizes`), both or neither of ``private`` and
+            ``sketch``, a bad table (:func:`check_sketch_target`).
 
     Autograd: not meant for differentiation (ranks and bins are piecewise constant); the flow needs no gradients.
 
@@ -303,13 +335,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n_total}")
     h = check_positive(step_size, "step_size")
     lam = check_nonnegative(diffusion, "diffusion")
-    if quantiles == "grid" and num_quantiles is not None:
-        num_quantiles = check_int(num_quantiles, "num_quantiles", 2)
-    if quantiles == "histogram":
-        if histogram_bins is None:
-            raise ValueError("histogram_bins (B, the histogram's bins per direction) is required for "
-                             "quantiles='histogram'")
-        histogram_bins = check_int(histogram_bins, "histogram_bins", 1)
+    num_quantiles, histogram_bins = check_quantile_sizes(quantiles, num_quantiles, histogram_bins)
     for t, name, rows in ((noise_particles, "noise_particles", n), (noise_private, "noise_private", m)):
         if t is not None:
             check_tensor(t, name, 2)

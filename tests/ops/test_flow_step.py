@@ -180,6 +180,24 @@ def test_a_shard_is_refused_where_it_cannot_be_honoured():
                     quantiles="histogram", histogram_bins=4, step_size=0.5)
 
 
+def test_a_flow_asks_the_dispatch_table_what_a_row_supports():
+    # the rows declare their features; require() is the call's own check, made before any call (a flow's __init__)
+    from fastdpot._dispatch import MissingFeatureError, require
+
+    needs = F.step_needs("histogram", table=True, shard=True)
+    assert needs == ("shard", "sketch:histogram") and F.step_needs("exact", table=True) == ()
+    for backend in ("auto", "reference", "cpu", "keops"):  # keops: not a row of flow_step, refused by dispatch
+        require("flow_step", backend, needs)
+    with pytest.raises(MissingFeatureError, match=r"takes no shard.*quantiles='histogram'.*\['cpu', 'reference'\]") as err:
+        require("flow_step", "triton", needs)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, BackendUnavailableError)
+    x, th, target, kw = _inputs((20, 0, 3, 4, "histogram", 4, 0.0, True), torch.float64)
+    with pytest.raises(MissingFeatureError) as call:
+        F.flow_step(x, None, th, noise_std=0.1, sketch=target["sketch"], shard=F.Shard(0, 20, lambda t, op: None),
+                    backend="triton", **kw)
+    assert str(call.value) == str(err.value)  # one check, one message
+
+
 def test_fastdpot_ops_flow_step_is_the_op():
     # the docs name the op ``fastdpot.ops.flow_step``: it is the function (its module is fastdpot.ops.flow)
     import fastdpot
