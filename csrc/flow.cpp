@@ -1,4 +1,5 @@
 // Fused CPU step of the (DP) sliced-Wasserstein particle flow -- Sebag et al., TMLR, fastdpot/reference/flow.py.
+// The quantities keep their Python names: noise_std σ, step_size h, diffusion λ, num_quantiles Q.
 //
 // For each chunk of C directions (C bounded so the chunk's projections take <= ~FASTDPOT_FLOW_CHUNK_MB = 256 MB):
 //   a. projections s_ij = <x_i, θ_j> + σ·N4(seed, stream 2j, i) (Philox of common.h, four normals per block:
@@ -6,16 +7,17 @@
 //      over particles, with an 8-particle x 64-byte register tile of directions (AVX-512: transposed in registers);
 //   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections (float32: packed
 //      key|index sort of radix_f32.h, whose last pass hands each rank straight to the transport in exact mode;
-//      float64: common.h's argsort); the noisy private
-//      projections <y_m, θ_j> + σ·N(seed, stream 2j+1, m), sorted; target of rank r:
-//        exact (Q == 0): private quantile at level r/(N-1), i.e. linear interpolation at position r(M-1)/(N-1);
-//        grid  (Q >= 2): the authors' Q-level grid (particle quantiles xq, private quantiles tq, cdf by linear
-//                        interpolation through xq -- a forward walk over the sorted values, no search -- then
-//                        T = interp(cdf; levels -> tq));
+//      float64: common.h's argsort); the noisy private projections <y_m, θ_j> + σ·N(seed, stream 2j+1, m), sorted;
+//      target of rank r:
+//        exact (num_quantiles == 0): private quantile at level r/(N-1), i.e. linear interpolation at position
+//                        r(M-1)/(N-1);
+//        grid  (num_quantiles = Q >= 2): the authors' Q-level grid (particle quantiles xq, private quantiles tq, cdf
+//                        by linear interpolation through xq -- a forward walk over the sorted values, no search --
+//                        then T = interp(cdf; levels -> tq));
 //        table (sketch mode, TB != nullptr, M == 0): no private rows; the particle level u (exact: r/(N-1); grid:
 //                        the grid CDF above) maps to Q_j(u), piecewise linear through (LV[l], TB[j*L + l]), end
 //                        segments extended, u clamped to [0, 1], constant when L == 1 (table_at below;
-//                        fastdpot/reference/flow_sketch.py);
+//                        fastdpot.reference.flow.table_quantiles);
 //      residual s_ij - T_ij stored in place (the private rows' noise N(seed, 2j+1, m) is the privacy-grade stream,
 //      two normals per block with a 64-bit radius uniform);
 //   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64-, 96- or 192-byte register tile of
@@ -190,10 +192,10 @@ struct DirScratch {
 };
 
 template <typename T>
-void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, const T* TH, int64_t K, double sigma,
-                    double h, double lam, uint64_t seed, int64_t Q, T* out_new, T* out_drift, T* nx_out, T* ny_out,
-                    T* br_out, int64_t max_chunk, const double* TB = nullptr, const double* LV = nullptr,
-                    int64_t L = 0) {
+void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, const T* TH, int64_t K, double noise_std,
+                    double step_size, double diffusion, uint64_t seed, int64_t num_quantiles, T* out_new,
+                    T* out_drift, T* nx_out, T* ny_out, T* br_out, int64_t max_chunk, const double* TB = nullptr,
+                    const double* LV = nullptr, int64_t L = 0) {
     int64_t C = (int64_t)(kChunkBytes / ((double)N * sizeof(T)));
     if (max_chunk > 0) C = std::min(C, max_chunk);  // tests force several chunks at small sizes
     C = std::max<int64_t>(1, std::min<int64_t>(C, K));
@@ -227,19 +229,20 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     }
     std::vector<DirScratch<T>> scratch(nthreads);
     std::vector<double> levels;
-    if (Q >= 2) {
-        levels.resize(Q);
-        for (int64_t q = 0; q < Q; ++q) levels[q] = (double)q / (double)(Q - 1);
-        levels[Q - 1] = 1.0;
+    if (num_quantiles >= 2) {
+        levels.resize(num_quantiles);
+        for (int64_t q = 0; q < num_quantiles; ++q) levels[q] = (double)q / (double)(num_quantiles - 1);
+        levels[num_quantiles - 1] = 1.0;
     }
     const int64_t nblocks = (N + kBlock - 1) / kBlock;
 
     const T inv_k = (T)(1.0 / (double)K);
-    const double bscale = std::sqrt(2.0 * lam * h);
+    // sqrt(2·diffusion·step_size): the standard deviation of the Brownian term, a quantity derived from λ and h
+    const double brownian_std = std::sqrt(2.0 * diffusion * step_size);
     // drift /= k and the Euler--Maruyama update of particles [i0, i1), while their drift rows are hot in cache
     auto update_block = [&](int64_t i0, int64_t i1, T* xi) {
         const int64_t cnt = (i1 - i0) * d;
-        if (lam > 0) {
+        if (diffusion > 0) {
             flowrng::fill_normal_smooth(xi, cnt, seed, (uint64_t)(2 * K), (uint64_t)(i0 * d), 1.0);
             if (br_out) std::copy(xi, xi + cnt, br_out + i0 * d);
         }
@@ -247,8 +250,8 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             const int64_t e = i0 * d + t;
             const T dr = out_drift[e] * inv_k;
             out_drift[e] = dr;
-            double v = (double)X[e] - h * (double)dr;
-            if (lam > 0) v += bscale * (double)xi[t];
+            double v = (double)X[e] - step_size * (double)dr;
+            if (diffusion > 0) v += brownian_std * (double)xi[t];
             out_new[e] = (T)v;
         }
     };
@@ -269,9 +272,9 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
             for (int64_t jj = 0; jj < cj; ++jj) {
                 T* pj = P.get() + (size_t)jj * N;
-                if (sigma > 0) {
+                if (noise_std > 0) {
                     flowrng::fill_normal_smooth(pj + i0, i1 - i0, seed, (uint64_t)(2 * (j0 + jj)), (uint64_t)i0,
-                                              sigma);
+                                              noise_std);
                     if (nx_out)
                         for (int64_t i = i0; i < i1; ++i) nx_out[i * K + j0 + jj] = pj[i];
                 } else {
@@ -299,7 +302,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             T* ys = s.ys.data();
             // noisy private projections (sorted values only)
             // (sketch mode: M == 0, no private rows and no draw from stream 2j+1)
-            flowrng::sorted_noisy_private_projections(Y, M, d, th, K, j, sigma, seed, ys, ny_out);
+            flowrng::sorted_noisy_private_projections(Y, M, d, th, K, j, noise_std, seed, ys, ny_out);
             const double scale = (double)(M - 1) / (double)(N - 1);
             const double* tb = TB ? TB + j * L : nullptr;  // sketch mode: this direction's table row
             const double inv_n1 = 1.0 / (double)(N - 1);
@@ -307,7 +310,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             // search or division): ranks [r0, r1) lie in segment sg, Q_j(u) = tb[sg] + (u - LV[sg])·slope, the
             // segments of table_at's search (lv[s] <= u < lv[s+1], end segments extended)
             double* tr = nullptr;
-            if (Q == 0 && tb) {
+            if (num_quantiles == 0 && tb) {
                 if ((int64_t)s.tr.size() < N) s.tr.resize(N);
                 tr = s.tr.data();
                 if (L == 1) {
@@ -325,13 +328,13 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                 }
             }
             if constexpr (std::is_same_v<T, float>) {
-                if (Q == 0 && tb) {  // float32: residual written as the sort's last pass finds each rank
+                if (num_quantiles == 0 && tb) {  // float32: residual written as the sort's last pass finds each rank
                     radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
                         pj[i] = (T)((double)v - tr[r]);
                     });
                     continue;
                 }
-                if (Q == 0) {  // exact, float32: residual written as the sort's last pass finds each rank
+                if (num_quantiles == 0) {  // exact, float32: residual written as the sort's last pass finds each rank
                     radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
                         pj[i] = (T)((double)v - value_at_position(ys, M, (double)r * scale));
                     });
@@ -341,27 +344,27 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             } else {
                 argsort(pj, (uint32_t)N, perm, sx, s.ws);
             }
-            if (Q == 0 && tb) {  // exact onto the table: rank r -> level r/(N-1) -> Q_j(level) = tr[r]
+            if (num_quantiles == 0 && tb) {  // exact onto the table: rank r -> level r/(N-1) -> Q_j(level) = tr[r]
                 for (int64_t r = 0; r < N; ++r) pj[perm[r]] = (T)((double)sx[r] - tr[r]);
-            } else if (Q == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
+            } else if (num_quantiles == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
                 for (int64_t r = 0; r < N; ++r) {
                     const double t = value_at_position(ys, M, (double)r * scale);
                     pj[perm[r]] = (T)((double)sx[r] - t);
                 }
-            } else {  // grid (authors): xq, tq on Q levels; cdf through xq; T through tq
-                if ((int64_t)s.xq.size() < Q) { s.xq.resize(Q); s.tq.resize(Q); }
+            } else {  // grid (authors): xq, tq on num_quantiles levels; cdf through xq; T through tq
+                if ((int64_t)s.xq.size() < num_quantiles) { s.xq.resize(num_quantiles); s.tq.resize(num_quantiles); }
                 double* xq = s.xq.data();
                 double* tq = s.tq.data();
-                for (int64_t q = 0; q < Q; ++q) {
+                for (int64_t q = 0; q < num_quantiles; ++q) {
                     xq[q] = quantile_sorted(sx, N, levels[q]);
                     tq[q] = tb ? 0.0 : quantile_sorted(ys, M, levels[q]);
                 }
                 int64_t jq = 0;
                 for (int64_t r = 0; r < N; ++r) {
                     const double v = (double)sx[r];
-                    while (jq + 1 < Q && xq[jq + 1] <= v) ++jq;  // xq[jq] <= v < xq[jq+1] (numpy.interp)
+                    while (jq + 1 < num_quantiles && xq[jq + 1] <= v) ++jq;  // xq[jq] <= v < xq[jq+1] (numpy.interp)
                     double cdf;
-                    if (jq >= Q - 1) cdf = levels[Q - 1];
+                    if (jq >= num_quantiles - 1) cdf = levels[num_quantiles - 1];
                     else if (v < xq[0]) cdf = levels[0];
                     else cdf = levels[jq] + (v - xq[jq]) * (levels[jq + 1] - levels[jq]) / (xq[jq + 1] - xq[jq]);
                     if (tb) {  // sketch mode: T = Q_j(cdf) of the table
@@ -369,10 +372,10 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
                         continue;
                     }
                     // T = interp(cdf; levels -> tq) on the uniform grid
-                    double pos = cdf * (double)(Q - 1);
+                    double pos = cdf * (double)(num_quantiles - 1);
                     int64_t lo = (int64_t)std::floor(pos);
                     double t;
-                    if (lo >= Q - 1) t = tq[Q - 1];
+                    if (lo >= num_quantiles - 1) t = tq[num_quantiles - 1];
                     else {
                         if (lo < 0) lo = 0;
                         t = tq[lo] + (pos - (double)lo) * (tq[lo + 1] - tq[lo]);
@@ -386,7 +389,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
         const bool first = (j0 == 0), last = (j0 + cj >= K);
 #pragma omp parallel num_threads(nthreads)
         {
-            std::vector<T> xi(last && lam > 0 ? (size_t)kBlock * d : 0);
+            std::vector<T> xi(last && diffusion > 0 ? (size_t)kBlock * d : 0);
 #pragma omp for schedule(static)
             for (int64_t b = 0; b < nblocks; ++b) {
                 const int64_t i0 = b * kBlock, i1 = std::min(N, i0 + kBlock);
@@ -424,9 +427,9 @@ static T* opt_ptr(const py::object& o, int64_t rows, int64_t cols, const char* n
 }
 
 template <typename T>
-void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double lam, int64_t seed, int64_t Q,
-                  Arr<T> out_new, Arr<T> out_drift, py::object nx, py::object ny, py::object br, int64_t max_chunk,
-                  py::object table, py::object levels) {
+void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double noise_std, double step_size, double diffusion, int64_t seed,
+                  int64_t num_quantiles, Arr<T> out_new, Arr<T> out_drift, py::object nx, py::object ny, py::object br,
+                  int64_t max_chunk, py::object table, py::object levels) {
     if (x.ndim() != 2 || y.ndim() != 2 || th.ndim() != 2) throw std::invalid_argument("inputs must be 2-D");
     const int64_t N = x.shape(0), d = x.shape(1), M = y.shape(0), K = th.shape(0);
     if (y.shape(1) != d || th.shape(1) != d) throw std::invalid_argument("particles, private, projections: d differs");
@@ -459,7 +462,8 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double 
             if (!std::isfinite(ptb[e])) throw std::invalid_argument("table must be finite");
     }
     if (N >= (int64_t)UINT32_MAX) throw std::invalid_argument("N must be < 2^32");
-    if (Q == 1 || Q < 0) throw std::invalid_argument("num_quantiles must be >= 2 (or 0 for exact)");
+    if (num_quantiles == 1 || num_quantiles < 0)
+        throw std::invalid_argument("num_quantiles must be >= 2 (or 0 for exact)");
     if (out_new.size() != N * d || out_drift.size() != N * d) throw std::invalid_argument("output shape mismatch");
     T* pn = opt_ptr<T>(nx, N, K, "noise_particles");
     T* pm = opt_ptr<T>(ny, M, K, "noise_private");
@@ -486,8 +490,8 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double sigma, double h, double 
     }
     {
         py::gil_scoped_release nogil;
-        flow_step_impl<T>(px, N, d, py_, M, pt, K, sigma, h, lam, (uint64_t)seed, Q, po, pd, pn, pm, pb, max_chunk,
-                          ptb, plv, L);
+        flow_step_impl<T>(px, N, d, py_, M, pt, K, noise_std, step_size, diffusion, (uint64_t)seed, num_quantiles, po,
+                          pd, pn, pm, pb, max_chunk, ptb, plv, L);
     }
 }
 
@@ -518,20 +522,24 @@ static py::tuple normals_py(int64_t seed, int64_t stream, int64_t offset, int64_
 PYBIND11_MODULE(_C_flow, m) {
     m.doc() = "fastdpot fused CPU step of the DP sliced-Wasserstein particle flow (see csrc/flow.cpp)";
     const char* doc =
-        "flow_step(x (N,d), y (M,d), theta (k,d), sigma, step_size, reg, seed, Q, out_new (N,d), out_drift (N,d), "
-        "noise_particles (N,k)|None, noise_private (M,k)|None, brownian (N,d)|None, max_chunk=0). Q = 0: exact sort-based "
-        "transport; Q >= 2: the authors' Q-level grid. Writes the outputs in place (they must not share memory with the "
-        "inputs or with each other: ValueError); releases the GIL. Sketch mode: table (k,L) and levels (L,) float64 "
+        "flow_step(x (N,d), y (M,d), theta (k,d), noise_std, step_size, diffusion, seed, num_quantiles, out_new (N,d), "
+        "out_drift (N,d), noise_particles (N,k)|None, noise_private (M,k)|None, brownian (N,d)|None, max_chunk=0). "
+        "noise_std: σ of the noise on every projected value; diffusion: λ of the Brownian term sqrt(2λh)·ξ, h = "
+        "step_size. num_quantiles = 0: exact sort-based transport; num_quantiles = Q >= 2: the authors' Q-level grid. "
+        "Writes the outputs in place (they must not share memory with the inputs or with each other: ValueError); "
+        "releases the GIL. Sketch mode: table (k,L) and levels (L,) float64 "
         "arrays with y of shape (0,d): the target of level u is the table's piecewise-linear Q_j(u) (end segments "
         "extended, u clamped to [0,1]); no private noise is drawn.";
-    m.def("flow_step", &flow_step_py<float>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
-          py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
-          py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
+    m.def("flow_step", &flow_step_py<float>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("noise_std"),
+          py::arg("step_size"), py::arg("diffusion"), py::arg("seed"), py::arg("num_quantiles"),
+          py::arg("out_new").noconvert(), py::arg("out_drift").noconvert(), py::arg("noise_particles"),
+          py::arg("noise_private"),
           py::arg("brownian"), py::arg("max_chunk") = 0, py::arg("table") = py::none(),
           py::arg("levels") = py::none());
-    m.def("flow_step", &flow_step_py<double>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("sigma"),
-          py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("Q"), py::arg("out_new").noconvert(),
-          py::arg("out_drift").noconvert(), py::arg("noise_particles"), py::arg("noise_private"),
+    m.def("flow_step", &flow_step_py<double>, doc, py::arg("x"), py::arg("y"), py::arg("theta"), py::arg("noise_std"),
+          py::arg("step_size"), py::arg("diffusion"), py::arg("seed"), py::arg("num_quantiles"),
+          py::arg("out_new").noconvert(), py::arg("out_drift").noconvert(), py::arg("noise_particles"),
+          py::arg("noise_private"),
           py::arg("brownian"), py::arg("max_chunk") = 0, py::arg("table") = py::none(),
           py::arg("levels") = py::none());
     m.def("_normals", &normals_py,

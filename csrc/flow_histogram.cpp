@@ -1,5 +1,6 @@
 // Sort-free (histogram) CPU step of the (DP) sliced-Wasserstein particle flow -- Sebag et al., TMLR; the semantics are
-// fastdpot/reference/flow_histogram.py (and flow_sketch.py for a table target), the GPU twin kernels/histogram.py.
+// fastdpot/reference/flow.py's quantiles="histogram" (a table target included), the GPU twin kernels/histogram.py.
+// The quantities keep their Python names: noise_std σ, step_size h, diffusion λ, histogram_bins B.
 //
 // The particle CDF of direction j is the piecewise-linear CDF of a B-bin histogram of the noisy projections
 // s_ij = <x_i, θ_j> + σ·ξ_ij on [lo_j, hi_j] = [min_i s_ij, max_i s_ij]:
@@ -115,7 +116,7 @@ struct Geometry {
     const T* X;
     int64_t n, d, K;
     uint64_t off, seed;
-    double sigma;
+    double noise_std;
     int64_t C;       // directions per chunk
     int64_t cpad;    // C rounded up to the tile rows
     int64_t dpad;    // d rounded up to the tile rows
@@ -129,8 +130,8 @@ struct Geometry {
     bool stored = false;
 
     Geometry(const T* X_, int64_t n_, int64_t d_, const T* TH, int64_t K_, uint64_t off_, uint64_t seed_,
-             double sigma_, int64_t max_chunk)
-        : X(X_), n(n_), d(d_), K(K_), off(off_), seed(seed_), sigma(sigma_) {
+             double noise_std_, int64_t max_chunk)
+        : X(X_), n(n_), d(d_), K(K_), off(off_), seed(seed_), noise_std(noise_std_) {
         constexpr int R = kRows<T>();
         C = std::max<int64_t>(R, (int64_t)(kChunkBytes / (BN * sizeof(T))));
         if (max_chunk > 0) C = std::min(C, max_chunk);
@@ -196,8 +197,8 @@ static inline void project_chunk(const Geometry<T>& g, int64_t i0, int64_t i1, i
     }
     for (int64_t jj = 0; jj < g.cpad; ++jj) {
         T* row = S + jj * BN;
-        if (jj < cj && g.sigma > 0) {
-            flowrng::fill_normal_smooth(row, nb, g.seed, (uint64_t)(2 * (j0 + jj)), g.off + (uint64_t)i0, g.sigma);
+        if (jj < cj && g.noise_std > 0) {
+            flowrng::fill_normal_smooth(row, nb, g.seed, (uint64_t)(2 * (j0 + jj)), g.off + (uint64_t)i0, g.noise_std);
             if (nx_out)
                 for (int64_t i = 0; i < nb; ++i) nx_out[(i0 + i) * g.K + j0 + jj] = row[i];
             std::fill(row + nb, row + BN, (T)0);
@@ -260,7 +261,8 @@ template <typename T>
 struct Bins {
     std::vector<T> lo, inv_w;
     int64_t B;
-    Bins(const T* mn, const T* mx, int64_t K, int64_t B_) : lo(mn, mn + K), inv_w((size_t)K), B(B_) {
+    Bins(const T* mn, const T* mx, int64_t K, int64_t histogram_bins)
+        : lo(mn, mn + K), inv_w((size_t)K), B(histogram_bins) {
         for (int64_t j = 0; j < K; ++j) {
             T w = (mx[j] - mn[j]) / (T)B;
             if (!(w > 0)) w = (T)1;
@@ -321,12 +323,12 @@ void counts_impl(const Geometry<T>& g, const Bins<T>& bins, int64_t* out_counts)
 // the target: sorted noisy private projections of every direction (privacy-grade noise, stream 2j + 1)
 // ------------------------------------------------------------------------------------------------------------
 template <typename T>
-void private_targets_impl(const T* Y, int64_t M, int64_t d, const T* TH, int64_t K, double sigma, uint64_t seed,
+void private_targets_impl(const T* Y, int64_t M, int64_t d, const T* TH, int64_t K, double noise_std, uint64_t seed,
                           T* out_sorted, T* ny_out) {
     const int nthreads = ((double)M * (double)K * (double)d < 1.0e6) ? 1 : omp_get_max_threads();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
     for (int64_t j = 0; j < K; ++j) {
-        flowrng::sorted_noisy_private_projections(Y, M, d, TH + j * d, K, j, sigma, seed, out_sorted + j * M, ny_out);
+        flowrng::sorted_noisy_private_projections(Y, M, d, TH + j * d, K, j, noise_std, seed, out_sorted + j * M, ny_out);
     }
 }
 
@@ -376,8 +378,8 @@ static inline void transport_row_avx512(float* row, float lo, float iw, int32_t 
 #endif
 
 template <typename T>
-void transport_impl(const Geometry<T>& g, const Bins<T>& bins, const int64_t* counts, const Target<T>& tg, double h,
-                    double lam, T* out_new, T* out_drift, T* br_out) {
+void transport_impl(const Geometry<T>& g, const Bins<T>& bins, const int64_t* counts, const Target<T>& tg, double step_size,
+                    double diffusion, T* out_new, T* out_drift, T* br_out) {
     constexpr int R = kRows<T>();
     const int64_t K = g.K, B = bins.B, d = g.d;
     int64_t total = 0;
@@ -396,7 +398,7 @@ void transport_impl(const Geometry<T>& g, const Bins<T>& bins, const int64_t* co
         }
     }
     const T inv_k = (T)(1.0 / (double)K);
-    const double bscale = std::sqrt(2.0 * lam * h);
+    const double brownian_std = std::sqrt(2.0 * diffusion * step_size);
     const int64_t M = tg.M;
     // float32 with AVX-512: (C_b, n_b) and (q[l], q[l+1]) packed in pairs for 64-bit gathers
     std::vector<uint64_t> bcp, qpp;
@@ -422,7 +424,7 @@ void transport_impl(const Geometry<T>& g, const Bins<T>& bins, const int64_t* co
     {
         Scratch<T> s;
         s.dT.resize((size_t)(g.dpad * BN));
-        if (lam > 0) s.xi.resize((size_t)(BN * d));
+        if (diffusion > 0) s.xi.resize((size_t)(BN * d));
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < g.nblocks; ++blk) {
             int64_t i0, i1;
@@ -486,7 +488,7 @@ void transport_impl(const Geometry<T>& g, const Bins<T>& bins, const int64_t* co
             }
             // drift /= k and the update of the block's rows, with the Brownian term of global rows off + i0 ..
             T* xi = s.xi.data();
-            if (lam > 0) {
+            if (diffusion > 0) {
                 flowrng::fill_normal_smooth(xi, nb * d, g.seed, (uint64_t)(2 * K), (g.off + (uint64_t)i0) * (uint64_t)d,
                                             1.0);
                 if (br_out) std::copy(xi, xi + nb * d, br_out + i0 * d);
@@ -496,8 +498,8 @@ void transport_impl(const Geometry<T>& g, const Bins<T>& bins, const int64_t* co
                     const int64_t e = (i0 + i) * d + c;
                     const T dr = dT[c * BN + i] * inv_k;
                     out_drift[e] = dr;
-                    double v = (double)g.X[e] - h * (double)dr;
-                    if (lam > 0) v += bscale * (double)xi[i * d + c];
+                    double v = (double)g.X[e] - step_size * (double)dr;
+                    if (diffusion > 0) v += brownian_std * (double)xi[i * d + c];
                     out_new[e] = (T)v;
                 }
         }
@@ -505,7 +507,7 @@ void transport_impl(const Geometry<T>& g, const Bins<T>& bins, const int64_t* co
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// Python bindings (raw C-contiguous numpy buffers; fastdpot/flow_histogram.py wraps them for torch tensors)
+// Python bindings (raw C-contiguous numpy buffers; fastdpot/ops/cpu_histogram.py wraps them for torch tensors)
 // ------------------------------------------------------------------------------------------------------------
 template <typename T>
 using Arr = py::array_t<T, py::array::c_style>;
@@ -579,7 +581,7 @@ static void check_geometry(const Arr<T>& mn, const Arr<T>& mx, int64_t K) {
 }
 
 template <typename T>
-void minmax_py(Arr<T> x, Arr<T> th, double sigma, int64_t seed, int64_t index_offset, Arr<T> out_min,
+void minmax_py(Arr<T> x, Arr<T> th, double noise_std, int64_t seed, int64_t index_offset, Arr<T> out_min,
                Arr<T> out_max, py::object nx, int64_t max_chunk) {
     int64_t n, d, K;
     check_particles(x, th, n, d, K, index_offset);
@@ -590,28 +592,28 @@ void minmax_py(Arr<T> x, Arr<T> th, double sigma, int64_t seed, int64_t index_of
                    {{out_min.data(), K * (int64_t)sizeof(T)}, {out_max.data(), K * (int64_t)sizeof(T)},
                     {pn, n * K * (int64_t)sizeof(T)}});
     py::gil_scoped_release nogil;
-    Geometry<T> g(x.data(), n, d, th.data(), K, (uint64_t)index_offset, (uint64_t)seed, sigma, max_chunk);
+    Geometry<T> g(x.data(), n, d, th.data(), K, (uint64_t)index_offset, (uint64_t)seed, noise_std, max_chunk);
     minmax_impl(g, out_min.mutable_data(), out_max.mutable_data(), pn);
 }
 
 template <typename T>
-void counts_py(Arr<T> x, Arr<T> th, double sigma, int64_t seed, int64_t index_offset, Arr<T> mn, Arr<T> mx,
+void counts_py(Arr<T> x, Arr<T> th, double noise_std, int64_t seed, int64_t index_offset, Arr<T> mn, Arr<T> mx,
                IArr out_counts, int64_t max_chunk) {
     int64_t n, d, K;
     check_particles(x, th, n, d, K, index_offset);
     check_geometry(mn, mx, K);
     if (out_counts.ndim() != 2 || out_counts.shape(0) != K || out_counts.shape(1) < 1)
-        bad("out_counts must have shape (k, num_bins), num_bins >= 1");
+        bad("out_counts must have shape (k, histogram_bins), histogram_bins >= 1");
     const int64_t B = out_counts.shape(1);
-    if (B > (int64_t)INT32_MAX) bad("num_bins too large");
+    if (B > (int64_t)INT32_MAX) bad("histogram_bins too large");
     py::gil_scoped_release nogil;
-    Geometry<T> g(x.data(), n, d, th.data(), K, (uint64_t)index_offset, (uint64_t)seed, sigma, max_chunk);
+    Geometry<T> g(x.data(), n, d, th.data(), K, (uint64_t)index_offset, (uint64_t)seed, noise_std, max_chunk);
     Bins<T> bins(mn.data(), mx.data(), K, B);
     counts_impl(g, bins, out_counts.mutable_data());
 }
 
 template <typename T>
-void private_targets_py(Arr<T> y, Arr<T> th, double sigma, int64_t seed, Arr<T> out_sorted, py::object ny) {
+void private_targets_py(Arr<T> y, Arr<T> th, double noise_std, int64_t seed, Arr<T> out_sorted, py::object ny) {
     if (y.ndim() != 2 || th.ndim() != 2) bad("private and theta must be 2-D");
     const int64_t M = y.shape(0), d = y.shape(1), K = th.shape(0);
     if (th.shape(1) != d) bad("private (M, d) and theta (k, d) must share d");
@@ -621,7 +623,7 @@ void private_targets_py(Arr<T> y, Arr<T> th, double sigma, int64_t seed, Arr<T> 
     check_disjoint({{y.data(), M * d * (int64_t)sizeof(T)}, {th.data(), K * d * (int64_t)sizeof(T)}},
                    {{out_sorted.data(), K * M * (int64_t)sizeof(T)}, {pm, M * K * (int64_t)sizeof(T)}});
     py::gil_scoped_release nogil;
-    private_targets_impl(y.data(), M, d, th.data(), K, sigma, (uint64_t)seed, out_sorted.mutable_data(), pm);
+    private_targets_impl(y.data(), M, d, th.data(), K, noise_std, (uint64_t)seed, out_sorted.mutable_data(), pm);
 }
 
 // target: either sorted (k, M) of T, or table (k, L) + levels (L,) float64
@@ -661,16 +663,16 @@ static Target<T> make_target(const py::object& sorted, const py::object& table, 
 }
 
 template <typename T>
-void transport_py(Arr<T> x, Arr<T> th, double sigma, int64_t seed, int64_t index_offset, Arr<T> mn, Arr<T> mx,
-                  IArr counts, double h, double lam, Arr<T> out_new, Arr<T> out_drift, py::object sorted,
+void transport_py(Arr<T> x, Arr<T> th, double noise_std, int64_t seed, int64_t index_offset, Arr<T> mn, Arr<T> mx,
+                  IArr counts, double step_size, double diffusion, Arr<T> out_new, Arr<T> out_drift, py::object sorted,
                   py::object table, py::object levels, py::object br, int64_t max_chunk) {
     int64_t n, d, K;
     check_particles(x, th, n, d, K, index_offset);
     check_geometry(mn, mx, K);
     if (counts.ndim() != 2 || counts.shape(0) != K || counts.shape(1) < 1)
-        bad("counts must have shape (k, num_bins), num_bins >= 1");
+        bad("counts must have shape (k, histogram_bins), histogram_bins >= 1");
     const int64_t B = counts.shape(1);
-    if (B > (int64_t)INT32_MAX) bad("num_bins too large");
+    if (B > (int64_t)INT32_MAX) bad("histogram_bins too large");
     const int64_t* pc = counts.data();
     int64_t total = -1;
     for (int64_t j = 0; j < K; ++j) {
@@ -683,7 +685,7 @@ void transport_py(Arr<T> x, Arr<T> th, double sigma, int64_t seed, int64_t index
         else if (s != total) bad("every direction's counts must sum to the same global number of particles");
     }
     if (total < 2 || total < n) bad("the counts must sum to the global N >= 2, at least this shard's n");
-    if (!(h > 0) || !(lam >= 0) || !std::isfinite(h) || !std::isfinite(lam)) bad("need step_size > 0, reg >= 0");
+    if (!(step_size > 0) || !(diffusion >= 0) || !std::isfinite(step_size) || !std::isfinite(diffusion)) bad("need step_size > 0, diffusion >= 0");
     need_shape(out_new, {n, d}, "out_new");
     need_shape(out_drift, {n, d}, "out_drift");
     T* pb = opt_out<T>(br, {n, d}, "brownian");
@@ -695,20 +697,20 @@ void transport_py(Arr<T> x, Arr<T> th, double sigma, int64_t seed, int64_t index
                     {tg.q, K * tg.M * (int64_t)sizeof(T)}, {tg.tb, K * tg.L * 8}, {tg.lv, tg.L * 8}},
                    {{out_new.data(), nd}, {out_drift.data(), nd}, {pb, nd}});
     py::gil_scoped_release nogil;
-    Geometry<T> g(x.data(), n, d, th.data(), K, (uint64_t)index_offset, (uint64_t)seed, sigma, max_chunk);
+    Geometry<T> g(x.data(), n, d, th.data(), K, (uint64_t)index_offset, (uint64_t)seed, noise_std, max_chunk);
     Bins<T> bins(mn.data(), mx.data(), K, B);
-    transport_impl(g, bins, pc, tg, h, lam, out_new.mutable_data(), out_drift.mutable_data(), pb);
+    transport_impl(g, bins, pc, tg, step_size, diffusion, out_new.mutable_data(), out_drift.mutable_data(), pb);
 }
 
 template <typename T>
-void step_py(Arr<T> x, py::object y, Arr<T> th, double sigma, double h, double lam, int64_t seed, int64_t num_bins,
+void step_py(Arr<T> x, py::object y, Arr<T> th, double noise_std, double step_size, double diffusion, int64_t seed, int64_t histogram_bins,
              Arr<T> out_new, Arr<T> out_drift, py::object nx, py::object ny, py::object br, int64_t index_offset,
              py::object table, py::object levels, int64_t max_chunk, int64_t materialize) {
     int64_t n, d, K;
     check_particles(x, th, n, d, K, index_offset);
     if (n < 2) bad("need N >= 2 particles");
-    if (num_bins < 1 || num_bins > (int64_t)INT32_MAX) bad("num_bins must be >= 1");
-    if (!(h > 0) || !(lam >= 0) || !std::isfinite(h) || !std::isfinite(lam)) bad("need step_size > 0, reg >= 0");
+    if (histogram_bins < 1 || histogram_bins > (int64_t)INT32_MAX) bad("histogram_bins must be >= 1");
+    if (!(step_size > 0) || !(diffusion >= 0) || !std::isfinite(step_size) || !std::isfinite(diffusion)) bad("need step_size > 0, diffusion >= 0");
     need_shape(out_new, {n, d}, "out_new");
     need_shape(out_drift, {n, d}, "out_drift");
     T* pn = opt_out<T>(nx, {n, K}, "noise_particles");
@@ -742,7 +744,7 @@ void step_py(Arr<T> x, py::object y, Arr<T> th, double sigma, double h, double l
                    {{out_new.data(), nd}, {out_drift.data(), nd}, {pn, n * K * (int64_t)sizeof(T)},
                     {pm, M * K * (int64_t)sizeof(T)}, {pb, nd}});
     py::gil_scoped_release nogil;
-    Geometry<T> g(x.data(), n, d, th.data(), K, (uint64_t)index_offset, (uint64_t)seed, sigma, max_chunk);
+    Geometry<T> g(x.data(), n, d, th.data(), K, (uint64_t)index_offset, (uint64_t)seed, noise_std, max_chunk);
     // materialize: 1 stores the n·k noisy projections once (pass 1) instead of recomputing them in passes 2 and 3,
     // 0 recomputes, < 0 (auto) stores them when they take at most kMaterializeBytes
     std::unique_ptr<T, void (*)(void*)> Pbuf(nullptr, std::free);
@@ -757,30 +759,30 @@ void step_py(Arr<T> x, py::object y, Arr<T> th, double sigma, double h, double l
     std::vector<T> mn((size_t)K), mx((size_t)K);
     minmax_impl(g, mn.data(), mx.data(), pn);
     g.stored = true;
-    Bins<T> bins(mn.data(), mx.data(), K, num_bins);
-    std::vector<int64_t> counts((size_t)(K * num_bins));
+    Bins<T> bins(mn.data(), mx.data(), K, histogram_bins);
+    std::vector<int64_t> counts((size_t)(K * histogram_bins));
     counts_impl(g, bins, counts.data());
-    if (!sketch) private_targets_impl(ya.data(), M, d, th.data(), K, sigma, (uint64_t)seed, sorted_keep.mutable_data(), pm);
-    transport_impl(g, bins, counts.data(), tg, h, lam, out_new.mutable_data(), out_drift.mutable_data(), pb);
+    if (!sketch) private_targets_impl(ya.data(), M, d, th.data(), K, noise_std, (uint64_t)seed, sorted_keep.mutable_data(), pm);
+    transport_impl(g, bins, counts.data(), tg, step_size, diffusion, out_new.mutable_data(), out_drift.mutable_data(), pb);
 }
 
 template <typename T>
 void def_all(py::module_& m) {
-    m.def("hist_minmax", &minmax_py<T>, py::arg("x").noconvert(), py::arg("theta").noconvert(), py::arg("sigma"), py::arg("seed"),
+    m.def("hist_minmax", &minmax_py<T>, py::arg("x").noconvert(), py::arg("theta").noconvert(), py::arg("noise_std"), py::arg("seed"),
           py::arg("index_offset"), py::arg("out_min").noconvert(), py::arg("out_max").noconvert(),
           py::arg("noise_particles") = py::none(), py::arg("max_chunk") = 0);
-    m.def("hist_counts", &counts_py<T>, py::arg("x").noconvert(), py::arg("theta").noconvert(), py::arg("sigma"), py::arg("seed"),
+    m.def("hist_counts", &counts_py<T>, py::arg("x").noconvert(), py::arg("theta").noconvert(), py::arg("noise_std"), py::arg("seed"),
           py::arg("index_offset"), py::arg("col_min").noconvert(), py::arg("col_max").noconvert(),
           py::arg("out_counts").noconvert(), py::arg("max_chunk") = 0);
-    m.def("hist_private_targets", &private_targets_py<T>, py::arg("y").noconvert(), py::arg("theta").noconvert(), py::arg("sigma"),
+    m.def("hist_private_targets", &private_targets_py<T>, py::arg("y").noconvert(), py::arg("theta").noconvert(), py::arg("noise_std"),
           py::arg("seed"), py::arg("out_sorted").noconvert(), py::arg("noise_private") = py::none());
-    m.def("hist_transport", &transport_py<T>, py::arg("x").noconvert(), py::arg("theta").noconvert(), py::arg("sigma"), py::arg("seed"),
+    m.def("hist_transport", &transport_py<T>, py::arg("x").noconvert(), py::arg("theta").noconvert(), py::arg("noise_std"), py::arg("seed"),
           py::arg("index_offset"), py::arg("col_min").noconvert(), py::arg("col_max").noconvert(),
-          py::arg("counts").noconvert(), py::arg("step_size"), py::arg("reg"), py::arg("out_new").noconvert(),
+          py::arg("counts").noconvert(), py::arg("step_size"), py::arg("diffusion"), py::arg("out_new").noconvert(),
           py::arg("out_drift").noconvert(), py::arg("sorted") = py::none(), py::arg("table") = py::none(),
           py::arg("levels") = py::none(), py::arg("brownian") = py::none(), py::arg("max_chunk") = 0);
-    m.def("hist_flow_step", &step_py<T>, py::arg("x").noconvert(), py::arg("y"), py::arg("theta").noconvert(), py::arg("sigma"),
-          py::arg("step_size"), py::arg("reg"), py::arg("seed"), py::arg("num_bins"), py::arg("out_new").noconvert(),
+    m.def("hist_flow_step", &step_py<T>, py::arg("x").noconvert(), py::arg("y"), py::arg("theta").noconvert(), py::arg("noise_std"),
+          py::arg("step_size"), py::arg("diffusion"), py::arg("seed"), py::arg("histogram_bins"), py::arg("out_new").noconvert(),
           py::arg("out_drift").noconvert(), py::arg("noise_particles") = py::none(),
           py::arg("noise_private") = py::none(), py::arg("brownian") = py::none(), py::arg("index_offset") = 0,
           py::arg("table") = py::none(), py::arg("levels") = py::none(), py::arg("max_chunk") = 0,
@@ -798,17 +800,17 @@ PYBIND11_MODULE(_C_flow_histogram, m) {
         "every per-particle draw is keyed by the global index, so the shards of an array compute what the whole "
         "array computes.\n\n"
         "Contract of the passes (a sharded caller all-reduces between them):\n"
-        "  1. hist_minmax(x, theta, sigma, seed, index_offset, out_min (k,), out_max (k,), noise_particles=None)\n"
+        "  1. hist_minmax(x, theta, noise_std, seed, index_offset, out_min (k,), out_max (k,), noise_particles=None)\n"
         "     -> min / max over the shard of every noisy projection; reduce with MIN / MAX over the shards.\n"
-        "  2. hist_counts(x, theta, sigma, seed, index_offset, col_min, col_max, out_counts (k, B) int64)\n"
+        "  2. hist_counts(x, theta, noise_std, seed, index_offset, col_min, col_max, out_counts (k, B) int64)\n"
         "     -> bin counts over the shard for the GLOBAL col_min / col_max; reduce with SUM.\n"
-        "  T. hist_private_targets(y (M, d), theta, sigma, seed, out_sorted (k, M), noise_private=None)\n"
+        "  T. hist_private_targets(y (M, d), theta, noise_std, seed, out_sorted (k, M), noise_private=None)\n"
         "     -> sorted noisy private projections (privacy-grade noise): computed once, by one process.\n"
-        "  3. hist_transport(x, theta, sigma, seed, index_offset, col_min, col_max, counts, sorted=... | table=, "
-        "levels=, step_size, reg, out_new, out_drift, brownian=None)\n"
+        "  3. hist_transport(x, theta, noise_std, seed, index_offset, col_min, col_max, counts, sorted=... | table=, "
+        "levels=, step_size, diffusion, out_new, out_drift, brownian=None)\n"
         "     -> level through the GLOBAL counts (their row sum is the global N), target, drift, Euler--Maruyama "
         "update of the shard.\n"
-        "hist_flow_step(x, y | None, theta, sigma, step_size, reg, seed, num_bins, out_new, out_drift, "
+        "hist_flow_step(x, y | None, theta, noise_std, step_size, diffusion, seed, histogram_bins, out_new, out_drift, "
         "noise_particles=None, noise_private=None, brownian=None, index_offset=0, table=None, levels=None) runs "
         "1, 2, T, 3 on one array.";
     def_all<float>(m);

@@ -222,8 +222,8 @@ static inline void fill_normal_smooth(T* out, int64_t n, uint64_t seed, uint64_t
 // then ys sorted ascending. ys holds M values; th points at θ_j (d values); Y is (M, d) row-major.
 template <typename T>
 inline void sorted_noisy_private_projections(const T* Y, int64_t M, int64_t d, const T* th, int64_t K, int64_t j,
-                                             double sigma, uint64_t seed, T* ys, T* ny_out) {
-    if (sigma > 0 && M > 0) fill_normal_fast(ys, M, seed, (uint64_t)(2 * j + 1), 0, sigma);
+                                             double noise_std, uint64_t seed, T* ys, T* ny_out) {
+    if (noise_std > 0 && M > 0) fill_normal_fast(ys, M, seed, (uint64_t)(2 * j + 1), 0, noise_std);
     else std::fill(ys, ys + M, (T)0);
     for (int64_t m = 0; m < M; ++m) {
         if (ny_out) ny_out[m * K + j] = ys[m];

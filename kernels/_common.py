@@ -172,7 +172,7 @@ def proj_tile(x_ptr, theta_ptr, noise_ptr, offs_n, offs_c, mask_n, mask_c, D, K,
     """(BLOCK_N, BLOCK_K) tile of ``x[offs_n] @ theta[j0 + offs_c].T + noise_std * randn``; masked entries are 0.
 
     ``offs_c`` must be ``c_start + arange(BLOCK_K)`` (a tile of consecutive directions of the chunk).
-    ``noise_std_ptr`` points to sigma in the data dtype. With STORE_NOISE the scaled noise is written to
+    ``noise_std_ptr`` points to σ (noise_std) in the data dtype. With STORE_NOISE the scaled noise is written to
     ``noise_ptr`` in (N, K) row-major layout (global direction). FAST_NOISE: 0 = ``randn_wide`` (privacy-grade),
     1 = ``randn_fast`` with aligned tiles, 2 = ``randn_fast`` per entry (unaligned ``j0``).
     """

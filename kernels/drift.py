@@ -44,7 +44,7 @@ def _drift_kernel(coef_ptr, theta_ptr, drift_ptr, x_ptr, new_ptr, brown_ptr, N, 
     # scalars in the data dtype (a Python float argument would be rounded to float32)
     scale = tl.load(scalars_ptr).to(ACC)
     step_size = tl.load(scalars_ptr + 1).to(ACC)
-    brown_std = tl.load(scalars_ptr + 2).to(ACC)
+    brownian_std = tl.load(scalars_ptr + 2).to(ACC)
     acc = acc * scale
     mask = mask_n[:, None] & mask_d[None, :]
     out = offs_n[:, None] * D + offs_d[None, :]
@@ -58,7 +58,7 @@ def _drift_kernel(coef_ptr, theta_ptr, drift_ptr, x_ptr, new_ptr, brown_ptr, N, 
             new = x - step_size * acc
             if BROWNIAN:
                 z = randn_wide(seed_b, out).to(ACC)
-                new += brown_std * z
+                new += brownian_std * z
                 if STORE_BROWN:
                     tl.store(brown_ptr + out, z, mask=mask)
             tl.store(new_ptr + out, new, mask=mask)
@@ -66,10 +66,11 @@ def _drift_kernel(coef_ptr, theta_ptr, drift_ptr, x_ptr, new_ptr, brown_ptr, N, 
 
 def accumulate_drift(coef: torch.Tensor, projections: torch.Tensor, j0: int, drift: torch.Tensor, scale: float,
                      first: bool, last: bool, x: Optional[torch.Tensor] = None, new: Optional[torch.Tensor] = None,
-                     step_size: float = 0.0, brown_std: float = 0.0, seed_b: int = 0,
+                     step_size: float = 0.0, brownian_std: float = 0.0, seed_b: int = 0,
                      brownian_out: Optional[torch.Tensor] = None) -> None:
     """``drift (N, d) (+)= scale * coef.T @ projections[j0:j0+kc]``; on the last chunk with ``x`` given, also
-    ``new = x - step_size * drift + brown_std * xi`` (xi standard normal, stored in ``brownian_out`` if given)."""
+    ``new = x - step_size * drift + brownian_std * xi`` (xi standard normal, stored in ``brownian_out`` if given;
+    ``brownian_std = sqrt(2·diffusion·step_size)``, the Brownian term's standard deviation derived from λ and h)."""
     kc, n = coef.shape
     d = drift.shape[1]
     if coef.dtype == torch.float32:
@@ -83,7 +84,7 @@ def accumulate_drift(coef: torch.Tensor, projections: torch.Tensor, j0: int, dri
         coef, projections, drift, xs, new if update else drift,
         brownian_out if brownian_out is not None else drift, n, d, j0, kc,
         projections.stride(0), projections.stride(1), xs.stride(0), xs.stride(1),
-        torch.tensor([scale, step_size, brown_std], dtype=coef.dtype, device=coef.device), seed_b,
-        FIRST=first, LAST=last, UPDATE=update, BROWNIAN=update and brown_std > 0,
+        torch.tensor([scale, step_size, brownian_std], dtype=coef.dtype, device=coef.device), seed_b,
+        FIRST=first, LAST=last, UPDATE=update, BROWNIAN=update and brownian_std > 0,
         STORE_BROWN=brownian_out is not None, BLOCK_N=bn, BLOCK_D=bd, BLOCK_K=bk, USE_DOT=use_dot,
         ACC=acc_dtype(coef.dtype))

@@ -56,7 +56,6 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, d
         seed: 62-bit integer (``fastdpot.draw_seed``); noise streams per kernels/_common.py.
         quantiles: "exact" | "grid" | "histogram"; num_quantiles: Q for grid (default N); histogram_bins: B for
             histogram (default 1024).
-            (default 1024).
         return_noise: also return ``dict(particles=(N, k) σ-scaled, private=(M, k) σ-scaled, brownian=(N, d)
             standard normals or None)``, the exact draws, so the torch reference replays the step.
         sketch: None, or ``(table (k, L), levels (L,))`` with ``private=None``: the target of the particle of rank
@@ -96,8 +95,7 @@ def flow_step_triton(particles, private, projections, *, noise_std, step_size, d
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={n}")
     with device_guard(x):
         return _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, diffusion, seed, quantiles,
-                          num_quantiles if quantiles == "grid" else histogram_bins,
-                          return_noise, sketch, prims=prims)
+                          num_quantiles, histogram_bins, return_noise, sketch, prims=prims)
 
 
 def flow_step_cuda(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
@@ -127,9 +125,9 @@ def flow_step_cuda(particles, private, projections, *, noise_std, step_size, dif
                             sketch=sketch, prims=CUB if prims is None else prims)
 
 
-def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, diffusion, seed, quantiles, bins_or_q,
-               return_noise, sketch=None, prims=None):
-    sigma = float(noise_std)
+def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, diffusion, seed, quantiles, num_quantiles,
+               histogram_bins, return_noise, sketch=None, prims=None):
+    noise_std = float(noise_std)
     seed_p, seed_q, seed_b = (stream_seed(seed, s) for s in (STREAM_PARTICLES, STREAM_PRIVATE, STREAM_BROWNIAN))
     dev, dt = x.device, x.dtype
     drift = torch.empty((n, d), dtype=dt, device=dev)
@@ -137,15 +135,16 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, diffusion, seed, q
     noise_p = torch.zeros((n, k), dtype=dt, device=dev) if return_noise else None
     noise_q = torch.zeros((m, k), dtype=dt, device=dev) if return_noise else None
     brown = torch.empty((n, d), dtype=dt, device=dev) if return_noise and diffusion > 0 else None
-    brown_std = math.sqrt(2.0 * float(diffusion) * float(step_size))
-    bins = 1024 if bins_or_q is None else int(bins_or_q)
+    # sqrt(2·diffusion·step_size): the Brownian term's standard deviation, a quantity derived from λ and h
+    brownian_std = math.sqrt(2.0 * float(diffusion) * float(step_size))
+    bins = 1024 if histogram_bins is None else int(histogram_bins)
     use_prims = prims is not None and dt == torch.float32  # the CUB sorts take float32 keys
     hist_prims = prims is not None and quantiles == "histogram" and bins <= MAX_HIST_BINS and n < 2 ** 31
     if quantiles == "histogram" and d <= histogram.FUSED_MAX_D and not hist_prims:
         # sort-free and buffer-free: counters for all k directions, then one fused transport + drift + update pass
-        qs = torch.sort(project_noise(y, theta, 0, k, seed_q, sigma, noise_q), dim=1).values
-        histogram.histogram_step_fused(x, theta, seed_p, sigma, qs, bins, drift, new, float(step_size), brown_std,
-                                       seed_b, noise_out=noise_p, brownian_out=brown,
+        qs = torch.sort(project_noise(y, theta, 0, k, seed_q, noise_std, noise_q), dim=1).values
+        histogram.histogram_step_fused(x, theta, seed_p, noise_std, qs, bins, drift, new, float(step_size),
+                                       brownian_std, seed_b, noise_out=noise_p, brownian_out=brown,
                                        fast_noise=fast_noise_stream(STREAM_PARTICLES))
         noise = dict(particles=noise_p, private=noise_q, brownian=brown) if return_noise else None
         return new, drift, noise
@@ -161,16 +160,16 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, diffusion, seed, q
         c = min(kc, k - j0)
         coef = buf[:c]
         if sketch is not None:
-            project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
+            project_noise(x, theta, j0, c, seed_p, noise_std, noise_p, out=coef,
                           fast_noise=fast_noise_stream(STREAM_PARTICLES))
             coef = _sorted_transport(coef, idx, out, sort_prims,
                                      lambda ps, ix, dst: transport_table(ps, ix, seg, w, table[j0:j0 + c], dst))
             accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
-                             step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
+                             step_size=float(step_size), brownian_std=brownian_std, seed_b=seed_b, brownian_out=brown)
             continue
-        qs = torch.sort(project_noise(y, theta, j0, c, seed_q, sigma, noise_q), dim=1).values
+        qs = torch.sort(project_noise(y, theta, j0, c, seed_q, noise_std, noise_q), dim=1).values
         if quantiles == "histogram" and hist_prims:
-            project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
+            project_noise(x, theta, j0, c, seed_p, noise_std, noise_p, out=coef,
                           fast_noise=fast_noise_stream(STREAM_PARTICLES))
             mn, mx = torch.aminmax(coef, dim=1)
             lo, width = histogram.bin_geometry(mn, mx, bins)
@@ -178,20 +177,20 @@ def _flow_step(x, y, theta, n, d, m, k, noise_std, step_size, diffusion, seed, q
             cum = torch.cumsum(hist, dim=1, dtype=torch.int64) - hist  # particles in the bins strictly below
             prims.hist_coef_(coef, lo, width, hist, cum, qs.contiguous())
         elif quantiles == "histogram":
-            histogram.histogram_coef(x, theta, j0, c, seed_p, sigma, qs, bins, coef, noise_p,
+            histogram.histogram_coef(x, theta, j0, c, seed_p, noise_std, qs, bins, coef, noise_p,
                                      fast_noise=fast_noise_stream(STREAM_PARTICLES))
         else:
-            project_noise(x, theta, j0, c, seed_p, sigma, noise_p, out=coef,
+            project_noise(x, theta, j0, c, seed_p, noise_std, noise_p, out=coef,
                           fast_noise=fast_noise_stream(STREAM_PARTICLES))
             if quantiles == "exact":
                 coef = _sorted_transport(coef, idx, out, sort_prims,
                                          lambda ps, ix, dst: transport_exact(ps, ix, qs, dst))
             else:
-                q = n if bins_or_q is None else int(bins_or_q)
+                q = n if num_quantiles is None else int(num_quantiles)
                 coef = _sorted_transport(coef, idx, out, sort_prims,
                                          lambda ps, ix, dst: transport_grid(ps, ix, qs, q, dst))
         accumulate_drift(coef, theta, j0, drift, 1.0 / k, first=j0 == 0, last=j0 + c >= k, x=x, new=new,
-                         step_size=float(step_size), brown_std=brown_std, seed_b=seed_b, brownian_out=brown)
+                         step_size=float(step_size), brownian_std=brownian_std, seed_b=seed_b, brownian_out=brown)
     noise = dict(particles=noise_p, private=None if sketch is not None else noise_q,
                  brownian=brown) if return_noise else None
     return new, drift, noise

@@ -50,21 +50,21 @@ def _minmax_kernel(x_ptr, theta_ptr, noise_ptr, min_ptr, max_ptr, N, D, K, j0, K
 
 
 @triton.jit
-def _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, NUM_BINS: tl.constexpr):
+def _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, HISTOGRAM_BINS: tl.constexpr):
     lo = tl.load(lo_ptr + offs_c, mask=mask_c, other=0.0)
     width = tl.load(width_ptr + offs_c, mask=mask_c, other=1.0)
     t = (s - lo[None, :]) / width[None, :]
-    t = tl.minimum(tl.maximum(t, 0.0), NUM_BINS * 1.0)
-    b = tl.minimum(t.to(tl.int32), NUM_BINS - 1)
+    t = tl.minimum(tl.maximum(t, 0.0), HISTOGRAM_BINS * 1.0)
+    b = tl.minimum(t.to(tl.int32), HISTOGRAM_BINS - 1)
     return b, t - b
 
 
 @triton.jit
 def _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c, mask, N, M,
-                 NUM_BINS: tl.constexpr, ACC: tl.constexpr):
+                 HISTOGRAM_BINS: tl.constexpr, ACC: tl.constexpr):
     """Private quantile at the histogram-CDF level of every entry of the (BLOCK_N, BLOCK_K) tile ``s``."""
-    b, frac = _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, NUM_BINS)
-    hb = offs_c[None, :] * NUM_BINS + b
+    b, frac = _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, HISTOGRAM_BINS)
+    hb = offs_c[None, :] * HISTOGRAM_BINS + b
     cnt = tl.load(hist_ptr + hb, mask=mask, other=0).to(ACC)
     below = tl.load(cum_ptr + hb, mask=mask, other=0).to(ACC)
     u = (below + frac * cnt) / N
@@ -82,7 +82,7 @@ def _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c,
 @triton.jit(do_not_specialize=["seed"])  # a fresh seed per step must not recompile
 def _hist_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, N, D, K, j0, KC,
                  stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                 HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
+                 HAS_NOISE: tl.constexpr, HISTOGRAM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr,
                  FAST_NOISE: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -92,15 +92,15 @@ def _hist_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, N, D, K, j0, KC,
     s = proj_tile(x_ptr, theta_ptr, x_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                   stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                   HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC, FAST_NOISE)
-    b, _ = _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, NUM_BINS)
+    b, _ = _bin_of(s, lo_ptr, width_ptr, offs_c, mask_c, HISTOGRAM_BINS)
     ones = tl.full(b.shape, 1, tl.int32)
-    tl.atomic_add(hist_ptr + offs_c[None, :] * NUM_BINS + b, ones, mask=mask_n[:, None] & mask_c[None, :])
+    tl.atomic_add(hist_ptr + offs_c[None, :] * HISTOGRAM_BINS + b, ones, mask=mask_n[:, None] & mask_c[None, :])
 
 
 @triton.jit(do_not_specialize=["seed"])  # a fresh seed per step must not recompile
 def _hist_transport_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, coef_ptr,
                            N, M, D, K, j0, KC, stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
-                           HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
+                           HAS_NOISE: tl.constexpr, HISTOGRAM_BINS: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr,
                            FAST_NOISE: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -111,14 +111,14 @@ def _hist_transport_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_pt
     s = proj_tile(x_ptr, theta_ptr, x_ptr, offs_n, offs_c, mask_n, mask_c, D, K, j0,
                   stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                   HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC, FAST_NOISE)
-    t = _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c, mask, N, M, NUM_BINS, ACC)
+    t = _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c, mask, N, M, HISTOGRAM_BINS, ACC)
     tl.store(coef_ptr + offs_c.to(tl.int64)[None, :] * N + offs_n[:, None], s - t, mask=mask)
 
 
 @triton.jit(do_not_specialize=["seed", "seed_b"])  # a fresh seed per step must not recompile
 def _hist_drift_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, drift_ptr, new_ptr, brown_ptr,
                        N, M, D, K, stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr, scalars_ptr, seed_b,
-                       HAS_NOISE: tl.constexpr, NUM_BINS: tl.constexpr, BROWNIAN: tl.constexpr,
+                       HAS_NOISE: tl.constexpr, HISTOGRAM_BINS: tl.constexpr, BROWNIAN: tl.constexpr,
                        STORE_BROWN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        BLOCK_D: tl.constexpr, USE_DOT: tl.constexpr, ACC: tl.constexpr, FAST_NOISE: tl.constexpr):
     """Pass 3 fused with the drift and the Euler--Maruyama update (d <= BLOCK_D): a block of particles loops over
@@ -135,7 +135,8 @@ def _hist_drift_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q
         s = proj_tile(x_ptr, theta_ptr, x_ptr, offs_n, offs_c, mask_n, mask_c, D, K, 0,
                       stride_xn, stride_xd, stride_tk, stride_td, seed, sig_ptr,
                       HAS_NOISE, False, BLOCK_N, BLOCK_K, BLOCK_D, USE_DOT, ACC, FAST_NOISE)
-        t = _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c, mask, N, M, NUM_BINS, ACC)
+        t = _hist_target(s, lo_ptr, width_ptr, hist_ptr, cum_ptr, q_ptr, offs_c, mask_c, mask, N, M, HISTOGRAM_BINS,
+                         ACC)
         coef = tl.where(mask, s - t, 0.0)
         th = tl.load(theta_ptr + offs_c.to(tl.int64)[:, None] * stride_tk + offs_d[None, :] * stride_td,
                      mask=mask_c[:, None] & mask_d[None, :], other=0.0).to(ACC)
@@ -158,36 +159,37 @@ def _hist_drift_kernel(x_ptr, theta_ptr, lo_ptr, width_ptr, hist_ptr, cum_ptr, q
     tl.store(new_ptr + out, new, mask=mask2)
 
 
-def bin_geometry(col_min: torch.Tensor, col_max: torch.Tensor, num_bins: int):
-    """(lo, width) of ``num_bins`` equal bins on ``[min, max]`` per column (width 1 for a constant column)."""
-    width = (col_max - col_min) / num_bins
+def bin_geometry(col_min: torch.Tensor, col_max: torch.Tensor, histogram_bins: int):
+    """(lo, width) of ``histogram_bins`` equal bins on ``[min, max]`` per column (width 1 for a constant column)."""
+    width = (col_max - col_min) / histogram_bins
     width = torch.where(width > 0, width, torch.ones_like(width))
     return col_min.contiguous(), width.contiguous()
 
 
-def _histogram_pass12(x, projections, j0, kc, seed, noise_std, num_bins, noise_out, fast_noise=False):
+def _histogram_pass12(x, projections, j0, kc, seed, noise_std, histogram_bins, noise_out, fast_noise=False):
     """Passes 1 and 2: bin geometry, counts and exclusive cumulative counts of directions j0..j0+kc-1."""
     n, d = x.shape
     k = projections.shape[0]
     bn, bk, bd, use_dot = tile_config(x.dtype, d)
     grid = (triton.cdiv(n, bn), triton.cdiv(kc, bk))
     has_noise = noise_std > 0
-    sig = torch.tensor([float(noise_std)], dtype=x.dtype, device=x.device)
-    common = (n, d, k, j0, kc, x.stride(0), x.stride(1), projections.stride(0), projections.stride(1), seed, sig)
+    std = torch.tensor([float(noise_std)], dtype=x.dtype, device=x.device)  # σ in the data dtype
+    common = (n, d, k, j0, kc, x.stride(0), x.stride(1), projections.stride(0), projections.stride(1), seed, std)
     meta = dict(BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=use_dot, ACC=acc_dtype(x.dtype),
                 FAST_NOISE=fast_noise_mode(fast_noise, j0, bk))
     pmin = torch.empty((grid[0], kc), dtype=x.dtype, device=x.device)
     pmax = torch.empty_like(pmin)
     _minmax_kernel[grid](x, projections, noise_out if noise_out is not None else x, pmin, pmax, *common,
                          HAS_NOISE=has_noise, STORE_NOISE=has_noise and noise_out is not None, **meta)
-    lo, width = bin_geometry(pmin.amin(0), pmax.amax(0), num_bins)
-    hist = torch.zeros((kc, num_bins), dtype=torch.int32, device=x.device)
-    _hist_kernel[grid](x, projections, lo, width, hist, *common, HAS_NOISE=has_noise, NUM_BINS=num_bins, **meta)
+    lo, width = bin_geometry(pmin.amin(0), pmax.amax(0), histogram_bins)
+    hist = torch.zeros((kc, histogram_bins), dtype=torch.int32, device=x.device)
+    _hist_kernel[grid](x, projections, lo, width, hist, *common, HAS_NOISE=has_noise, HISTOGRAM_BINS=histogram_bins,
+                       **meta)
     cum = torch.cumsum(hist, dim=1, dtype=torch.int64) - hist  # particles in the bins strictly below
     return lo, width, hist, cum, grid, common, meta
 
 
-def histogram_coef(x, projections, j0, kc, seed, noise_std, sorted_target, num_bins, coef, noise_out=None,
+def histogram_coef(x, projections, j0, kc, seed, noise_std, sorted_target, histogram_bins, coef, noise_out=None,
                    fast_noise=False):
     """Fill ``coef`` (kc, N) with ``s - T_hist(s)`` for the particles ``x`` (N, d) on directions j0..j0+kc-1.
 
@@ -197,10 +199,11 @@ def histogram_coef(x, projections, j0, kc, seed, noise_std, sorted_target, num_b
     n, d = x.shape
     k = projections.shape[0]
     m = sorted_target.shape[1]
-    lo, width, hist, cum, grid, common, meta = _histogram_pass12(x, projections, j0, kc, seed, noise_std, num_bins,
-                                                                 noise_out, fast_noise)
+    lo, width, hist, cum, grid, common, meta = _histogram_pass12(x, projections, j0, kc, seed, noise_std,
+                                                                 histogram_bins, noise_out, fast_noise)
     _hist_transport_kernel[grid](x, projections, lo, width, hist, cum, sorted_target, coef,
-                                 n, m, d, k, j0, kc, *common[5:], HAS_NOISE=noise_std > 0, NUM_BINS=num_bins, **meta)
+                                 n, m, d, k, j0, kc, *common[5:], HAS_NOISE=noise_std > 0,
+                                 HISTOGRAM_BINS=histogram_bins, **meta)
     return coef
 
 
@@ -208,27 +211,29 @@ def histogram_coef(x, projections, j0, kc, seed, noise_std, sorted_target, num_b
 FUSED_MAX_D = 128
 
 
-def histogram_step_fused(x, projections, seed, noise_std, sorted_target, num_bins, drift, new, step_size,
-                         brown_std, seed_b, noise_out=None, brownian_out=None, fast_noise=False):
-    """Whole histogram-mode step for d <= FUSED_MAX_D: passes 1-2 over all k directions (only k * num_bins
+def histogram_step_fused(x, projections, seed, noise_std, sorted_target, histogram_bins, drift, new, step_size,
+                         brownian_std, seed_b, noise_out=None, brownian_out=None, fast_noise=False):
+    """Whole histogram-mode step for d <= FUSED_MAX_D: passes 1-2 over all k directions (only k * histogram_bins
     counters), then one fused pass computing the transport, the drift and the Euler--Maruyama update.
 
     ``sorted_target`` (k, M): sorted noisy private projections. Writes ``drift`` and ``new`` (N, d).
+    ``brownian_std``: sqrt(2·diffusion·step_size), the Brownian term's standard deviation (derived from λ and h).
     """
     n, d = x.shape
     k = projections.shape[0]
     m = sorted_target.shape[1]
-    lo, width, hist, cum, _, common, meta = _histogram_pass12(x, projections, 0, k, seed, noise_std, num_bins,
+    lo, width, hist, cum, _, common, meta = _histogram_pass12(x, projections, 0, k, seed, noise_std, histogram_bins,
                                                               noise_out, fast_noise)
     bd = max(16, triton.next_power_of_2(d))
     if x.dtype == torch.float32:
         bn, bk, use_dot = 64, 32, True
     else:
         bn, bk, use_dot = 16, 8, False
-    scalars = torch.tensor([1.0 / k, float(step_size), float(brown_std)], dtype=x.dtype, device=x.device)
+    scalars = torch.tensor([1.0 / k, float(step_size), float(brownian_std)], dtype=x.dtype, device=x.device)
     _hist_drift_kernel[(triton.cdiv(n, bn),)](
         x, projections, lo, width, hist, cum, sorted_target, drift, new,
         brownian_out if brownian_out is not None else drift, n, m, d, k, *common[5:], scalars, seed_b,
-        HAS_NOISE=noise_std > 0, NUM_BINS=num_bins, BROWNIAN=brown_std > 0, STORE_BROWN=brownian_out is not None,
+        HAS_NOISE=noise_std > 0, HISTOGRAM_BINS=histogram_bins, BROWNIAN=brownian_std > 0,
+        STORE_BROWN=brownian_out is not None,
         BLOCK_N=bn, BLOCK_K=bk, BLOCK_D=bd, USE_DOT=use_dot, ACC=meta["ACC"],
         FAST_NOISE=fast_noise_mode(fast_noise, 0, bk), num_warps=8 if bd >= 64 else 4)

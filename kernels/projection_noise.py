@@ -1,4 +1,4 @@
-"""Fused projection + in-kernel Philox Gaussian noise: ``P[c, i] = theta_{j0+c} . x_i + sigma * randn``.
+"""Fused projection + in-kernel Philox Gaussian noise: ``P[c, i] = theta_{j0+c} . x_i + noise_std * randn``.
 
 Output layout is (chunk of directions, rows) so that each direction is one contiguous row for ``torch.sort``.
 """

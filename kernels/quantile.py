@@ -57,7 +57,7 @@ def transport_exact(sorted_proj: torch.Tensor, index: torch.Tensor, sorted_targe
 
 
 @triton.jit
-def _transport_grid_kernel(sorted_ptr, index_ptr, j_ptr, xq_ptr, tq_ptr, lv_ptr, coef_ptr, N, Q,
+def _transport_grid_kernel(sorted_ptr, index_ptr, j_ptr, xq_ptr, tq_ptr, lv_ptr, coef_ptr, N, num_quantiles,
                            BLOCK: tl.constexpr):
     """The authors' grid transport on sorted particles: cdf = interp(s; xq -> levels), T = interp(cdf; levels -> tq)
     with numpy.interp semantics (clamped outside the knots); ``j`` = searchsorted(xq, s, right=True) - 1."""
@@ -68,9 +68,9 @@ def _transport_grid_kernel(sorted_ptr, index_ptr, j_ptr, xq_ptr, tq_ptr, lv_ptr,
     v = tl.load(sorted_ptr + c * N + r, mask=mask, other=0.0)
     idx = tl.load(index_ptr + c * N + r, mask=mask, other=0)
     j = tl.load(j_ptr + c * N + r, mask=mask, other=0)
-    j = tl.minimum(tl.maximum(j, 0), Q - 1)
-    j1 = tl.minimum(j + 1, Q - 1)
-    xrow = xq_ptr + c * Q
+    j = tl.minimum(tl.maximum(j, 0), num_quantiles - 1)
+    j1 = tl.minimum(j + 1, num_quantiles - 1)
+    xrow = xq_ptr + c * num_quantiles
     x0 = tl.load(xrow + j, mask=mask, other=0.0)
     x1 = tl.load(xrow + j1, mask=mask, other=0.0)
     f0 = tl.load(lv_ptr + j, mask=mask, other=0.0)
@@ -79,24 +79,24 @@ def _transport_grid_kernel(sorted_ptr, index_ptr, j_ptr, xq_ptr, tq_ptr, lv_ptr,
     safe = tl.where(den > 0, den, 1.0)
     cdf = f0 + tl.where(den > 0, (f1 - f0) / safe, 0.0) * (v - x0)
     first = tl.load(xrow + r * 0, mask=mask, other=0.0)
-    last = tl.load(xrow + r * 0 + (Q - 1), mask=mask, other=0.0)
-    lv_last = tl.load(lv_ptr + r * 0 + (Q - 1), mask=mask, other=1.0)
+    last = tl.load(xrow + r * 0 + (num_quantiles - 1), mask=mask, other=0.0)
+    lv_last = tl.load(lv_ptr + r * 0 + (num_quantiles - 1), mask=mask, other=1.0)
     lv_first = tl.load(lv_ptr + r * 0, mask=mask, other=0.0)
     cdf = tl.where(v < first, lv_first, cdf)
     cdf = tl.where(v >= last, lv_last, cdf)
     # second interp on the uniform levels: knot index from the level, then numpy.interp's formula on that knot
-    k0 = tl.minimum(tl.maximum((cdf * (Q - 1)).to(tl.int64), 0), Q - 1)
+    k0 = tl.minimum(tl.maximum((cdf * (num_quantiles - 1)).to(tl.int64), 0), num_quantiles - 1)
     l0 = tl.load(lv_ptr + k0, mask=mask, other=0.0)
-    k0 = tl.where((l0 > cdf) & (k0 > 0), k0 - 1, k0)  # rounding of linspace vs cdf*(Q-1)
-    k1 = tl.minimum(k0 + 1, Q - 1)
+    k0 = tl.where((l0 > cdf) & (k0 > 0), k0 - 1, k0)  # rounding of linspace vs cdf*(num_quantiles-1)
+    k1 = tl.minimum(k0 + 1, num_quantiles - 1)
     l0 = tl.load(lv_ptr + k0, mask=mask, other=0.0)
     l1 = tl.load(lv_ptr + k1, mask=mask, other=1.0)
-    trow = tq_ptr + c * Q
+    trow = tq_ptr + c * num_quantiles
     t0 = tl.load(trow + k0, mask=mask, other=0.0)
     t1 = tl.load(trow + k1, mask=mask, other=0.0)
     dl = l1 - l0
     t = t0 + tl.where(dl > 0, (t1 - t0) / tl.where(dl > 0, dl, 1.0), 0.0) * (cdf - l0)
-    t = tl.where(cdf >= lv_last, tl.load(trow + r * 0 + (Q - 1), mask=mask, other=0.0), t)
+    t = tl.where(cdf >= lv_last, tl.load(trow + r * 0 + (num_quantiles - 1), mask=mask, other=0.0), t)
     tl.store(coef_ptr + c * N + idx, v - t, mask=mask)
 
 

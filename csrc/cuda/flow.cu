@@ -128,22 +128,22 @@ void argsort_rows(std::uintptr_t keys_p, std::uintptr_t alt_keys_p, std::uintptr
 // Bin of a value on B equal bins of [lo, lo + B width] and its position inside the bin, as kernels/histogram.py's
 // _bin_of: t = clamp((s - lo) / width, 0, B), b = min(floor(t), B - 1), frac = t - b.
 template <typename T>
-__device__ __forceinline__ int bin_of(T s, T lo, T width, int num_bins, T* frac) {
+__device__ __forceinline__ int bin_of(T s, T lo, T width, int histogram_bins, T* frac) {
     T t = (s - lo) / width;
     t = t < T(0) ? T(0) : t;
-    t = t > T(num_bins) ? T(num_bins) : t;
+    t = t > T(histogram_bins) ? T(histogram_bins) : t;
     int b = static_cast<int>(t);
-    b = b < num_bins - 1 ? b : num_bins - 1;
+    b = b < histogram_bins - 1 ? b : histogram_bins - 1;
     *frac = t - T(b);
     return b;
 }
 
 template <typename T>
 __global__ void hist_count_kernel(const T* __restrict__ s, std::int64_t n, const T* __restrict__ lo,
-                                  const T* __restrict__ width, int num_bins, std::int32_t* __restrict__ hist) {
+                                  const T* __restrict__ width, int histogram_bins, std::int32_t* __restrict__ hist) {
     extern __shared__ std::int32_t sh_count[];
     const std::int64_t c = blockIdx.y;
-    for (int b = threadIdx.x; b < num_bins; b += blockDim.x) sh_count[b] = 0;
+    for (int b = threadIdx.x; b < histogram_bins; b += blockDim.x) sh_count[b] = 0;
     __syncthreads();
     const T* row = s + c * n;
     const T l = lo[c], w = width[c];
@@ -152,16 +152,16 @@ __global__ void hist_count_kernel(const T* __restrict__ s, std::int64_t n, const
     T frac;
     for (; i + 3 * stride < n; i += 4 * stride) {  // four independent loads in flight per thread
         const T v0 = row[i], v1 = row[i + stride], v2 = row[i + 2 * stride], v3 = row[i + 3 * stride];
-        atomicAdd(&sh_count[bin_of(v0, l, w, num_bins, &frac)], 1);
-        atomicAdd(&sh_count[bin_of(v1, l, w, num_bins, &frac)], 1);
-        atomicAdd(&sh_count[bin_of(v2, l, w, num_bins, &frac)], 1);
-        atomicAdd(&sh_count[bin_of(v3, l, w, num_bins, &frac)], 1);
+        atomicAdd(&sh_count[bin_of(v0, l, w, histogram_bins, &frac)], 1);
+        atomicAdd(&sh_count[bin_of(v1, l, w, histogram_bins, &frac)], 1);
+        atomicAdd(&sh_count[bin_of(v2, l, w, histogram_bins, &frac)], 1);
+        atomicAdd(&sh_count[bin_of(v3, l, w, histogram_bins, &frac)], 1);
     }
-    for (; i < n; i += stride) atomicAdd(&sh_count[bin_of(row[i], l, w, num_bins, &frac)], 1);
+    for (; i < n; i += stride) atomicAdd(&sh_count[bin_of(row[i], l, w, histogram_bins, &frac)], 1);
     __syncthreads();
-    for (int b = threadIdx.x; b < num_bins; b += blockDim.x) {
+    for (int b = threadIdx.x; b < histogram_bins; b += blockDim.x) {
         const std::int32_t v = sh_count[b];
-        if (v != 0) atomicAdd(&hist[c * num_bins + b], v);
+        if (v != 0) atomicAdd(&hist[c * histogram_bins + b], v);
     }
 }
 
@@ -172,15 +172,15 @@ template <typename T>
 __global__ void hist_coef_kernel(T* __restrict__ s, std::int64_t n, const T* __restrict__ lo,
                                  const T* __restrict__ width, const std::int32_t* __restrict__ hist,
                                  const std::int64_t* __restrict__ cum, const T* __restrict__ q, std::int64_t m,
-                                 int num_bins, bool q_in_smem) {
+                                 int histogram_bins, bool q_in_smem) {
     extern __shared__ unsigned char smem_raw[];
     auto* sh_q = reinterpret_cast<T*>(smem_raw);  // m values when q_in_smem (T-aligned: first)
     auto* sh_count = reinterpret_cast<std::int32_t*>(smem_raw + (q_in_smem ? m * sizeof(T) : 0));
-    std::int32_t* sh_below = sh_count + num_bins;
+    std::int32_t* sh_below = sh_count + histogram_bins;
     const std::int64_t c = blockIdx.y;
-    for (int b = threadIdx.x; b < num_bins; b += blockDim.x) {
-        sh_count[b] = hist[c * num_bins + b];
-        sh_below[b] = static_cast<std::int32_t>(cum[c * num_bins + b]);
+    for (int b = threadIdx.x; b < histogram_bins; b += blockDim.x) {
+        sh_count[b] = hist[c * histogram_bins + b];
+        sh_below[b] = static_cast<std::int32_t>(cum[c * histogram_bins + b]);
     }
     const T* qrow = q + c * m;
     if (q_in_smem) {
@@ -195,7 +195,7 @@ __global__ void hist_coef_kernel(T* __restrict__ s, std::int64_t n, const T* __r
     for (std::int64_t i = blockIdx.x * (std::int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
         const T v = row[i];
         T frac;
-        const int b = bin_of(v, l, w, num_bins, &frac);
+        const int b = bin_of(v, l, w, histogram_bins, &frac);
         const T u = (T(sh_below[b]) + frac * T(sh_count[b])) / T(n);
         const T pos = u * mm1;
         std::int64_t j = static_cast<std::int64_t>(pos);
@@ -225,33 +225,33 @@ unsigned blocks_per_row(std::int64_t n, std::int64_t rows, int threads) {
 
 template <typename T>
 void hist_count_t(std::uintptr_t s, std::int64_t n, std::int64_t rows, std::uintptr_t lo, std::uintptr_t width,
-                  int num_bins, std::uintptr_t hist, std::uintptr_t stream_p) {
+                  int histogram_bins, std::uintptr_t hist, std::uintptr_t stream_p) {
     if (n <= 0 || rows <= 0) return;
     const int threads = 512;
-    const std::size_t smem = std::size_t(num_bins) * sizeof(std::int32_t);
-    if (smem > 48 * 1024) throw std::invalid_argument("hist_count: num_bins must be <= 12288");
+    const std::size_t smem = std::size_t(histogram_bins) * sizeof(std::int32_t);
+    if (smem > 48 * 1024) throw std::invalid_argument("hist_count: histogram_bins must be <= 12288");
     dim3 grid(blocks_per_row(n, rows, threads), unsigned(rows));
     hist_count_kernel<T><<<grid, threads, smem, as_stream(stream_p)>>>(as_ptr<const T>(s), n, as_ptr<const T>(lo),
-                                                                       as_ptr<const T>(width), num_bins,
+                                                                       as_ptr<const T>(width), histogram_bins,
                                                                        as_ptr<std::int32_t>(hist));
     check(cudaGetLastError(), "hist_count_kernel launch");
 }
 
 template <typename T>
 void hist_coef_t(std::uintptr_t s, std::int64_t n, std::int64_t rows, std::uintptr_t lo, std::uintptr_t width,
-                 std::uintptr_t hist, std::uintptr_t cum, std::uintptr_t q, std::int64_t m, int num_bins,
+                 std::uintptr_t hist, std::uintptr_t cum, std::uintptr_t q, std::int64_t m, int histogram_bins,
                  std::uintptr_t stream_p) {
     if (n <= 0 || rows <= 0) return;
     if (m < 1) throw std::invalid_argument("hist_coef: the private side needs at least one value per row");
     const int threads = 512;
-    const std::size_t tables = 2 * std::size_t(num_bins) * sizeof(std::int32_t);
-    if (tables > 48 * 1024) throw std::invalid_argument("hist_coef: num_bins must be <= 6144");
+    const std::size_t tables = 2 * std::size_t(histogram_bins) * sizeof(std::int32_t);
+    if (tables > 48 * 1024) throw std::invalid_argument("hist_coef: histogram_bins must be <= 6144");
     const bool q_in_smem = tables + std::size_t(m) * sizeof(T) <= 48 * 1024;
     const std::size_t smem = tables + (q_in_smem ? std::size_t(m) * sizeof(T) : 0);
     dim3 grid(blocks_per_row(n, rows, threads), unsigned(rows));
     hist_coef_kernel<T><<<grid, threads, smem, as_stream(stream_p)>>>(
         as_ptr<T>(s), n, as_ptr<const T>(lo), as_ptr<const T>(width), as_ptr<const std::int32_t>(hist),
-        as_ptr<const std::int64_t>(cum), as_ptr<const T>(q), m, num_bins, q_in_smem);
+        as_ptr<const std::int64_t>(cum), as_ptr<const T>(q), m, histogram_bins, q_in_smem);
     check(cudaGetLastError(), "hist_coef_kernel launch");
 }
 
@@ -263,18 +263,19 @@ PYBIND11_MODULE(_C_cuda_flow, mod) {
     mod.def("argsort_rows", &argsort_rows);
     mod.def("hist_count",
             [](const std::string& dtype, std::uintptr_t s, std::int64_t n, std::int64_t rows, std::uintptr_t lo,
-               std::uintptr_t width, int num_bins, std::uintptr_t hist, std::uintptr_t stream) {
-                if (dtype == "float32") hist_count_t<float>(s, n, rows, lo, width, num_bins, hist, stream);
-                else if (dtype == "float64") hist_count_t<double>(s, n, rows, lo, width, num_bins, hist, stream);
+               std::uintptr_t width, int histogram_bins, std::uintptr_t hist, std::uintptr_t stream) {
+                if (dtype == "float32") hist_count_t<float>(s, n, rows, lo, width, histogram_bins, hist, stream);
+                else if (dtype == "float64") hist_count_t<double>(s, n, rows, lo, width, histogram_bins, hist, stream);
                 else throw std::invalid_argument("dtype must be 'float32' or 'float64'");
             });
     mod.def("hist_coef",
             [](const std::string& dtype, std::uintptr_t s, std::int64_t n, std::int64_t rows, std::uintptr_t lo,
                std::uintptr_t width, std::uintptr_t hist, std::uintptr_t cum, std::uintptr_t q, std::int64_t m,
-               int num_bins, std::uintptr_t stream) {
-                if (dtype == "float32") hist_coef_t<float>(s, n, rows, lo, width, hist, cum, q, m, num_bins, stream);
-                else if (dtype == "float64") hist_coef_t<double>(s, n, rows, lo, width, hist, cum, q, m, num_bins,
-                                                                 stream);
+               int histogram_bins, std::uintptr_t stream) {
+                if (dtype == "float32")
+                    hist_coef_t<float>(s, n, rows, lo, width, hist, cum, q, m, histogram_bins, stream);
+                else if (dtype == "float64")
+                    hist_coef_t<double>(s, n, rows, lo, width, hist, cum, q, m, histogram_bins, stream);
                 else throw std::invalid_argument("dtype must be 'float32' or 'float64'");
             });
 }

@@ -184,16 +184,17 @@ def table_quantiles(table: torch.Tensor, levels: torch.Tensor, u: torch.Tensor) 
 # ------------------------------------------------------------------------------------------------------------
 # particle levels
 # ------------------------------------------------------------------------------------------------------------
-def histogram_bins(xp: torch.Tensor, lo: torch.Tensor, width: torch.Tensor, num_bins: int):
-    """Bin index and position inside the bin of every entry of ``xp`` for the bins ``[lo + b width, lo + (b+1)
-    width)``, b = 0 … num_bins − 1 (values below / above the range clamped into the first / last bin).
+def histogram_bins(xp: torch.Tensor, lo: torch.Tensor, width: torch.Tensor, histogram_bins: int):
+    """Bin index and position inside the bin of every entry of ``xp`` for the B = ``histogram_bins`` bins
+    ``[lo + b width, lo + (b+1) width)``, b = 0 … B − 1 (values below / above the range clamped into the first /
+    last bin).
 
     Shape:
         xp any shape, ``lo`` / ``width`` broadcastable to it -> (int64 bin index, fraction in [0, 1] in xp's
         dtype), both of xp's shape.
     """
-    t = ((xp - lo) / width).clamp(0, num_bins)
-    b = t.to(torch.int64).clamp(max=num_bins - 1)  # t >= 0: truncation is floor
+    t = ((xp - lo) / width).clamp(0, histogram_bins)
+    b = t.to(torch.int64).clamp(max=histogram_bins - 1)  # t >= 0: truncation is floor
     return b, t - b.to(t.dtype)
 
 
@@ -219,13 +220,13 @@ def _histogram_levels(s: torch.Tensor, bins: int, shard) -> torch.Tensor:
     return (blw.to(s.dtype) + frac * cnt.to(s.dtype)) / n
 
 
-def histogram_levels(xp: torch.Tensor, num_bins: int) -> torch.Tensor:
+def histogram_levels(xp: torch.Tensor, histogram_bins: int) -> torch.Tensor:
     """Histogram-CDF level ``u`` in [0, 1] of every entry of the noisy particle projections (module docstring).
 
     Shape:
         xp (N, k) -> (N, k), same dtype.
     """
-    return _histogram_levels(xp, check_int(num_bins, "num_bins", 1), None)
+    return _histogram_levels(xp, check_int(histogram_bins, "histogram_bins", 1), None)
 
 
 def _rank_levels(s: torch.Tensor) -> torch.Tensor:
