@@ -4,7 +4,8 @@
 // For each chunk of C directions (C bounded so the chunk's projections take <= ~FASTDPOT_FLOW_CHUNK_MB = 256 MB):
 //   a. projections s_ij = <x_i, θ_j> + σ·N4(seed, stream 2j, i) (Philox of common.h, four normals per block:
 //      the smoothing noise of the particles protects nothing, see flow_normal.h's fill_normal_smooth), blocked
-//      over particles, with an 8-particle x 64-byte register tile of directions (AVX-512: transposed in registers);
+//      over particles, with an 8-particle x 64-byte register tile of directions (flow_tiles.h; AVX-512: transposed
+//      in registers);
 //   b. per direction (OpenMP over directions): radix argsort of the noisy particle projections (float32: packed
 //      key|index sort of radix_f32.h, whose last pass hands each rank straight to the transport in exact mode;
 //      float64: common.h's argsort); the noisy private projections <y_m, θ_j> + σ·N(seed, stream 2j+1, m), sorted;
@@ -21,7 +22,7 @@
 //      residual s_ij - T_ij stored in place (the private rows' noise N(seed, 2j+1, m) is the privacy-grade stream,
 //      two normals per block with a 64-bit radius uniform);
 //   c. drift_i += Σ_j residual_ij θ_j (blocked over particles, 4-particle x 64-, 96- or 192-byte register tile of
-//      coordinates; the first chunk writes the drift, so it needs no zero fill). In the last chunk each block of
+//      coordinates, flow_tiles.h; the first chunk writes the drift, so it needs no zero fill). In the last chunk each block of
 //      particles then takes drift /= k and x_i <- x_i - h·drift_i + sqrt(2λh)·ξ_i with ξ = N4(seed, stream 2k,
 //      i·d + c) while its drift rows are still in cache.
 // Noise element indices depend only on (seed, stream, index): results do not depend on threads or chunking.
@@ -44,10 +45,12 @@
 
 #include "common.h"
 #include "flow_normal.h"
+#include "flow_tiles.h"
 #include "radix_f32.h"
 
 namespace py = pybind11;
 using namespace fastdpot;
+using namespace fastdpot::flowtile;
 
 namespace {
 
@@ -87,101 +90,6 @@ static inline double table_at(const double* lv, const double* tb, int64_t L, dou
     return tb[s] + (u - lv[s]) * ((tb[s + 1] - tb[s]) / (lv[s + 1] - lv[s]));
 }
 
-constexpr int kIT = 4;  // particles per register tile of the drift
-constexpr int kPT = 8;  // particles per register tile of the projection (8 x one 64-byte vector: eight accumulators)
-
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-// rows[j * ld + p] += acc[p][j] for 8 particles p and 16 directions j: the projection tile (particles x directions,
-// one 16-float vector per particle) transposed in registers (unpack, shuffle, lane permute: 24 shuffles) instead of
-// 128 scalar read-modify-writes (interleaved A/B at N = 1e6, d = 48, k = 300: the projection pass 0.51 -> 0.49 s).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm512_undefined_* (__m512 __Y = __Y)
-static inline void add_transposed_8x16(const float (*acc)[16], float* rows, int64_t ld) {
-    __m512 r[8];
-    for (int p = 0; p < 8; ++p) r[p] = _mm512_loadu_ps(acc[p]);
-    __m512 t[8], u[8];
-    for (int q = 0; q < 4; ++q) {  // t[2q], t[2q+1]: particles 2q, 2q+1 interleaved, per 128-bit lane
-        t[2 * q] = _mm512_unpacklo_ps(r[2 * q], r[2 * q + 1]);
-        t[2 * q + 1] = _mm512_unpackhi_ps(r[2 * q], r[2 * q + 1]);
-    }
-    for (int h = 0; h < 2; ++h) {  // u[4h + m], lane L: particles 4h .. 4h + 3 of direction 4L + m
-        u[4 * h + 0] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
-        u[4 * h + 1] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
-        u[4 * h + 2] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
-        u[4 * h + 3] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
-    }
-    const __m512i lanes01 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i lanes23 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-    for (int m = 0; m < 4; ++m) {
-        const __m512 a = _mm512_permutex2var_ps(u[m], lanes01, u[4 + m]);  // directions m | 4 + m
-        const __m512 b = _mm512_permutex2var_ps(u[m], lanes23, u[4 + m]);  // directions 8 + m | 12 + m
-        const __m256 row[4] = {_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1), _mm512_castps512_ps256(b),
-                               _mm512_extractf32x8_ps(b, 1)};
-        for (int q = 0; q < 4; ++q) {
-            float* dst = rows + (size_t)(4 * q + m) * ld;
-            _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), row[q]));
-        }
-    }
-}
-#pragma GCC diagnostic pop
-#endif
-
-// P[jt + jj][i] += <x_i, θ_{jt + jj}> for i in [i0, i1), jj < jn, with a kPT x JT register tile; thT is the chunk of
-// Θ transposed and padded with zeros to a multiple of JT columns (thT[c * cpad + jj]).
-template <typename T, int JT>
-static inline void project_tile(const T* X, int64_t d, int64_t i0, int64_t i1, const T* thT, int64_t cpad,
-                                int64_t jt, int64_t jn, T* P, int64_t N) {
-    for (int64_t i = i0; i < i1; i += kPT) {
-        const T* xr[kPT];
-        for (int ii = 0; ii < kPT; ++ii) xr[ii] = X + std::min(i + ii, i1 - 1) * d;  // tail rows: read, discard
-        T acc[kPT][JT] = {};
-        for (int64_t c = 0; c < d; ++c) {
-            const T* tc = thT + c * cpad + jt;
-            for (int ii = 0; ii < kPT; ++ii) {
-                const T xv = xr[ii][c];
-#pragma omp simd simdlen(JT)
-                for (int jj = 0; jj < JT; ++jj) acc[ii][jj] += xv * tc[jj];
-            }
-        }
-        const int64_t ni = std::min<int64_t>(kPT, i1 - i);
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-        if constexpr (std::is_same_v<T, float> && kPT == 8 && JT == 16) {
-            if (ni == kPT && jn == JT) {  // full tile: transposed in registers, 16 row updates of 8 particles
-                add_transposed_8x16(acc, P + (size_t)jt * N + i, N);
-                continue;
-            }
-        }
-#endif
-        for (int64_t jj = 0; jj < jn; ++jj)
-            for (int64_t ii = 0; ii < ni; ++ii) P[(size_t)(jt + jj) * N + i + ii] += acc[ii][jj];
-    }
-}
-
-// drift_i[c0 + c] (+)= Σ_jj P[jj][i] θ_jj[c0 + c] for i in [i0, i1), c < cn (First: = instead of +=, so the
-// drift needs no zero fill); thP is the chunk of Θ padded with zeros to dpad columns (thP[jj * dpad + c]).
-template <typename T, int CT, bool First>
-static inline void drift_tile(const T* P, int64_t N, int64_t cj, const T* thP, int64_t dpad, int64_t c0, int64_t cn,
-                              int64_t i0, int64_t i1, T* D, int64_t d) {
-    for (int64_t i = i0; i < i1; i += kIT) {
-        const int64_t ni = std::min<int64_t>(kIT, i1 - i);
-        T acc[kIT][CT] = {};
-        for (int64_t jj = 0; jj < cj; ++jj) {
-            const T* tv = thP + jj * dpad + c0;
-            const T* pr = P + (size_t)jj * N + i;
-            for (int ii = 0; ii < kIT; ++ii) {
-                const T r = pr[ii < ni ? ii : 0];
-#pragma omp simd simdlen(64 / sizeof(T))
-                for (int c = 0; c < CT; ++c) acc[ii][c] += r * tv[c];
-            }
-        }
-        for (int64_t ii = 0; ii < ni; ++ii)
-            for (int64_t c = 0; c < cn; ++c) {
-                if constexpr (First) D[(i + ii) * d + c0 + c] = acc[ii][c];
-                else D[(i + ii) * d + c0 + c] += acc[ii][c];
-            }
-    }
-}
-
 template <typename T>
 struct DirScratch {
     std::vector<uint32_t> perm;
@@ -203,8 +111,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     constexpr int JT = 64 / sizeof(T);  // directions (projection) / coordinates (drift) per register tile
     // The drift tile spans 3, 1.5 or 1 times JT coordinates (48 / 24 / 16 float): the widest that pads d least.
     // Four particles x 48 float coordinates is twelve 64-byte accumulators, one column tile at d = 48: each
-    // residual is read once instead of two or three times (interleaved A/B at N = 1e6, d = 48, k = 300: the drift
-    // pass 0.34 -> 0.30 s against 24 coordinates, which had taken it from ≈ 0.6 s against 16).
+    // residual is read once instead of two or three times.
     constexpr int JW3 = 3 * JT, JW2 = JT + JT / 2;
     auto padded = [d](int64_t w) { return ((d + w - 1) / w) * w; };
     const int64_t cpad = ((C + JT - 1) / JT) * JT;
@@ -217,10 +124,8 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
     // small problems run on one thread: OpenMP barriers cost more than the work (and much more on a busy machine)
     const int nthreads = ((double)N * (double)K * (double)(d + 8) < 4.0e6) ? 1 : omp_get_max_threads();
     // The outputs are first-touched here, one write per 4 KiB page, in parallel: callers hand in freshly allocated
-    // arrays, and a page first written late in the step can cost far more than one written now. On the 2-core VM
-    // of the benchmarks the guest returns freed memory to the host within ~2 s (free page reporting), so the drift
-    // rows first written in pass c, 0.5-2 s into the step, took host faults: ≈ 0.25 s per step at N = 1e6, d = 48
-    // (fresh processes, steps 2-5, four interleaved rounds: 2.54 s without this, 2.29 s with it; it costs 25 ms).
+    // arrays, and a page first written late in the step can cost far more than one written now (a VM that returns
+    // freed memory to its host makes the drift rows first written in pass c take host faults).
     {
         constexpr int64_t kPage = 4096 / sizeof(T);
         const int64_t nd = N * d;
