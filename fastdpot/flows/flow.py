@@ -54,19 +54,19 @@ Privacy guarantee (what the code enforces, and what it assumes)
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from typing import Callable, Optional, Union
 
 import torch
 
-from .._random import make_generator, random_projections
+from .._random import make_generator
 from .._validate import check_tensor
 from ..ops import flow_step, step_needs
 from .checkpoint import FlowCheckpointing
 from .config import FlowConfig
 from .init import draw_init
+from .release import PrivateSteps, privacy_core
 from .run import FlowRunResult, run_flow
 
 __all__ = ["DPSlicedWassersteinFlow", "NonFiniteParticlesError"]
@@ -76,13 +76,7 @@ class NonFiniteParticlesError(FloatingPointError):
     """A flow step produced NaN/Inf particles; the flow keeps its last good particles and checkpoint."""
 
 
-def _privacy():
-    from .. import privacy  # the privacy core (imported lazily: only private flows need it)
-
-    return privacy
-
-
-class DPSlicedWassersteinFlow(FlowCheckpointing):
+class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
     """Differentially private sliced-Wasserstein particle flow (DPSWflow-r / DPSWflow), Sebag et al., TMLR.
 
     Each step: draw k unit directions Θ (fresh, or k of a fixed pool), release the private batch's noisy projections
@@ -234,26 +228,11 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
         self._ledger = self._make_ledger() if self.private else None  # every release is counted there
         self._sensitivity = self._compute_sensitivity() if self.private else None
 
-    # -- what a subclass changes: the rows' diameter, the clipping, the particles' start ---------------------
+    # -- what a subclass changes: the rows' diameter, the particles' start (the clipping: PrivateSteps._clip) --
     @property
     def row_diameter(self) -> float:
         """The largest distance between two clipped private rows: ``2·clip_radius`` (the sensitivity's D)."""
         return 2.0 * self.config.clip_radius
-
-    def _compute_sensitivity(self) -> float:
-        c, p = self.config, _privacy()
-        if c.directions == "orthogonal":  # deterministic sensitivity: all of δ goes to the accountant
-            return p.orthogonal_sliced_sensitivity(c.num_projections, c.dim, diameter=self.row_diameter)
-        return p.sliced_sensitivity(c.num_projections, c.dim, self.delta_split[1], bound=c.bound,
-                                    diameter=self.row_diameter)
-
-    def _make_ledger(self):
-        """The flow's :class:`fastdpot.privacy.PrivacyLedger`, unbound: T = ``steps``, δ split by
-        :func:`fastdpot.privacy.split_delta` (uniform directions) or all of δ to the accountant (orthogonal)."""
-        c = self.config
-        return _privacy().PrivacyLedger(c.delta, c.steps, delta_tail=0.0 if c.directions == "orthogonal" else None,
-                                        target_epsilon=c.target_epsilon, noise_multiplier=c.noise_multiplier,
-                                        accountant=c.accountant, name="the flow")
 
     def _initial_particles(self, init, generator, init_scale) -> torch.Tensor:
         """The (N, d) start (a sharded flow draws its shard by global index instead)."""
@@ -264,16 +243,6 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
         if tuple(init.shape) != (n, d):
             raise ValueError(f"init must have shape ({n}, {d}), got {tuple(init.shape)}")
         return init.detach().clone()
-
-    def _clip(self, batch: torch.Tensor) -> torch.Tensor:
-        p, c = _privacy(), self.config
-        if c.normalize:
-            return p.normalize_rows(batch) * c.clip_radius
-        return p.clip_rows(batch, c.clip_radius)
-
-    def _sketch_clip_radius(self) -> float:
-        """The radius the sketch mechanism clips the (already clipped) batch to (a no-op on it)."""
-        return self.config.clip_radius
 
     # -- properties ---------------------------------------------------------------------------------------
     @property
@@ -329,27 +298,6 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
         """Why the last :meth:`run` stopped (see :class:`fastdpot.flows.FlowRunResult`); None before any run."""
         return None if self.last_run is None else self.last_run.stop_reason
 
-    # -- privacy: the flow's sampling binding; the accounting is the ledger's --------------------------------
-    def _bind(self, mode: str, n: Optional[int]):
-        """Fix the sampling at the first step (and, for a private flow, bind the ledger: calibrate z for a
-        target ε)."""
-        if self._mode is None:
-            # nothing is committed until the ledger has bound: a bad batch or a failed calibration leaves the flow
-            # unbound, so the caller can fix it and retry
-            bound = (n, self.config.resolve_batch(n)) if mode == "sampled" else (self._bound_n, self._bound_batch)
-            if self.private:
-                with _calibration_notice(self, bound):
-                    self._ledger.bind(**self.config.accounting_event(mode, *bound))
-            self._mode = mode
-            self._bound_n, self._bound_batch = bound
-        elif mode != self._mode:
-            raise ValueError(f"this flow's privacy accounting was bound to {self._mode!r} steps "
-                             f"({'run()' if self._mode == 'sampled' else 'step()'}); mixing run() and step() is "
-                             f"not supported")
-        elif mode == "sampled" and n != self._bound_n:
-            raise ValueError(f"private_data has n={n} rows but this flow's accounting was bound to "
-                             f"n={self._bound_n}")
-
     def can_step(self) -> bool:
         """Whether one more private step fits in the planned T steps and the ε budget."""
         if not self.private or self._mode is None:
@@ -373,58 +321,11 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
         """ε spent so far at total δ = ``delta`` (Opacus' accountant interface; :meth:`epsilon`)."""
         return self.epsilon(delta)
 
-    # -- stepping -----------------------------------------------------------------------------------------
-    def _draw_directions(self, k: int) -> torch.Tensor:
-        c = self.config
-        return random_projections(k, c.dim, self._rng, orthogonal=c.directions == "orthogonal",
-                                 dtype=self._particles.dtype)
-
-    def _directions(self) -> torch.Tensor:
-        k, d = self.config.num_projections, self.config.dim
-        if self._pool is None:
-            return self._draw_directions(k)
-        if self.config.directions == "orthogonal":  # ⌈k/d⌉ whole blocks of the pool, then the first k rows
-            blocks = self._pool.reshape(-1, d, d)
-            idx = self._rng.subset(blocks.shape[0], -(-k // d))
-            return blocks[idx].reshape(-1, d)[:k]
-        idx = self._rng.subset(self._pool.shape[0], k)
-        return self._pool[idx]
-
+    # -- stepping (the release: fastdpot.flows.release) ---------------------------------------------------
     def _check_batch(self, x, name):
         check_tensor(x, name, 2)
         if x.shape[1] != self.config.dim:
             raise ValueError(f"{name} must have d={self.config.dim} columns, got shape {tuple(x.shape)}")
-
-    def _release_sketch(self, batch: torch.Tensor, theta: torch.Tensor):
-        """The sketch release of one step and its post-processing: ``(table (k, L), levels (L,))``.
-
-        :func:`fastdpot.privacy.sliced_quantile_sketch` clips the batch inside, bins each direction's sorted
-        projections into L rank bins and adds N(0, σ²), σ = z·Δ, to every bin sum; the noisy bin means are then
-        fitted non-decreasing per direction (:func:`fastdpot.privacy.sketch.sketch_quantile_table`), which is
-        post-processing. The noise comes from the flow's privacy randomness (secret OS draws unless
-        ``secure_mode=False``)."""
-        c, p = self.config, _privacy()
-        sketch = p.sliced_quantile_sketch(batch, theta, c.sketch_bins, float(self.noise_std),
-                                          clip_radius=self._sketch_clip_radius(), normalize=False,
-                                          generator=self._rng)
-        return p.sketch.sketch_quantile_table(sketch)
-
-    def _release_points(self, batch: torch.Tensor, theta: torch.Tensor):
-        """The points release as op targets: the clipped batch and σ; op ``flow_step`` draws the privacy noise
-        from the step's secret key (a sharded flow releases the noisy projections themselves instead)."""
-        return dict(private=batch, noise_std=float(self.noise_std))
-
-    def _release(self, batch: torch.Tensor):
-        """The step's one release, counted by the caller: directions, the step's key, and the op's target
-        (``private`` rows with σ, or a ``sketch`` table with no smoothing noise)."""
-        batch = self._clip(batch.to(self.device, self._particles.dtype))
-        theta = self._directions().to(self.device)
-        key = self._rng.seed()  # the step's Philox key: fresh OS bits in secure mode, never stored
-        if self.config.release == "sketch":
-            target = dict(sketch=self._release_sketch(batch, theta), noise_std=0.0)
-        else:
-            target = self._release_points(batch, theta)
-        return dict(projections=theta, seed=key, **target)
 
     def _exchange(self, release):
         """Hook: a sharded flow broadcasts the release from its data rank (one process: nothing to do)."""
@@ -503,7 +404,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
             return steps, None
         n = private_data.shape[0]
         self._bind("sampled", n)
-        return steps, _privacy().FixedSizeSampler(n, self._bound_batch, generator=self._rng)
+        return steps, privacy_core().FixedSizeSampler(n, self._bound_batch, generator=self._rng)
 
     def _stop_reason(self) -> Optional[str]:
         if self.private and not self.can_step():
@@ -553,30 +454,3 @@ class DPSlicedWassersteinFlow(FlowCheckpointing):
                             progress_epsilon)
         finally:
             self._calibration_progress = False
-
-
-@contextlib.contextmanager
-def _calibration_notice(flow, bound):
-    """While the ledger binds: when it calibrates z for a target ε (3-25 s at the first :meth:`run`), say so -- a
-    status line on the run's progress stream (when the run shows progress) and an INFO record of logger
-    ``fastdpot.flow`` with the z found and the time taken."""
-    if flow._ledger.noise_multiplier is not None:  # z given or already calibrated: nothing to wait for
-        yield
-        return
-    import logging
-    import time
-
-    from .._progress import progress_bar
-
-    c = flow.config
-    what = (f"calibrating the noise multiplier for ε={c.target_epsilon:g}, δ={c.delta:g} over T={c.steps} steps"
-            + (f" (batches of {bound[1]} of n={bound[0]} rows)" if bound[0] is not None else ""))
-    show = getattr(flow, "_calibration_progress", False) and flow._shows_progress()
-    bar = progress_bar(total=None, desc=f"DP-SW flow: {what}", disable=not show, bar_format="{desc} [{elapsed}]")
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        bar.close()
-    logging.getLogger("fastdpot.flow").info("%s: z = %.6g (%.1f s)", what, flow._ledger.noise_multiplier,
-                                            time.perf_counter() - t0)
