@@ -18,126 +18,26 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass
-from functools import lru_cache
+from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._validate import check_choice, check_delta, check_epsilon, check_int, check_positive, check_probability
-from ._lazy import LazyModule
-
-# dp-accounting costs about 1.2 s to import: it is imported on first use, so `import fastdpot` stays light
-dp_accounting = LazyModule("dp_accounting")
-dp_pld = LazyModule("dp_accounting.pld")
-dp_rdp = LazyModule("dp_accounting.rdp")
-_calibration = LazyModule("dp_accounting.mechanism_calibration")
-_rdp_accountant = LazyModule("dp_accounting.rdp.rdp_privacy_accountant")
+from .._validate import check_choice, check_delta, check_int, check_positive
+from .calibration import calibrate_noise_multiplier
+# the events live in .events, the calibration in .calibration; their names stay importable from here
+from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_STEPS, PLD_MIN_NOISE_MULTIPLIER, SAMPLINGS,  # noqa: F401
+                     _default_orders, _Event, _event_rdp, _make_event, _rdp_accountant, _relation, _relation_of,
+                     _RELATION_NAMES, dp_pld)
 
 __all__ = ["PrivacyAccountant", "calibrate_noise_multiplier", "DEFAULT_ORDERS", "SAMPLINGS", "ACCOUNTANTS",
            "PLD_MIN_NOISE_MULTIPLIER", "PLD_MAX_STEPS"]
-
-SAMPLINGS = ("poisson", "without_replacement")
-ACCOUNTANTS = ("pld", "rdp")
-ADD_REMOVE, REPLACE_ONE = "add_or_remove_one", "replace_one"
-_RELATION_NAMES = (ADD_REMOVE, REPLACE_ONE)
-
-#: Smallest noise multiplier the PLD method accounts (below it one PLD evaluation takes seconds to minutes: the
-#: privacy loss of one release spans about 1/(2z²) nats, discretised at ``value_discretization_interval``).
-PLD_MIN_NOISE_MULTIPLIER = 0.1
-#: Most releases the PLD method accounts in one accountant (beyond, its pessimistic discretisation error, which
-#: grows with the number of compositions, exceeds the RDP bound: z = 47, q = 0.01, T = 10^7 gives PLD ε = 5.9
-#: against RDP 3.0; and one evaluation takes seconds).
-PLD_MAX_STEPS = 10 ** 6
-
-
-def _relation(name: str):
-    """dp-accounting's NeighboringRelation of ``name``."""
-    rel = dp_accounting.NeighboringRelation
-    return {ADD_REMOVE: rel.ADD_OR_REMOVE_ONE, REPLACE_ONE: rel.REPLACE_ONE}[name]
-
-# dp-accounting's default orders, extended below 1.1 and up to 4096 (cf. TF-privacy / DP-Sinkhorn: 1.25..4096).
-# (a module attribute computed on first access, see __getattr__ below: it needs dp-accounting's list)
-@lru_cache(maxsize=None)
-def _default_orders() -> Tuple[float, ...]:
-    return tuple([1.01, 1.02, 1.05] + list(_rdp_accountant.DEFAULT_RDP_ORDERS) + [2048, 4096])
 
 
 def __getattr__(name):  # PEP 562: DEFAULT_ORDERS without importing dp-accounting at import time
     if name == "DEFAULT_ORDERS":
         return _default_orders()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@dataclass(frozen=True)
-class _Event:
-    noise_multiplier: float
-    sample_rate: float
-    sampling: str
-    dataset_size: Optional[int]
-    batch_size: Optional[int]
-
-    @property
-    def subsampled(self) -> bool:
-        return self.sample_rate < 1.0
-
-    def dp_event(self) -> dp_accounting.DpEvent:
-        gauss = dp_accounting.GaussianDpEvent(self.noise_multiplier)
-        if not self.subsampled:
-            return gauss
-        if self.sampling == "poisson":
-            return dp_accounting.PoissonSampledDpEvent(self.sample_rate, gauss)
-        return dp_accounting.SampledWithoutReplacementDpEvent(self.dataset_size, self.batch_size, gauss)
-
-
-def _make_event(noise_multiplier, sample_rate, sampling, dataset_size, batch_size) -> _Event:
-    z = check_positive(noise_multiplier, "noise_multiplier")
-    check_choice(sampling, "sampling", SAMPLINGS)
-    if sampling == "poisson":
-        q = check_probability(sample_rate, "sample_rate")
-        if dataset_size is not None:
-            check_int(dataset_size, "dataset_size", 1)
-        if batch_size is not None:
-            raise ValueError(f"batch_size must be None for sampling='poisson' (the batch size is random), "
-                             f"got {batch_size!r}")
-        return _Event(z, q, "poisson", None if dataset_size is None else int(dataset_size), None)
-    if dataset_size is None or batch_size is None:
-        raise ValueError("sampling='without_replacement' needs dataset_size and batch_size, got "
-                         f"dataset_size={dataset_size!r}, batch_size={batch_size!r}")
-    n = check_int(dataset_size, "dataset_size", 1)
-    b = check_int(batch_size, "batch_size", 1)
-    if b > n:
-        raise ValueError(f"batch_size must be <= dataset_size = {n}, got {b}")
-    q = check_probability(sample_rate, "sample_rate")
-    if q != 1.0 and not math.isclose(q, b / n, rel_tol=1e-9):
-        raise ValueError(f"sample_rate must equal batch_size/dataset_size = {b / n!r} for "
-                         f"sampling='without_replacement' (or be left at 1.0), got {sample_rate!r}")
-    return _Event(z, b / n, "without_replacement", n, b)
-
-
-@lru_cache(maxsize=256)
-def _event_rdp(event: _Event, relation: str, orders: Tuple[float, ...]) -> np.ndarray:
-    """RDP vector (over ``orders``) of ONE release of ``event``, computed by dp-accounting and cached.
-
-    RDP composes additively, so the accountant keeps ``Σ count·rdp(event)``: a step costs a vector addition instead
-    of re-running dp-accounting's (for sampling without replacement, ~0.2 s) per-order computation.
-    """
-    acc = dp_rdp.RdpAccountant(orders=list(orders), neighboring_relation=_relation(relation))
-    acc.compose(event.dp_event(), 1)
-    vec = getattr(acc, "_rdp", None)  # dp-accounting keeps the composed RDP vector here (checked by the tests)
-    if vec is None or len(vec) != len(orders):
-        raise RuntimeError("dp_accounting.rdp.RdpAccountant no longer exposes its RDP vector; "
-                           "fastdpot.privacy needs updating for this dp-accounting version")
-    out = np.array(vec, dtype=np.float64)
-    out.setflags(write=False)
-    return out
-
-
-def _relation_of(event: _Event) -> Optional[str]:
-    """Neighbouring relation an event forces (None: a full-batch Gaussian fits either)."""
-    if not event.subsampled:
-        return None
-    return ADD_REMOVE if event.sampling == "poisson" else REPLACE_ONE
 
 
 class PrivacyAccountant:
@@ -426,121 +326,3 @@ class PrivacyAccountant:
     def __repr__(self):
         return (f"PrivacyAccountant(accountant={self.accountant!r}, steps={self.steps}, "
                 f"relation={self._relation!r}, events={len(self._history)})")
-
-
-def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int,
-                               sampling: str = "poisson", accountant: Optional[str] = None,
-                               dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
-                               tol: float = 1e-3, value_discretization_interval: float = 1e-3) -> float:
-    """Smallest noise multiplier z (within ``tol``) such that ``steps`` releases stay within (ε, δ).
-
-    The returned z always satisfies the target: ``get_epsilon(delta) <= target_epsilon`` for an accountant that
-    records ``step(z, sample_rate, steps, sampling, ...)`` with the same ``accountant`` method (and, for PLD, the
-    same ``value_discretization_interval``). The search is dp-accounting's ``calibrate_dp_mechanism`` (Brent's
-    method on z); for PLD the bracket is first narrowed with the faster RDP calibration (RDP needs at least as much
-    noise as PLD).
-
-    Args:
-        target_epsilon: ε > 0.
-        delta: δ in (0, 1).
-        sample_rate: q in (0, 1] (for ``"without_replacement"``, ignored in favour of ``batch_size/dataset_size``
-            when left at 1.0).
-        steps: number of releases T ≥ 1.
-        sampling: ``"poisson"`` or ``"without_replacement"`` (the latter only with ``accountant="rdp"``).
-        accountant: ``"pld"``, ``"rdp"`` or ``None`` (what a default :class:`PrivacyAccountant` reports: PLD for
-            Poisson / full-batch events, RDP for sampling without replacement).
-        tol: absolute tolerance on z.
-
-    PLD is searched only within its range (:meth:`PrivacyAccountant.pld_in_range`): a target whose RDP-calibrated
-    z is below :data:`PLD_MIN_NOISE_MULTIPLIER` (0.1; ε of several hundred and more for typical q and T), or more
-    than :data:`PLD_MAX_STEPS` steps, is refused at once with ``accountant="pld"``; with ``accountant=None`` the RDP
-    calibration is returned there (what a default accountant reports outside PLD's range). ``accountant="rdp"``
-    serves any target in seconds.
-
-    Raises:
-        ValueError: any invalid argument; ``accountant="pld"`` with ``sampling="without_replacement"``; a PLD target
-            that needs z < :data:`PLD_MIN_NOISE_MULTIPLIER` or more than :data:`PLD_MAX_STEPS` steps; an unreachable
-            target, each named with the reason: no
-            z <= 1e6 reaching it, a target already met at z = 0.01 (the search's lower end: no privacy to speak of),
-            or a PLD target below what ``value_discretization_interval`` resolves.
-    """
-    eps = check_epsilon(target_epsilon, "target_epsilon")
-    delta = check_delta(delta)
-    steps = check_int(steps, "steps", 1)
-    if accountant is not None:
-        check_choice(accountant, "accountant", ACCOUNTANTS)
-    accountant_arg = accountant
-    tol = check_positive(tol, "tol")
-    vdi = check_positive(value_discretization_interval, "value_discretization_interval")
-    # validate the event with a placeholder z
-    proto = _make_event(1.0, sample_rate, sampling, dataset_size, batch_size)
-    rel = _relation(_relation_of(proto) or ADD_REMOVE)
-    wor = proto.subsampled and proto.sampling == "without_replacement"
-    if accountant is None:
-        accountant = "rdp" if wor or steps > PLD_MAX_STEPS else "pld"
-    if accountant == "pld" and wor:
-        raise ValueError("accountant='pld' does not support sampling='without_replacement'; use accountant='rdp'")
-    if accountant == "pld" and steps > PLD_MAX_STEPS:
-        raise ValueError(f"accountant='pld' accounts at most PLD_MAX_STEPS = {PLD_MAX_STEPS} steps, got steps={steps}; "
-                         f"use accountant='rdp' (or None)")
-
-    def event_of(z):
-        e = _Event(float(z), proto.sample_rate, proto.sampling, proto.dataset_size, proto.batch_size)
-        return dp_accounting.SelfComposedDpEvent(e.dp_event(), steps)
-
-    def fresh_rdp():
-        return dp_rdp.RdpAccountant(orders=list(_default_orders()), neighboring_relation=rel)
-
-    def fresh_pld():
-        return dp_pld.PLDAccountant(neighboring_relation=rel, value_discretization_interval=vdi)
-
-    def eps_of(fresh, z):
-        acc = fresh()
-        acc.compose(event_of(z))
-        return acc.get_epsilon(delta)
-
-    # bracket for RDP: grow the upper end until it satisfies the target
-    lo, hi = 1e-2, 1.0
-    eps_lo = eps_of(fresh_rdp, lo)
-    if eps_lo <= eps:
-        raise ValueError(f"target_epsilon={target_epsilon!r} is unreachable by the calibration: even the smallest "
-                         f"noise multiplier it searches, z = {lo}, spends only ε = {eps_lo:.4g} <= target over "
-                         f"{steps} steps at delta={delta!r}, so the target buys essentially no privacy; use a "
-                         f"smaller target_epsilon or pass a noise multiplier directly")
-    while eps_of(fresh_rdp, hi) > eps:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e6:
-            raise ValueError(f"target_epsilon={target_epsilon!r} is unreachable: no noise multiplier <= 1e6 "
-                             f"reaches it at delta={delta!r} over {steps} steps (ε grows without bound as the "
-                             f"target shrinks); use a larger target_epsilon")
-    z = _calibration.calibrate_dp_mechanism(fresh_rdp, event_of, eps, delta,
-                                            bracket_interval=_calibration.ExplicitBracketInterval(lo, hi), tol=tol / 4)
-    if eps_of(fresh_rdp, z) > eps:  # Brent returns a value within tol; make it feasible
-        z += tol / 4
-    if accountant == "rdp":
-        return float(z)
-    z_rdp = float(z)
-    if z_rdp < PLD_MIN_NOISE_MULTIPLIER and accountant_arg is None:
-        return z_rdp  # a default accountant reports RDP for such an event (outside PLD's range)
-    if z_rdp < PLD_MIN_NOISE_MULTIPLIER:
-        raise ValueError(
-            f"target_epsilon={target_epsilon!r} needs a noise multiplier below {PLD_MIN_NOISE_MULTIPLIER} (RDP gives "
-            f"z = {z_rdp:.4g}), where a PLD evaluation costs minutes; calibrate with accountant='rdp' (and account "
-            f"with PrivacyAccountant('rdp')) for such large targets")
-    eps_pld_hi = eps_of(fresh_pld, z_rdp)
-    if eps_pld_hi > eps:  # RDP's z is feasible for exact PLD; only the PLD discretisation can exceed the target
-        raise ValueError(
-            f"target_epsilon={target_epsilon!r} is unreachable with accountant='pld' and "
-            f"value_discretization_interval={vdi!r}: even at the RDP-calibrated z = {z_rdp:.4g} the discretised PLD "
-            f"reports ε = {eps_pld_hi:.4g} (a target near or below the discretisation interval cannot be resolved); "
-            f"pass a smaller value_discretization_interval or accountant='rdp'")
-    lo = 0.8 * z_rdp
-    while eps_of(fresh_pld, lo) <= eps:
-        lo *= 0.8
-        if lo < 1e-3:
-            raise ValueError(f"could not bracket the PLD noise multiplier for target_epsilon={target_epsilon!r}")
-    zp = _calibration.calibrate_dp_mechanism(fresh_pld, event_of, eps, delta,
-                                             bracket_interval=_calibration.ExplicitBracketInterval(lo, z_rdp), tol=tol / 2)
-    if eps_of(fresh_pld, zp) > eps:
-        zp = min(zp + tol / 2, z_rdp)
-    return float(zp)
