@@ -1,10 +1,10 @@
-"""Cases of the accounting benchmark (issue 31): the suite ``accounting`` of ``bench/test_accounting.py``.
+"""Cases of the accounting benchmark: the suite ``accounting`` of ``bench/test_accounting.py``.
 
 :class:`fastdpot.privacy.PrivacyBudget` (PLD accountant, the default) at (ε, δ) = (10, 1e-5), Poisson sampling at
 q = 0.01, the noise multiplier z calibrated so that T releases spend the budget:
 
 * ``spend`` -- T calls of ``budget.spend(z, q)`` on a fresh budget (the whole run, its last steps at the budget's
-  edge), T = 20 000 at the full size (the privacy-core example of the issue);
+  edge), T = 20 000 at the full size (the privacy core's example);
 * ``spend_edge`` -- one ``spend(z, q)`` on a budget that already holds T − 1 steps: the release that RDP alone would
   refuse and PLD accepts;
 * ``refuse`` -- ``PrivacyBudget(3, 1e-5).spend(1e-3, sample_rate=0.5)``: a refused release of a tiny noise

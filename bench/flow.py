@@ -1,19 +1,19 @@
-"""Cases of the benchmark of one DP sliced-Wasserstein flow step (issue 4), fused C++ step vs the torch reference: the
+"""Cases of the benchmark of one DP sliced-Wasserstein flow step, fused C++ step vs the torch reference: the
 suite ``flow`` of ``bench/test_flow.py`` (pytest-benchmark).
 
 impls: ``fastdpot`` (op ``flow_step``, backend ``cpu``: csrc/flow.cpp) and ``reference`` (the anchor:
 :func:`fastdpot.reference.flow.flow_step`, the torch math, with its noise from ``torch.randn``,
 :func:`bench.harness.torch_noise`; the ``reference`` *backend* replays the kernel's keyed Philox streams in float64
-for the tests, slower than a torch user's code: rows of 2026-11-22 to 11-26 timed it). Both do the same work: k
+for the tests, slower than a torch user's code). Both do the same work: k
 fresh noisy projections (σ = 0.5) of N particles and M private rows, per-direction sort, sort-based quantile
 transport (``quantiles="exact"``), drift and Euler--Maruyama update; float32, a fresh seed every call.
 
-case ``sketch_step`` (impl ``fastdpot`` only): the same C++ step in sketch mode (issue 16): the target is a (k, L)
+case ``sketch_step`` (impl ``fastdpot`` only): the same C++ step in sketch mode: the target is a (k, L)
 quantile table (L = 5 levels) instead of M noisy private projections, and the particles get no smoothing noise
 (as the flows run it), so the step is the points step minus the M·k private projections and both noise draws,
 plus a table evaluation per rank.
 
-case ``histogram_step`` (issue 18): the same points step with ``quantiles="histogram"`` (``bins`` = 1024 bins per
+case ``histogram_step``: the same points step with ``quantiles="histogram"`` (``bins`` = 1024 bins per
 direction, no sort): impl ``fastdpot`` is the C++ histogram kernel (csrc/flow_histogram.cpp: three passes that
 recompute the projections per block of particles, nothing of size N·k stored), ``reference`` the torch reference
 (:func:`fastdpot.reference.flow.flow_step`). Compare it with case ``step`` impl ``fastdpot``
@@ -69,7 +69,7 @@ def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0)
     return Case(setup=setup, forward=forward)
 
 
-def sketch_step_case(impl, n, m, d, k, num_bins=5, quantiles="exact", step_size=1.0):
+def sketch_step_case(impl, n, m, d, k, sketch_bins=5, quantiles="exact", step_size=1.0):
     """One sketch-mode flow step (forward only): N particles, a (k, L) table target, no smoothing noise, float32.
     ``m`` is unused (kept so the sizes are shared with ``step``)."""
     if impl != "fastdpot":
@@ -83,8 +83,8 @@ def sketch_step_case(impl, n, m, d, k, num_bins=5, quantiles="exact", step_size=
         g = torch.Generator().manual_seed(0)
         x = torch.randn(n, d, generator=g)
         th = torch.nn.functional.normalize(torch.randn(k, d, generator=g), dim=1)
-        table = torch.sort(torch.randn(k, num_bins, generator=g, dtype=torch.float64), dim=1).values
-        levels = (torch.arange(num_bins, dtype=torch.float64) + 0.5) / num_bins
+        table = torch.sort(torch.randn(k, sketch_bins, generator=g, dtype=torch.float64), dim=1).values
+        levels = (torch.arange(sketch_bins, dtype=torch.float64) + 0.5) / sketch_bins
         return dict(x=x, th=th, sketch=(table, levels), seed=[0])
 
     def forward(s):

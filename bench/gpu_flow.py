@@ -1,26 +1,15 @@
 """GPU benchmark of the Triton kernels: one DP sliced-Wasserstein flow step and the DP-SWD loss (forward + backward)
 against the torch reference on the same GPU.
 
-Sizes (issue 7): N in {1e5, 1e6, 1e7}, d in {8, 48}, k in {128, 300}, and N = 1e6, d = 3072, k = 1000.
-Implementations: ``triton`` (exact sort-based transport), ``triton_hist`` (sort-free histogram mode, 1024 bins),
-``reference`` (``fastdpot.reference``, via the registered ``reference`` backend, noise drawn with torch) and
-``reference_hist`` (the histogram reference, N <= 1e6 only). The DP-SWD loss compares ``triton`` and ``reference``
-with M = N rows on both sides, timed forward + backward (gradient w.r.t. the generated side), and, at the issue's
-target size N = 1e6, d = 48, k = 128 only (``--compiled all`` / ``--dpswd-only``: other sizes), the anchor
-``reference_compiled``: ``torch.compile(fastdpot.reference.sliced.sliced_wasserstein, dynamic=False)`` -- the pure
-torch math the ``reference`` backend calls, compiled forward and backward -- with the same noise as the
-``reference`` row, drawn eagerly outside the compiled graph. The anchors (``reference``, ``reference_hist``,
-``reference_compiled``) draw their noise with ``torch.randn`` on the device (:func:`torch_noise`), the generator a
-torch user would call; the fastdpot rows draw keyed Philox normals in their kernels (the ``reference`` *backend*
-replays those streams in float64 torch, several times slower on a GPU: a test oracle, not a speed anchor). The
-sketch case's reference row is the reference backend (its noise is k·L draws). Compilation happens in the first, untimed
-warm-up call (its wall time is the row's ``compile_s``; ``graph_breaks`` counts Dynamo's graph breaks); a failure
-to compile (no compiler, Inductor error) is recorded as a row with ``error``. Targets (issue): ``triton`` >= 3x
-``reference`` and >= 1.5x ``reference_compiled`` at N = 1e6, d = 48, k = 128.
+The cases, sizes, implementations and anchors are :mod:`bench.gpu_flow_cases`'s (``--compiled all`` /
+``--dpswd-only``: the ``reference_compiled`` anchor at other sizes than N = 1e6, d = 48, k = 128). Compilation of
+that anchor happens in the first, untimed warm-up call (its wall time is the row's ``compile_s``; ``graph_breaks``
+counts Dynamo's graph breaks); a failure to compile (no compiler, Inductor error) is recorded as a row with
+``error``. Targets: ``triton`` >= 3x ``reference`` and >= 1.5x ``reference_compiled`` at N = 1e6, d = 48, k = 128.
 
 Timing: CUDA events around each call after warm-up runs, median (and IQR) of repeated runs (as many as fit in
-about two seconds, at least 5 -- 3 for calls over a second, i.e. the reference at N = 1e7 -- and at most 50), random non-zero float32 inputs (Gaussian particles, a shifted
-Gaussian private batch, unit directions), TF32 disabled for the reference's matmuls. Peak memory: the
+about two seconds, at least 5 -- 3 for calls over a second, i.e. the reference at N = 1e7 -- and at most 50), TF32
+disabled for the reference's matmuls. Peak memory: the
 ``torch.cuda.max_memory_allocated`` increase above the inputs during the timed calls. A measurement that runs out
 of memory is recorded with ``error``.
 
@@ -54,160 +43,13 @@ import time
 import torch
 
 from . import harness, store
-from .harness import Case, torch_noise
+# the suite's cases; CASES is what bench.harness.run_suite runs in its subprocesses (--isolated), and ANCHORS,
+# TARGET_DPSWD, _dpswd_case stay reachable from here for the suite's tests
+from .gpu_flow_cases import (ANCHORS, CASES, COMPILED, HISTOGRAM_BINS, M_PRIVATE, MAX_REFERENCE_N,  # noqa: F401
+                             TARGET_DPSWD, _dpswd_case, _impls, _sizes, _wants_compiled, modelled_bytes)
+from .harness import Case
 
 SUITE = "gpu_flow"
-COMPILED = "reference_compiled"
-ANCHORS = ["reference", "reference_hist", COMPILED]
-TARGET_DPSWD = dict(N=10 ** 6, d=48, k=128)  # the DP-SWD target size; the default sizes compile only this one
-NUM_BINS = 1024
-M_PRIVATE = 250  # private batch per flow step (DPSWflow-r uses B = 250)
-
-
-def _sizes(quick: bool, smoke: bool):
-    if smoke:
-        return [dict(N=256, d=8, k=16)]
-    ns = [10 ** 5, 10 ** 6] if quick else [10 ** 5, 10 ** 6, 10 ** 7]
-    out = [dict(N=n, d=d, k=k) for n in ns for d in (8, 48) for k in (128, 300)]
-    out.append(dict(N=10 ** 6, d=3072, k=1000))
-    # the issue's targets first (N = 1e7, d = 48, k = 128; N = 1e6), so that a --budget-s cut keeps them
-    first = [dict(N=10 ** 7, d=48, k=128), dict(N=10 ** 6, d=48, k=128)]
-    return [p for p in first if p in out] + [p for p in out if p not in first]
-
-
-def _inputs(n, m, d, k, device, seed=0):
-    g = torch.Generator(device=device).manual_seed(seed)
-    x = torch.randn(n, d, device=device, generator=g)
-    y = torch.randn(m, d, device=device, generator=g) * 0.5 + 0.25
-    th = torch.randn(k, d, device=device, generator=g)
-    th /= th.norm(dim=1, keepdim=True)
-    return x, y, th
-
-
-def _flow_case(impl, N, d, k, M=M_PRIVATE, device="cuda"):
-    from fastdpot.ops import flow_step
-
-    backend = impl[:-len("_hist")] if impl.endswith("_hist") else impl  # triton, cuda or reference
-    quantiles = "histogram" if impl.endswith("_hist") else "exact"
-
-    def setup():
-        return _inputs(N, M, d, k, device)
-
-    bins = NUM_BINS if quantiles == "histogram" else None
-    if backend == "reference":  # the anchor: the torch math with torch's own device RNG (torch_noise)
-        from fastdpot.reference.flow import flow_step as reference_step
-
-        def forward(state):
-            x, y, th = state
-            nx, ny = torch_noise(x, y, th.shape[0], 0.5)
-            return reference_step(x, y, th, nx, ny, step_size=1.0, diffusion=0.0, quantiles=quantiles,
-                                  histogram_bins=bins)
-    else:
-        def forward(state):
-            x, y, th = state
-            return flow_step(x, y, th, noise_std=0.5, step_size=1.0, diffusion=0.0, seed=1234, quantiles=quantiles,
-                             histogram_bins=bins, backend=backend)
-
-    return Case(setup=setup, forward=forward, device=device)
-
-
-_COMPILED_FN = {}
-
-
-def compiled_reference_loss():
-    """``torch.compile(fastdpot.reference.sliced.sliced_wasserstein, dynamic=False)``, built once per process
-    (Dynamo compiles it again for each new input shape)."""
-    if "sw" not in _COMPILED_FN:
-        from fastdpot.reference.sliced import sliced_wasserstein
-
-        _COMPILED_FN["sw"] = torch.compile(sliced_wasserstein, dynamic=False)
-    return _COMPILED_FN["sw"]
-
-
-def _dpswd_case(impl, N, d, k, M=None, device="cuda", sketch_bins=None):
-    """DP-SW_2^2 forward + backward (gradient w.r.t. the generated side); ``sketch_bins``: the sketch release of
-    the private side (L bins, σ on each bin sum) instead of the points release."""
-    from fastdpot.sliced import dp_sliced_wasserstein
-
-    m = N if M is None else M
-
-    def setup():
-        x, y, th = _inputs(N, m, d, k, device)
-        return x, y.requires_grad_(True), th
-
-    if impl == COMPILED:
-        forward = _compiled_forward
-    elif impl == "reference" and not sketch_bins:  # the anchor: the torch math with torch's RNG (torch_noise)
-        def forward(state):
-            from fastdpot.reference.sliced import sliced_wasserstein
-
-            x, y, th = state
-            nx, ny = torch_noise(x, y, th.shape[0], 0.5)
-            return sliced_wasserstein(x, y, th, 2, nx, ny)
-    else:
-        def forward(state):
-            x, y, th = state
-            return dp_sliced_wasserstein(y, private=x, noise_std=0.5, p=2, projections=th,
-                                         generator=torch.Generator().manual_seed(1234), secure_mode=False,
-                                         backend=impl,  # replayable noise: a timing, not a release
-                                         **(dict(release="sketch", sketch_bins=sketch_bins) if sketch_bins else {}))
-
-    def backward(state, loss):
-        loss.backward()
-        state[1].grad = None
-
-    return Case(setup=setup, forward=forward, backward=backward, device=device)
-
-
-def _compiled_forward(state):
-    """The ``reference`` anchor with the torch math compiled: the same ``torch_noise``, drawn eagerly outside the
-    compiled graph, then ``compiled_reference_loss()``."""
-    x, y, th = state
-    nx, ny = torch_noise(x, y, th.shape[0], 0.5)
-    return compiled_reference_loss()(x, y, th, 2, nx, ny)
-
-
-def _sketch_case(impl, N, d, k, M=None, device="cuda"):
-    """The DP-SWD loss with the sliced quantile sketch release (L = 10 bins): :func:`_dpswd_case`."""
-    return _dpswd_case(impl, N, d, k, M=M, device=device, sketch_bins=10)
-
-
-CASES = {"flow_step": _flow_case, "dpswd": _dpswd_case, "sketch": _sketch_case}
-
-
-#: largest N at which the flow step's torch reference is timed (None: every N); at N = 1e7 one reference step takes
-#: about 10 s on an H100 (bench/results/), which a short device lease cannot spare on every run
-MAX_REFERENCE_N = [None]
-
-
-def _gpu_impls():
-    """The GPU backends to time: ``cuda`` (where ``fastdpot._C_cuda_flow`` is built and a GPU is visible) and
-    ``triton``."""
-    from fastdpot._cuda_prims import cuda_status
-
-    return (["cuda"] if cuda_status()[0] else []) + ["triton"]
-
-
-def _impls(case, n, compiled=False):
-    """Implementations of ``case`` at N = ``n``; ``compiled``: add the ``reference_compiled`` anchor (DP-SWD)."""
-    gpu = _gpu_impls()
-    if case == "flow_step":
-        ref = MAX_REFERENCE_N[0] is None or n <= MAX_REFERENCE_N[0]
-        return ([i for g in gpu for i in (g, g + "_hist")] + (["reference"] if ref else [])
-                + (["reference_hist"] if n <= 10 ** 6 and ref else []))
-    return gpu + ["reference"] + ([COMPILED] if compiled else [])
-
-
-def _wants_compiled(params, compiled):
-    """Whether the DP-SWD rows at ``params`` include ``reference_compiled`` (``compiled``: all, target, none)."""
-    return compiled == "all" or (compiled == "target" and params == TARGET_DPSWD)
-
-
-def modelled_bytes(case, N, d, k, M=M_PRIVATE, itemsize=4):
-    """Minimal traffic model of the docstring (bytes)."""
-    if case == "flow_step":
-        return itemsize * (N * d + M * d + 2 * N * d + 2 * N * k + 2 * M * k)
-    return itemsize * (2 * N * d + N * d + 2 * 2 * N * k)
 
 
 def _time_case(case: Case, full: bool, use_events: bool, budget_s=2.0, min_rep=5, max_rep=50, compiled=False):
@@ -346,7 +188,7 @@ def _first_line(err):
     return (lines[0] if lines else repr(err))[:300]
 
 
-def api_run(N, d, k, steps, results_path, device, note="", quantiles="exact", num_bins=None):
+def api_run(N, d, k, steps, results_path, device, note="", quantiles="exact", histogram_bins=None):
     """A private DPSWflow-r run through the public API (``DPSlicedWassersteinFlow.run``) on ``device``: N particles
     in d dimensions (CelebA latent shape: d = 48), k directions, ``steps`` steps at (ε, δ) = (10, 1e-5) on a
     synthetic private set of unit-sphere rows (B = 250 per step). Records the wall time per step (host clock with
@@ -357,7 +199,7 @@ def api_run(N, d, k, steps, results_path, device, note="", quantiles="exact", nu
     private = torch.randn(50_000, d, generator=g)
     private /= private.norm(dim=1, keepdim=True)
     flow = DPSlicedWassersteinFlow(N, d, k, step_size=1.0, diffusion=1e-4, target_epsilon=10.0, delta=1e-5,
-                                   batch_size=M_PRIVATE, steps=steps, quantiles=quantiles, histogram_bins=num_bins,
+                                   batch_size=M_PRIVATE, steps=steps, quantiles=quantiles, histogram_bins=histogram_bins,
                                    generator=torch.Generator().manual_seed(1), device=device, backend="auto")
     flow.run(private, steps=1, progress=False)  # warm-up (JIT compilation); accounted like every step
     if device == "cuda":
@@ -433,7 +275,7 @@ def main(argv=None):
     ap.add_argument("--table", default=None, help="also write the markdown table of this run to this file")
     ap.add_argument("--note", default="")
     ap.add_argument("--only", action="append", default=None, metavar="N,d,k",
-                    help="measure only these sizes (repeatable) instead of the issue's list")
+                    help="measure only these sizes (repeatable) instead of the suite's list")
     ap.add_argument("--api-run", default=None, metavar="N,d,k,steps",
                     help="instead of the table: a private flow through the public API at these sizes")
     ap.add_argument("--api-modes", default="exact,histogram",
@@ -484,7 +326,7 @@ def main(argv=None):
             if q not in ("exact", "histogram"):
                 ap.error(f"--api-modes takes exact and/or histogram, got {q!r}")
             api_run(n, d, k, steps, args.results, device, note=args.note, quantiles=q,
-                    num_bins=NUM_BINS if q == "histogram" else None)
+                    histogram_bins=HISTOGRAM_BINS if q == "histogram" else None)
         return 0
     sizes = picked or _sizes(args.quick, args.smoke)
     cases = ["dpswd"] if args.dpswd_only else ["sketch"] if args.sketch_only else list(CASES)

@@ -21,11 +21,11 @@ def profile_mode(n, d, k, quantiles, steps, backend="triton"):
 
     from fastdpot.ops import flow_step
 
-    from .gpu_flow import M_PRIVATE, NUM_BINS, _inputs
+    from .gpu_flow_cases import HISTOGRAM_BINS, M_PRIVATE, _inputs
 
     x, y, th = _inputs(n, M_PRIVATE, d, k, "cuda")
     kw = dict(noise_std=0.5, step_size=1.0, diffusion=1e-3, seed=1234, quantiles=quantiles,
-              histogram_bins=NUM_BINS if quantiles == "histogram" else None, backend=backend)
+              histogram_bins=HISTOGRAM_BINS if quantiles == "histogram" else None, backend=backend)
     for _ in range(2):
         flow_step(x, y, th, **kw)
     torch.cuda.synchronize()
@@ -48,7 +48,7 @@ def sweep_projection(n, d, k):
     from fastdpot.kernels._common import acc_dtype
     from fastdpot.kernels.projection_noise import _project_noise_kernel
 
-    from .gpu_flow import _inputs
+    from .gpu_flow_cases import _inputs
 
     x, _, th = _inputs(n, 2, d, k, "cuda")
     out = torch.empty((k, n), device="cuda")
@@ -102,7 +102,7 @@ def stages(n, d, k, per_row=None):
     from fastdpot.kernels.projection_noise import project_noise
     from fastdpot.kernels.quantile import transport_exact
 
-    from .gpu_flow import M_PRIVATE, NUM_BINS, _inputs
+    from .gpu_flow_cases import HISTOGRAM_BINS, M_PRIVATE, _inputs
 
     torch.backends.cuda.matmul.allow_tf32 = False
     x, y, th = _inputs(n, M_PRIVATE, d, k, "cuda")
@@ -147,10 +147,11 @@ def stages(n, d, k, per_row=None):
     thc = th[:kc].contiguous()
     bench("drift accumulate (cuBLAS addmm, ieee fp32)", lambda: drift.addmm_(coef.t(), thc, alpha=1.0 / k))
     mn, mx = torch.aminmax(src, dim=1)
-    lo, width = histogram.bin_geometry(mn, mx, NUM_BINS)
+    lo, width = histogram.bin_geometry(mn, mx, HISTOGRAM_BINS)
     bench("hist: min/max (torch.aminmax)", lambda: torch.aminmax(src, dim=1))
-    hist = CUB.hist_count(src, lo, width, NUM_BINS)
-    bench(f"hist: count ({NUM_BINS} bins, shared memory)", lambda: CUB.hist_count(src, lo, width, NUM_BINS))
+    hist = CUB.hist_count(src, lo, width, HISTOGRAM_BINS)
+    bench(f"hist: count ({HISTOGRAM_BINS} bins, shared memory)",
+          lambda: CUB.hist_count(src, lo, width, HISTOGRAM_BINS))
     cum = torch.cumsum(hist, dim=1, dtype=torch.int64) - hist
 
     def hcoef():
@@ -161,7 +162,7 @@ def stages(n, d, k, per_row=None):
     est_exact = sum(out[key] for key in ("project + noise (triton)", "CUB sort fwd (float32 keys, int32 idx)",
                                          "transport, scattered (int32 idx)", "drift accumulate (triton, tf32x3)"))
     est_hist = sum(out[key] for key in ("project + noise (triton)", "hist: min/max (torch.aminmax)",
-                                        f"hist: count ({NUM_BINS} bins, shared memory)",
+                                        f"hist: count ({HISTOGRAM_BINS} bins, shared memory)",
                                         "hist: transport (in place, shared tables)",
                                         "drift accumulate (triton, tf32x3)"))
     print(f"  sum of the cuda backend's stages per step: exact {est_exact:.2f} ms, histogram {est_hist:.2f} ms")

@@ -1,4 +1,4 @@
-"""Error of the sort-free histogram step against the exact (sort-based) step, by number of bins (issue 18).
+"""Error of the sort-free histogram step against the exact (sort-based) step, by number of bins.
 
 Both steps are the C++ ``cpu`` backend with the SAME seed, hence the same Philox draws (particle smoothing noise,
 private noise, Brownian term; pinned by tests/ops/test_flow_step_cpu_histogram.py), so every difference is the histogram CDF's.

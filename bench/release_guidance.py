@@ -1,4 +1,4 @@
-"""Which release to use at low dimension: the per-point release against the sketch, at ε = 5 (issue 31's guidance).
+"""Which release to use at low dimension: the per-point release against the sketch, at ε = 5.
 
 Two measurements on synthetic 2-D data (nothing here selects the main job's hyper-parameters):
 

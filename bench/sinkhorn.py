@@ -1,4 +1,4 @@
-"""Cases of the benchmark of the Sinkhorn divergence S_ε, forward + backward w.r.t. both point clouds (issue 6): the
+"""Cases of the benchmark of the Sinkhorn divergence S_ε, forward + backward w.r.t. both point clouds: the
 suite ``sinkhorn`` of ``bench/test_sinkhorn.py`` (pytest-benchmark).
 
 All impls compute the debiased Sinkhorn divergence with p = 2 (cost ½‖x − y‖²), blur = 0.05, scaling = 0.5 in

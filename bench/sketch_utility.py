@@ -1,4 +1,4 @@
-"""Utility of the sketch release vs the per-point release on a synthetic class (issue 16's quick check).
+"""Utility of the sketch release vs the per-point release on a synthetic class (a quick check).
 
 One anisotropic 16-d Gaussian class of 3 000 points (mean of norm 0.6, standard deviations 0.02 .. 0.25 along a
 random orthonormal basis, rows clipped to radius 1 inside the flow), (ε, δ) = (10, 1e-5), T = 300 steps, B = 100,

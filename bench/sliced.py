@@ -1,4 +1,4 @@
-"""Cases of the (DP) sliced Wasserstein loss benchmark, forward + backward (issue 3): the suite ``sliced`` of
+"""Cases of the (DP) sliced Wasserstein loss benchmark, forward + backward: the suite ``sliced`` of
 ``bench/test_sliced.py`` (pytest-benchmark).
 
 impls: ``fastdpot`` (the C++ ``cpu`` backend), ``pot`` (``ot.sliced_wasserstein_distance`` on torch tensors with
@@ -95,8 +95,8 @@ def dp_case(impl, n, m, d, k, p=2, noise_std=0.5):
     return Case(setup=setup, forward=forward, backward=_backward)
 
 
-def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, num_bins=10):
-    """DP-SW_p^p with the private side released as a sliced quantile sketch (L = ``num_bins`` bins, σ on each bin
+def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, sketch_bins=10):
+    """DP-SW_p^p with the private side released as a sliced quantile sketch (L = ``sketch_bins`` bins, σ on each bin
     sum, isotonic fit) and the generated side binned likewise: the fused C++ kernel (``fastdpot``) or the torch
     reference (``reference``)."""
     import torch
@@ -108,7 +108,7 @@ def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, num_bins=10):
         from fastdpot.sliced import dp_sliced_wasserstein
 
         return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
-                                     generator=s["gen"], secure_mode=False, release="sketch", sketch_bins=num_bins,
+                                     generator=s["gen"], secure_mode=False, release="sketch", sketch_bins=sketch_bins,
                                      backend="cpu" if impl == "fastdpot" else "reference")
 
     def setup():

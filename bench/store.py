@@ -1,9 +1,9 @@
 """The stored benchmark results: pytest-benchmark JSON documents in ``bench/results/``.
 
 Every measurement of fastdpot -- the CPU suites run by pytest-benchmark (``bench/test_*.py``), the GPU scripts with
-their CUDA-event timing (``bench.gpu_flow``, ``bench.gpu_sinkhorn``), and the rows measured before the suites moved to
-pytest-benchmark (``legacy-*.json``, converted from the former ``bench/results.jsonl`` with their own machine and
-commit) -- is one entry of a document in pytest-benchmark's ``--benchmark-json`` format:
+their CUDA-event timing (``bench.gpu_flow``, ``bench.gpu_sinkhorn``), and rows measured before the suites moved to
+pytest-benchmark that the renderer still shows (``legacy-*.json``, converted from the former ``bench/results.jsonl``
+with their own machine and commit) -- is one entry of a document in pytest-benchmark's ``--benchmark-json`` format:
 
 * ``machine_info``: pytest-benchmark's fields plus ``cpu_model``, ``cores``, ``threads``, ``gpu``, ``versions``
   (torch, numpy, triton, pykeops, geomloss, POT, fastdpot) and ``load_average_1min`` at the start of the run;

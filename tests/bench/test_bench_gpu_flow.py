@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from bench import gpu_flow, store
+from bench import gpu_flow, gpu_flow_cases, store
 
 
 def _compile_works():
@@ -92,7 +92,7 @@ def test_compile_failure_is_an_error_row(tmp_path, monkeypatch):
             raise AssertionError("Inductor: no working C++ compiler")  # not a RuntimeError: caught all the same
         return fn
 
-    monkeypatch.setattr(gpu_flow, "compiled_reference_loss", broken)
+    monkeypatch.setattr(gpu_flow_cases, "compiled_reference_loss", broken)  # the case calls it
     results = tmp_path / "r.json"
     assert gpu_flow.main(["--smoke", "--dpswd-only", "64,4,8", "--results", str(results)]) == 0
     rows = {r["impl"]: r for r in store.load_rows([str(results)])}
