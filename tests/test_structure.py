@@ -1,6 +1,7 @@
 """The package's structure, checked statically: no import cycle, no arrow from the library into the application
 package (:mod:`fastdpot.experiments`; its command-line entry point ``fastdpot.__main__`` aside), no source file over
-600 lines, and a documentation folder of at most 1 MB (run artefacts live outside ``docs/``).
+500 lines (the Python of ``fastdpot/``, ``kernels/`` and ``bench/``, the C++ and CUDA of ``csrc/``), and a
+documentation folder of at most 1 MB (run artefacts live outside ``docs/``).
 
 The import graph reads module-level and function-level imports from the source (nothing is imported): an arrow
 m -> t for every ``import`` / ``from ... import`` in m that names a module t of the package (the longest existing
@@ -233,9 +234,39 @@ def test_the_check_follows_every_form_of_dynamic_import(tmp_path):
     assert edges["fastdpot.kernels.k"] == {"fastdpot.kernels._common"}
 
 
-def test_no_module_over_600_lines():
-    long = {m: n for m, p in _modules().items() if (n := sum(1 for _ in open(p))) > 600}
-    assert long == {}
+MAX_LINES = 500
+#: folder -> file endings whose files are held to MAX_LINES
+SIZED = {"fastdpot": (".py",), "kernels": (".py",), "bench": (".py",), "csrc": (".cpp", ".h", ".cu", ".cuh")}
+
+
+def _sized_files(root=ROOT):
+    for folder, endings in SIZED.items():
+        for dirpath, _, files in os.walk(os.path.join(root, folder)):
+            for f in files:
+                if f.endswith(endings):
+                    yield os.path.relpath(os.path.join(dirpath, f), root)
+
+
+def _too_long(root=ROOT):
+    out = {}
+    for rel in _sized_files(root):
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        if n > MAX_LINES:
+            out[rel] = n
+    return out
+
+
+def test_no_source_file_over_500_lines():
+    assert _too_long() == {}
+
+
+def test_the_line_check_sees_every_kind_of_source(tmp_path):
+    files = {"fastdpot/a.py": 501, "fastdpot/b.py": 500, "kernels/k.py": 600, "bench/g.py": 501, "bench/r.json": 900,
+             "csrc/x.cpp": 501, "csrc/x.h": 501, "csrc/cuda/y.cu": 501, "csrc/z.txt": 900, "tests/t.py": 900}
+    _plant(tmp_path, {rel: "\n" * n for rel, n in files.items()})
+    want = ("fastdpot/a.py", "kernels/k.py", "bench/g.py", "csrc/x.cpp", "csrc/x.h", "csrc/cuda/y.cu")
+    assert _too_long(str(tmp_path)) == {os.path.join(*r.split("/")): files[r] for r in want}
 
 
 def test_docs_folder_is_at_most_1_mb():
