@@ -177,7 +177,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
     def _step_needs(self, config: FlowConfig):
         """The features of op ``flow_step`` that this flow's steps need (:func:`fastdpot.ops.step_needs`): a table
         target with ``release="sketch"``."""
-        return step_needs(config.quantiles, table=config.release == "sketch")
+        return step_needs(table=config.release == "sketch", **config.step_kwargs())
 
     def _setup(self, config: FlowConfig, *, init, init_scale, generator, device, backend, secure_mode):
         from .._dispatch import BACKENDS, require

@@ -125,7 +125,7 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
 
     def _step_needs(self, config):
         """A sharded step: a :class:`fastdpot.ops.Shard`, and a table target (the broadcast release)."""
-        return step_needs(config.quantiles, table=True, shard=True)
+        return step_needs(table=True, shard=True, **config.step_kwargs())
 
     def _setup(self, config, **kw):
         c = config

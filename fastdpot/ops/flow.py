@@ -1,9 +1,10 @@
 """Op ``flow_step``: one Euler--Maruyama step of the DP sliced-Wasserstein particle flow (Sebag et al., TMLR).
 
 This module owns the op: the validated public function :func:`flow_step` (exported as ``fastdpot.ops.flow_step``),
-the :class:`Shard` a sharded step runs on (``fastdpot.ops.Shard``), and the op's dispatch rows (:mod:`fastdpot._dispatch`). Backends (the contract: ``fn(particles, private,
-projections, *, noise_std, step_size, diffusion, seed, quantiles, num_quantiles, histogram_bins, return_noise,
-sketch, shard)``, returning ``(new, drift, noise)``):
+the :class:`Shard` a sharded step runs on (``fastdpot.ops.Shard``), the op's optional features (:func:`step_needs`)
+and its dispatch rows (:mod:`fastdpot._dispatch`). Backends (the contract: ``fn(particles, private, projections, *,
+noise_std, step_size, diffusion, seed, quantiles, num_quantiles, histogram_bins, return_noise, sketch, shard)``,
+returning ``(new, drift, noise)``):
 
 * ``reference`` (any device; features ``shard``, sketch in every mode): :func:`fastdpot.reference.flow.flow_step`
   with the keyed draws of :mod:`fastdpot.reference.philox`, the streams of the C++ kernels (below);
@@ -56,7 +57,8 @@ describe_features("flow_step", {
 })
 
 
-def step_needs(quantiles: str, *, table: bool = False, shard: bool = False) -> Tuple[str, ...]:
+def step_needs(*, quantiles: str = "exact", table: bool = False, shard: bool = False,
+               **step_keywords) -> Tuple[str, ...]:
     """The optional features of op ``flow_step`` that a step needs (what :func:`fastdpot._dispatch.dispatch` and
     :func:`fastdpot._dispatch.require` match against each row's ``features``): ``"shard"`` for a sharded step, and
     ``"sketch:<quantiles>"`` for a quantile-table target outside exact mode (every row takes one in exact mode).
@@ -65,6 +67,8 @@ def step_needs(quantiles: str, *, table: bool = False, shard: bool = False) -> T
         quantiles: one of :data:`QUANTILE_MODES`.
         table: the target is a quantile table (``sketch=(table, levels)``), not private rows.
         shard: the step runs on one process's rows of sharded particles (a :class:`Shard`).
+        **step_keywords: the step's other keywords (a flow passes its ``config.step_kwargs()``); none of today's
+            needs a feature.
 
     Returns a tuple of feature names (empty: every row can run the step).
     """
@@ -325,7 +329,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     check_nonnegative(noise_std, "noise_std")
     check_positive(step_size, "step_size")
     check_nonnegative(diffusion, "diffusion")
-    needs = step_needs(quantiles, table=sketch is not None, shard=shard is not None)
+    needs = step_needs(quantiles=quantiles, table=sketch is not None, shard=shard is not None)
     _, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0],
                      needs=needs)
     return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),

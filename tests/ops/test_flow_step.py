@@ -184,8 +184,8 @@ def test_a_flow_asks_the_dispatch_table_what_a_row_supports():
     # the rows declare their features; require() is the call's own check, made before any call (a flow's __init__)
     from fastdpot._dispatch import MissingFeatureError, require
 
-    needs = F.step_needs("histogram", table=True, shard=True)
-    assert needs == ("shard", "sketch:histogram") and F.step_needs("exact", table=True) == ()
+    needs = F.step_needs(quantiles="histogram", table=True, shard=True, histogram_bins=8, step_size=0.5)
+    assert needs == ("shard", "sketch:histogram") and F.step_needs(quantiles="exact", table=True) == ()
     for backend in ("auto", "reference", "cpu", "keops"):  # keops: not a row of flow_step, refused by dispatch
         require("flow_step", backend, needs)
     with pytest.raises(MissingFeatureError, match=r"takes no shard.*quantiles='histogram'.*\['cpu', 'reference'\]") as err:
