@@ -1,7 +1,7 @@
-"""``python -m fastdpot flow ...`` and the ``fastdpot`` console script (the main job: :mod:`fastdpot.experiments.cli`)."""
+"""``python -m fastdpot flow ...`` and the ``fastdpot`` console script (the main job: :mod:`fastdpot.experiments.mainjob.cli`)."""
 import sys
 
-from .experiments.cli import main as _main
+from .experiments.mainjob.cli import main as _main
 
 
 def main() -> None:

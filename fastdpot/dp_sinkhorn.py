@@ -4,8 +4,8 @@ whose only contact with private data is a sanitised gradient w.r.t. the generate
 The caller brings the class-conditional generator, as Opacus' ``make_private`` takes the caller's model: an
 ``nn.Module`` called as ``model(z, labels)`` with z (n, latent_dim) and integer labels (n,) in [0, num_classes),
 returning (n, D) or (n, C, H, W) images with D = C·H·W pixels, and integer attributes ``latent_dim`` and
-``num_classes`` (:class:`fastdpot.experiments.dp_sinkhorn.ConditionalDCGANGenerator` is the paper's;
-``python -m fastdpot.experiments.dp_sinkhorn`` runs it on Fashion-MNIST). :func:`train_dp_sinkhorn` trains it in
+``num_classes`` (:class:`fastdpot.experiments.papers.dp_sinkhorn.ConditionalDCGANGenerator` is the paper's;
+``python -m fastdpot.experiments.papers.dp_sinkhorn`` runs it on Fashion-MNIST). :func:`train_dp_sinkhorn` trains it in
 place; its initial weights are the caller's.
 
 Privacy argument, as enforced by :func:`train_dp_sinkhorn`:
@@ -45,7 +45,7 @@ from torch import nn
 
 from ._validate import (check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive,
                         check_probability, check_seed, check_tensor)
-from .dpswgen import _check_model, _check_output, _model_dtype_device
+from .generators import check_generator_model, check_generator_output, model_dtype_device
 from .privacy import BudgetExceededError, PoissonSampler, PrivacyBudget, PrivacyLedger
 from .privacy.accounting import ACCOUNTANTS
 from .privacy.randomness import PrivacyRandomness, privacy_randomness
@@ -317,8 +317,8 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, model: nn.Modu
     check_tensor(images, "images")
     if images.dim() not in (2, 4):
         raise ValueError(f"images must be (n, D) or (n, C, H, W), got shape {tuple(images.shape)}")
-    _check_model(model, "model", ("latent_dim", "num_classes"))
-    dtype, dev = _model_dtype_device(model)
+    check_generator_model(model, "model", ("latent_dim", "num_classes"))
+    dtype, dev = model_dtype_device(model)
     x = images.reshape(images.shape[0], -1).to(device=dev, dtype=dtype)
     if float(x.min()) < 0 or float(x.max()) > 1:
         raise ValueError(f"images must lie in [0, 1], got range [{float(x.min())}, {float(x.max())}]")
@@ -334,7 +334,7 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, model: nn.Modu
     labels = labels.to(dev)
     if not isinstance(progress, bool):
         raise ValueError(f"progress must be a bool, got {progress!r}")
-    _check_output(model, (torch.zeros(2, model.latent_dim, dtype=dtype, device=dev),
+    check_generator_output(model, (torch.zeros(2, model.latent_dim, dtype=dtype, device=dev),
                           torch.zeros(2, dtype=torch.long, device=dev)), (D,), "model",
                   "(B, latent_dim) latents and (B,) labels", flat=True)
     q = check_probability(cfg.expected_batch_size / n, "expected_batch_size / n")

@@ -3,7 +3,7 @@ Rakotomamonjy & Ralaivola, ICML 2021).
 
 The caller brings the generator, as Opacus' ``make_private`` takes the caller's model: any ``nn.Module`` with an
 integer ``latent_dim`` attribute that maps (B, latent_dim) latents to B rows of the private data's shape
-(:mod:`fastdpot.experiments.dpswgen` has the MLP of Sebag et al. and a small convolutional one).
+(:mod:`fastdpot.experiments.papers.dpswgen` has the MLP of Sebag et al. and a small convolutional one).
 :func:`train_dpswgen` trains it in place and returns it in a :class:`DPSWgenResult` with the ε spent.
 
 Each training step releases ``X_b Θᵀ + V`` for a fresh batch X_b of B private rows, drawn uniformly without
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import torch
 from torch import nn
@@ -28,57 +28,10 @@ from ._validate import (check_choice, check_delta, check_epsilon, check_generato
                         check_tensor, resolve_alias)
 from .privacy.accounting import ACCOUNTANTS
 from .privacy.sensitivity import BOUNDS
-from .sliced import _check_release, dp_sliced_wasserstein, dp_sliced_wasserstein_noise_std
+from .generators import check_generator_model, check_generator_output, model_dtype_device
+from .sliced import check_release, dp_sliced_wasserstein, dp_sliced_wasserstein_noise_std
 
 __all__ = ["DPSWgenResult", "train_dpswgen"]
-
-
-def _check_model(model, name: str = "model", attrs: Sequence[str] = ("latent_dim",), *,
-                 dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None) -> nn.Module:
-    """Refuse a generator module the trainers cannot train: not an ``nn.Module``, an integer attribute of ``attrs``
-    missing or < 1, no trainable parameter, floating parameters of another dtype or on another device than the data.
-
-    Raises:
-        TypeError: ``model`` is not an ``nn.Module``. ValueError: the rest, naming the attribute or the fix.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"{name} must be a torch.nn.Module (the generator to train), got {type(model).__name__}")
-    for attr in attrs:
-        if not hasattr(model, attr):
-            raise ValueError(f"{name} must have an integer attribute {attr!r} (the trainers read it), "
-                             f"{type(model).__name__} has none")
-        check_int(getattr(model, attr), f"{name}.{attr}")
-    params = [q for q in model.parameters() if q.requires_grad]
-    if not params:
-        raise ValueError(f"{name} has no trainable parameter (requires_grad=True): nothing to train")
-    for q in params:
-        if dtype is not None and q.is_floating_point() and q.dtype != dtype:
-            raise ValueError(f"{name}'s parameters are {q.dtype} but the data are {dtype}; convert one of them "
-                             f"(e.g. {name}.to({dtype}))")
-        if device is not None and q.device != device:
-            raise ValueError(f"{name}'s parameters are on {q.device} but the data are on {device}; move one of "
-                             f"them (e.g. {name}.to({str(device)!r}))")
-    return model
-
-
-def _check_output(model: nn.Module, inputs: Sequence[torch.Tensor], row_shape: Sequence[int], name: str,
-                  what: str, *, flat: bool = False) -> None:
-    """Run ``model(*inputs)`` once (eval mode, no grad, training mode restored) and refuse an output that is not
-    (len(inputs[0]), *row_shape) (``flat``: whose rows, flattened, are not). ``inputs`` hold no random draw: the
-    check changes no generator's state."""
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = model(*inputs)
-    finally:
-        model.train(was)
-    want = (inputs[0].shape[0],) + tuple(row_shape)
-    if isinstance(out, torch.Tensor) and flat and out.dim() >= 1:
-        out = out.reshape(out.shape[0], -1)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"{name} must map {what} to rows of shape {want}, got {got}")
 
 
 def _latents(num: int, latent_dim: int, generator: Optional[torch.Generator], dtype: torch.dtype,
@@ -87,11 +40,6 @@ def _latents(num: int, latent_dim: int, generator: Optional[torch.Generator], dt
     to ``device``: a CPU generator gives the same latents for a CPU or a CUDA model."""
     src = generator.device if generator is not None else None
     return torch.randn(num, latent_dim, generator=generator, dtype=dtype, device=src).to(device)
-
-
-def _model_dtype_device(model: nn.Module):
-    q = next(model.parameters())
-    return (q.dtype if q.is_floating_point() else torch.get_default_dtype()), q.device
 
 
 @dataclass
@@ -121,7 +69,7 @@ class DPSWgenResult:
         Shape: -> (num_samples, *row shape of the training data), on the generator module's device.
         """
         g = self.generator
-        dtype, device = _model_dtype_device(g)
+        dtype, device = model_dtype_device(g)
         was = g.training
         g.eval()
         try:
@@ -217,7 +165,7 @@ def train_dpswgen(private_data: torch.Tensor, model: nn.Module, epsilon: Optiona
     check_tensor(private_data, "private_data", dtypes=(torch.float32, torch.float64))
     if private_data.dim() < 2:
         raise ValueError(f"private_data must be (n, d) or (n, *row_shape), got shape {tuple(private_data.shape)}")
-    _check_model(model, "model", ("latent_dim",), dtype=private_data.dtype, device=private_data.device)
+    check_generator_model(model, "model", ("latent_dim",), dtype=private_data.dtype, device=private_data.device)
     eps_name = "epsilon" if target_epsilon is None else "target_epsilon"  # errors name what the caller passed
     delta_name = "delta" if target_delta is None else "target_delta"
     epsilon = resolve_alias(epsilon, target_epsilon, "epsilon", "target_epsilon")
@@ -260,14 +208,14 @@ def train_dpswgen(private_data: torch.Tensor, model: nn.Module, epsilon: Optiona
     for flag, value in (("secure_mode", secure_mode), ("progress", progress)):
         if not isinstance(value, bool):
             raise ValueError(f"{flag} must be a bool, got {value!r}")
-    _check_release(release, sketch_bins)
+    check_release(release, sketch_bins)
     if sketch_bins is not None and sketch_bins > B:
         raise ValueError(f"sketch_bins must be at most batch_size={B}, got {sketch_bins}")
     if release == "points" and backend != "auto":
         from .ops.sliced_wasserstein import select_backend
 
         select_backend(B, B, private_data.device.type, backend)  # BackendUnavailableError now, not at step 1
-    _check_output(model, (torch.zeros(2, model.latent_dim, dtype=private_data.dtype, device=private_data.device),),
+    check_generator_output(model, (torch.zeros(2, model.latent_dim, dtype=private_data.dtype, device=private_data.device),),
                   private_data.shape[1:], "model", "(B, latent_dim) latents")
     flat = private_data.reshape(n, -1)
     d = flat.shape[1]

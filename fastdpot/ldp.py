@@ -10,7 +10,7 @@ noisy Q_Y instead. The guarantee is (ε, δ)-LDP for every user, independent of 
 :func:`train_generator` trains the caller's generator module on the privatised rows with one of :data:`LOSSES`,
 full batch or in minibatches (``data_batch``: a fresh shuffle per epoch), since every Sinkhorn engine here is
 quadratic in the batch. The paper's 2-D half-circle experiment (data, generator, exact W₂, command line) is
-:mod:`fastdpot.experiments.ldp`.
+:mod:`fastdpot.experiments.papers.ldp`.
 
 References:
     D. Reshetova, W.-N. Chen, A. Özgür, "Training generative models from privatized data via entropic optimal
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ._validate import check_choice, check_int, check_positive, check_probability, check_seed, check_tensor
-from .dpswgen import _check_model, _check_output, _model_dtype_device
+from .generators import check_generator_model, check_generator_output, model_dtype_device
 from .sinkhorn import (SINKHORN_BACKENDS, entropic_regularization_for_noise, entropic_wasserstein, sinkhorn,
                        squared_euclidean)
 
@@ -67,7 +67,7 @@ def train_generator(model: nn.Module, data: torch.Tensor, sigma: float, loss: st
     Args:
         model: the generator, an ``nn.Module`` with an integer attribute ``latent_dim`` mapping (m, latent_dim)
             standard-normal latents to (m, d) points (e.g.
-            :class:`fastdpot.experiments.ldp.MLPGenerator2D`); its initial weights are the caller's.
+            :class:`fastdpot.experiments.papers.ldp.MLPGenerator2D`); its initial weights are the caller's.
         data: (n, d) privatised rows.
         sigma: σ > 0, the local mechanism's noise standard deviation per coordinate (sets λ = 2σ²).
         loss: one of :data:`LOSSES`.
@@ -96,8 +96,8 @@ def train_generator(model: nn.Module, data: torch.Tensor, sigma: float, loss: st
     """
     check_choice(loss, "loss", LOSSES)
     sigma = check_positive(sigma, "sigma")
-    _check_model(model, "model", ("latent_dim",))
-    dtype, dev = _model_dtype_device(model)
+    check_generator_model(model, "model", ("latent_dim",))
+    dtype, dev = model_dtype_device(model)
     check_tensor(data, "data", ndim=2)
     steps = check_int(steps, "steps")
     lr = check_positive(lr, "lr")
@@ -116,7 +116,7 @@ def train_generator(model: nn.Module, data: torch.Tensor, sigma: float, loss: st
         time_budget_s = check_positive(time_budget_s, "time_budget_s")
     if info is not None and not isinstance(info, dict):
         raise ValueError(f"info must be a dict or None, got {type(info).__name__}")
-    _check_output(model, (torch.zeros(2, model.latent_dim, dtype=dtype, device=dev),), (data.shape[1],), "model",
+    check_generator_output(model, (torch.zeros(2, model.latent_dim, dtype=dtype, device=dev),), (data.shape[1],), "model",
                   "(m, latent_dim) latents")
     g = torch.Generator().manual_seed(seed)
     data = data.to(device=dev, dtype=dtype)

@@ -1,6 +1,6 @@
 """Compare auto-encoder architectures on PUBLIC data only (docs/mainjob/tuning.md, "The auto-encoder").
 
-Splits the real run's public half as the tuning protocol does (fastdpot.mainjob.tuning.tuning_split, seed 0), trains
+Splits the real run's public half as the tuning protocol does (fastdpot.experiments.mainjob.tuning.tuning_split, seed 0), trains
 each architecture on the stand-in public part (cached like the main job's auto-encoders) and scores its
 reconstructions of 1 000 held-out public images: mean squared error and FID against 1 000 other held-out images
 (biased upwards at this size; compare rows of one run only). Reads neither the private half nor the test set.
@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from fastdpot.mainjob.autoencoder import AutoEncoderConfig, decode, encode, train_autoencoder
-from fastdpot.mainjob.config import PipelineConfig
-from fastdpot.mainjob.data.datasets import to_float
-from fastdpot.mainjob.metrics import fid
-from fastdpot.mainjob.stages import stage_data
-from fastdpot.mainjob.tuning import tuning_split
+from fastdpot.experiments.data import to_float
+from fastdpot.experiments.mainjob import MainJobConfig
+from fastdpot.experiments.mainjob.autoencoder import AutoEncoderConfig, decode, encode, train_autoencoder
+from fastdpot.experiments.mainjob.protocols import load_data
+from fastdpot.experiments.mainjob.tuning import tuning_split
+from fastdpot.experiments.metrics import fid
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--n", type=int, default=1000, help="held-out images reconstructed (and as many as reference)")
     args = ap.parse_args()
-    data = stage_data(PipelineConfig().resolved())
+    data = load_data(MainJobConfig().resolved())
     split = tuning_split(data["public"], args.split_seed)
     del data  # the private half and the test set go no further
     train, held = split["public"].images, split["test"].images

@@ -1,9 +1,9 @@
 """The evaluation CNN's own spread, on PUBLIC data only (docs/mainjob/tuning.md, "Classifiers").
 
-Splits the real run's public half as the tuning protocol does (fastdpot.mainjob.tuning.tuning_split, seed 0), takes
+Splits the real run's public half as the tuning protocol does (fastdpot.experiments.mainjob.tuning.tuning_split, seed 0), takes
 the main job's auto-encoder of the stand-in public part (cached), decodes the stand-in public part's own latents (the
 public-only baseline's images: the best any sampler in this latent space can give the classifier) and trains the
-CNN of fastdpot.mainjob.metrics.cnn_accuracy on them with several training seeds, epochs and learning-rate schedules,
+CNN of fastdpot.experiments.metrics.cnn_accuracy on them with several training seeds, epochs and learning-rate schedules,
 scoring each on the held-out part. Reads neither the private half nor the test set. One JSON row per training run.
 
     python scripts/cnn_public_probe.py --epochs 5 10 --schedule constant cosine --seeds 0 1 2
@@ -15,12 +15,12 @@ import itertools
 import json
 import time
 
-from fastdpot.mainjob.autoencoder import decode
-from fastdpot.mainjob.config import PipelineConfig
-from fastdpot.mainjob.data.datasets import to_float
-from fastdpot.mainjob.metrics import CNN_ARCHS, cnn_accuracy
-from fastdpot.mainjob.stages import stage_autoencoder, stage_data
-from fastdpot.mainjob.tuning import tuning_split
+from fastdpot.experiments.data import to_float
+from fastdpot.experiments.mainjob import MainJobConfig
+from fastdpot.experiments.mainjob.autoencoder import decode
+from fastdpot.experiments.mainjob.protocols import load_data, stage_representation
+from fastdpot.experiments.mainjob.tuning import tuning_split
+from fastdpot.experiments.metrics import CNN_ARCHS, cnn_accuracy
 
 
 def main() -> None:
@@ -32,10 +32,10 @@ def main() -> None:
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--ae-width", type=int, default=None)
     args = ap.parse_args()
-    cfg = PipelineConfig(method="public", ae_width=args.ae_width).resolved()
-    split = tuning_split(stage_data(cfg)["public"], args.split_seed)  # the private half and test set go no further
-    ae = stage_autoencoder(cfg, split, progress=False)
-    images = decode(ae["model"], ae["public_latents"])
+    cfg = MainJobConfig().with_settings(method="public", ae_width=args.ae_width).resolved()
+    split = tuning_split(load_data(cfg)["public"], args.split_seed)  # the private half and test set go no further
+    ae = stage_representation(cfg, split, progress=False)
+    images = decode(ae["model"], ae["public_codes"])
     held = split["test"]
     for arch, epochs, schedule, seed in itertools.product(args.arch, args.epochs, args.schedule, args.seeds):
         t0 = time.perf_counter()

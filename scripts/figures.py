@@ -6,10 +6,10 @@
 1. ``flow_strip.png``: a private 2-D DP sliced-Wasserstein flow (ε = 10) as strips of frames, per-point release
    vs the sliced quantile sketch (:class:`fastdpot.DPSlicedWassersteinFlow`).
 2. ``dpswgen_curve.png``: the DP sliced-Wasserstein loss of a DPSWgen generator along its private training
-   (:func:`fastdpot.dpswgen.train_dpswgen` on :class:`fastdpot.experiments.dpswgen.MLPGenerator`).
+   (:func:`fastdpot.dpswgen.train_dpswgen` on :class:`fastdpot.experiments.papers.dpswgen.MLPGenerator`).
 3. ``ldp_half_circle.png``: clean points on a half circle, their locally privatised release (Gaussian local
    mechanism, ε = 5), and samples of a generator trained on the release with the entropic loss W_{2,2σ²}
-   (:func:`fastdpot.ldp.train_generator` on :class:`fastdpot.experiments.ldp.MLPGenerator2D`).
+   (:func:`fastdpot.ldp.train_generator` on :class:`fastdpot.experiments.papers.ldp.MLPGenerator2D`).
 
 Public draws (data, initial particles and weights, latents) are seeded; every privacy draw (batches, directions,
 mechanism noise) is secret operating-system randomness, so two runs give figures that differ in their noise only.
@@ -30,8 +30,8 @@ import torch  # noqa: E402
 
 import fastdpot  # noqa: E402
 from fastdpot.dpswgen import train_dpswgen  # noqa: E402
-from fastdpot.experiments.dpswgen import MLPGenerator  # noqa: E402
-from fastdpot.experiments.ldp import MLPGenerator2D, half_circle  # noqa: E402
+from fastdpot.experiments.papers.dpswgen import MLPGenerator  # noqa: E402
+from fastdpot.experiments.papers.ldp import MLPGenerator2D, half_circle  # noqa: E402
 from fastdpot.ldp import train_generator  # noqa: E402
 from fastdpot.privacy import gaussian_local_mechanism  # noqa: E402
 

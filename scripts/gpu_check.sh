@@ -97,7 +97,7 @@ step stages-1e6-segmented 40 python -m bench.gpu_profile --stages --size 1000000
 step stages-1e6-per-row 40 python -m bench.gpu_profile --stages --size 1000000,48,128 --per-row yes
 step softmin-lse 40 python -m bench.gpu_profile --lse 10000
 step sweep-projection 45 python -m bench.gpu_profile --sweep --size 10000000,48,48
-[ "$QUICK" = 1 ] || step ldp-400k 60 python -m fastdpot.experiments.ldp --points 400000 --data-batch 2048 --steps 300 \
+[ "$QUICK" = 1 ] || step ldp-400k 60 python -m fastdpot.experiments.papers.ldp --points 400000 --data-batch 2048 --steps 300 \
     --eval-points 2000 --replayable-noise --device cuda --backend tensorized --time-budget-s 30 \
     --out "$OUTDIR/ldp_400k.json"
 

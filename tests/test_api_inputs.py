@@ -254,7 +254,7 @@ def test_dpswgen_shows_progress(monkeypatch):
 
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stderr", buf)
-    from fastdpot.experiments.dpswgen import MLPGenerator
+    from fastdpot.experiments.papers.dpswgen import MLPGenerator
 
     data = torch.randn(30, 2, generator=torch.Generator().manual_seed(6))
     train_dpswgen(data, MLPGenerator(4, 2), math.inf, 1e-5, steps=3, batch_size=10, num_projections=4,
@@ -317,7 +317,7 @@ def test_env_report_has_no_keops_cuda_notice_on_a_cpu_machine():
 def test_cli_flow_help_gives_every_option_one_help_text_and_one_default():
     import argparse
 
-    from fastdpot.experiments.cli import build_parser
+    from fastdpot.experiments.mainjob.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["flow"]
@@ -337,10 +337,15 @@ def _public_members_without_docstring():
 
     modules = ["fastdpot", "fastdpot.sliced", "fastdpot.sinkhorn", "fastdpot.flows", "fastdpot.privacy",
                "fastdpot.dpswgen", "fastdpot.dp_sinkhorn", "fastdpot.ldp", "fastdpot.audit", "fastdpot.ops",
-               "fastdpot.experiments.dpswgen", "fastdpot.experiments.dp_sinkhorn", "fastdpot.experiments.ldp",
-               "fastdpot.experiments.baselines", "fastdpot.experiments.autoencoder", "fastdpot.experiments.tuning",
-               "fastdpot.experiments.pipeline", "fastdpot.experiments.metrics", "fastdpot.experiments.data",
-               "fastdpot.experiments.cli", "fastdpot.experiments.distributed_stage"]
+               "fastdpot.experiments.papers.dpswgen", "fastdpot.experiments.papers.dp_sinkhorn", "fastdpot.experiments.papers.ldp",
+               "fastdpot.experiments.mainjob", "fastdpot.experiments.mainjob.autoencoder",
+               "fastdpot.experiments.mainjob.tuning", "fastdpot.experiments.mainjob.pipeline",
+               "fastdpot.experiments.mainjob.config", "fastdpot.experiments.mainjob.generation",
+               "fastdpot.experiments.mainjob.protocols", "fastdpot.experiments.mainjob.evaluation",
+               "fastdpot.experiments.mainjob.report", "fastdpot.experiments.mainjob.codes",
+               "fastdpot.experiments.mainjob.representation", "fastdpot.experiments.metrics",
+               "fastdpot.experiments.data", "fastdpot.experiments.mainjob.cli", "fastdpot.experiments.mainjob.distributed",
+               "fastdpot.privacy.moments", "fastdpot.flows.allocation", "fastdpot.generators"]
     seen, missing = set(), []
     for name in modules:
         mod = importlib.import_module(name)
@@ -401,7 +406,7 @@ def test_noise_std_accepts_opacus_names_and_names_what_the_caller_passed():
 def test_opacus_aliases_in_the_trainers_and_the_loss_module():
     from fastdpot.dp_sinkhorn import DPSinkhornConfig
     from fastdpot.dpswgen import train_dpswgen
-    from fastdpot.experiments.dpswgen import MLPGenerator
+    from fastdpot.experiments.papers.dpswgen import MLPGenerator
 
     cfg = DPSinkhornConfig(max_grad_norm=1.5, target_delta=1e-6)
     assert cfg.clip_radius == 1.5 and cfg.delta == 1e-6 and cfg.max_grad_norm is None
@@ -425,7 +430,7 @@ def test_opacus_aliases_in_the_trainers_and_the_loss_module():
 def test_train_dpswgen_errors_name_the_budget_argument_the_caller_used():
     from fastdpot.dpswgen import train_dpswgen
 
-    from fastdpot.experiments.dpswgen import MLPGenerator
+    from fastdpot.experiments.papers.dpswgen import MLPGenerator
 
     x = torch.randn(40, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     m = MLPGenerator(2, 3).double()

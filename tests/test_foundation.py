@@ -225,7 +225,7 @@ def test_the_top_level_namespace_is_the_public_api():
     public = set(out.stdout.split())
     submodules = {"sliced", "flows", "privacy", "sinkhorn", "ops", "reference"}
     assert public - set(fastdpot.__all__) <= submodules, sorted(public - set(fastdpot.__all__) - submodules)
-    for internal in ("dispatch", "pipeline", "cli", "data", "mainjob", "PipelineConfig", "run_pipeline"):
+    for internal in ("dispatch", "pipeline", "cli", "data", "mainjob", "MainJobConfig", "run_pipeline"):
         assert internal not in fastdpot.__all__ and not hasattr(fastdpot, internal), internal
 
 

@@ -158,7 +158,8 @@ def class_gaussians(counts: torch.Tensor, sums: torch.Tensor, second: torch.Tens
 def dp_class_gaussians(latents: torch.Tensor, labels: torch.Tensor, epsilon: float, delta: float,
                        clip_radius: float = 1.0, normalize: bool = True, centers: Optional[torch.Tensor] = None,
                        num_classes: Optional[int] = None, generator: Optional[torch.Generator] = None,
-                       return_noise: bool = False, *, secure_mode: bool = True) -> Dict[str, torch.Tensor]:
+                       return_noise: bool = False, *, secure_mode: bool = True,
+                       noise_scale: float = 1.0) -> Dict[str, torch.Tensor]:
     r"""(ε, δ)-DP per-class mean and covariance of private rows, LABELS PUBLIC: the Gaussian mechanism on
     (Σ x, Σ x xᵀ) of each class.
 
@@ -181,6 +182,9 @@ def dp_class_gaussians(latents: torch.Tensor, labels: torch.Tensor, epsilon: flo
         generator: torch.Generator of the noise, used only with ``secure_mode=False`` (replayable, no guarantee
             against whoever holds its seed); by default secret operating-system randomness, float64 either way.
         return_noise: also return the noise draws ``noise_sum`` (C, d) and ``noise_second`` (C, d, d).
+        noise_scale: s >= 1 multiplies σ. S releases of the same statistics, each at σ·√S, are together one release
+            at σ (their mean is sufficient, the rest is independent of the data): pass s = √S to publish S of them
+            within (ε, δ).
 
     Returns:
         dict with ``means`` (C, d) and ``covs`` (C, d, d) float64, ``counts`` (C,), ``noise_std`` σ (0 at ε = ∞),
@@ -218,7 +222,9 @@ def dp_class_gaussians(latents: torch.Tensor, labels: torch.Tensor, epsilon: flo
     d = latents.shape[1]
     sums, second = _class_sums(_bounded_rows(latents, labels, clip_radius, normalize, centers), labels, C)
     delta_f = moments_sensitivity(clip_radius)
-    sigma = 0.0 if math.isinf(eps) else gaussian_mechanism_sigma(eps, delta, delta_f)
+    if not check_positive(noise_scale, "noise_scale") >= 1.0:
+        raise ValueError(f"noise_scale must be >= 1 (less noise than (ε, δ) needs), got {noise_scale!r}")
+    sigma = 0.0 if math.isinf(eps) else gaussian_mechanism_sigma(eps, delta, delta_f) * noise_scale
     nv = rng.normal((C, d)) * sigma
     nw = rng.normal((C, d, d)) * sigma
     m, cov = class_gaussians(counts, sums + nv, second + nw)

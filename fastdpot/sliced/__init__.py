@@ -18,7 +18,5 @@ from .functional import (DEFAULT_NUM_PROJECTIONS, DIRECTIONS, RELEASES, _private
                          _seed_generator, check_release, dp_sliced_wasserstein, sliced_wasserstein)
 from .modules import DPSlicedWassersteinLoss, SlicedWassersteinLoss, dp_sliced_wasserstein_noise_std
 
-_check_release = check_release  # the name fastdpot.dpswgen imports
-
 __all__ = ["sliced_wasserstein", "dp_sliced_wasserstein", "SlicedWassersteinLoss", "DPSlicedWassersteinLoss",
            "dp_sliced_wasserstein_noise_std", "random_projections", "DEFAULT_NUM_PROJECTIONS"]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fastdpot.experiments.autoencoder import (AutoEncoderConfig, BatchNormConvAutoEncoder, ConvAutoEncoder,
+from fastdpot.experiments.mainjob.autoencoder import (AutoEncoderConfig, BatchNormConvAutoEncoder, ConvAutoEncoder,
                                           DCGANAutoEncoder, build_autoencoder, data_hash, decode, encode,
                                           train_autoencoder)
 from fastdpot.experiments.data import load_digits
@@ -119,7 +119,7 @@ def test_data_hash_sees_every_pixel():
 
 
 def test_width_builds_the_network_and_enters_the_cache_key_only_when_set():
-    from fastdpot.experiments.autoencoder import _cache_key
+    from fastdpot.experiments.mainjob.autoencoder import _cache_key
     wide = build_autoencoder(AutoEncoderConfig(arch="convbn", latent_dim=8, width=12), 1, 28)
     assert wide.width == 12 and wide.enc[0].out_channels == 12 and wide.dec[-2].in_channels == 12
     assert build_autoencoder(AutoEncoderConfig(arch="convbn", latent_dim=8), 1, 28).width == 32

@@ -1,53 +1,15 @@
-"""Baselines of the main job: the DP Gaussian per class (sensitivity by Monte Carlo, noise replay, exactness at
-ε = ∞) and the public-only samples; the downstream CNN."""
+"""Baselines of the main job (the DP Gaussian's sampling, the public-only samples) and the downstream CNN; the
+mechanisms themselves are tested in tests/privacy/test_moments.py."""
 import math
 
 import pytest
 import torch
 
-from fastdpot.experiments.baselines import (dp_class_gaussians, moments_sensitivity, particles_per_class,
-                                        public_only_samples, sample_class_gaussians)
+from fastdpot.experiments.mainjob import MainJobConfig
+from fastdpot.experiments.mainjob.generation import generate_public
 from fastdpot.experiments.metrics import cnn_accuracy, downstream_accuracy
-from fastdpot.privacy import gaussian_mechanism_sigma
-
-
-def _moments(x):
-    return torch.cat([x, (x[:, None] * x[None, :]).flatten()])
-
-
-def _diff(x, y):
-    return float((_moments(x) - _moments(y)).norm())
-
-
-@pytest.mark.parametrize("r", [0.3, 0.5, 1 / math.sqrt(2), 0.9, 1.0, 1.7])
-def test_moments_sensitivity_bounds_random_and_adversarial_pairs(r):
-    g = torch.Generator().manual_seed(0)
-    D = moments_sensitivity(r)
-    worst = 0.0
-    for d in (1, 2, 5, 16):
-        x = torch.randn(4000, d, dtype=torch.float64, generator=g)
-        x = x / x.norm(dim=1, keepdim=True) * r * torch.rand(4000, 1, dtype=torch.float64, generator=g) ** 0.2
-        y = torch.randn(4000, d, dtype=torch.float64, generator=g)
-        y = y / y.norm(dim=1, keepdim=True) * r * torch.rand(4000, 1, dtype=torch.float64, generator=g) ** 0.2
-        second = (x[:, :, None] * x[:, None, :] - y[:, :, None] * y[:, None, :]).flatten(1)
-        worst = max(worst, float(torch.cat([x - y, second], 1).norm(dim=1).max()) / D)
-    # adversarial pairs: the maximisers of the proof (antipodal; or inner product -1/2 on the sphere of radius r)
-    e1, e2 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64)
-    adv = [(r * e1, -r * e1), (r * e1, torch.zeros(2, dtype=torch.float64))]
-    if r * r >= 0.5:
-        c = -0.5 / (r * r)
-        adv.append((r * e1, r * (c * e1 + math.sqrt(1 - c * c) * e2)))
-    ratios = [_diff(a, b) / D for a, b in adv]
-    assert max(worst, *ratios) <= 1.0 + 1e-12
-    assert max(ratios) == pytest.approx(1.0, abs=1e-12)  # the bound is attained: it cannot be lowered
-    assert worst > 0.5
-
-
-def test_moments_sensitivity_values_and_errors():
-    assert moments_sensitivity(1.0) == pytest.approx(math.sqrt(4.5))
-    assert moments_sensitivity(0.5) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="clip_radius"):
-        moments_sensitivity(0.0)
+from fastdpot.flows.allocation import allocate_particles
+from fastdpot.privacy.moments import dp_class_gaussians, sample_class_gaussians
 
 
 def _data(n=300, d=3, seed=0):
@@ -57,73 +19,23 @@ def _data(n=300, d=3, seed=0):
     return x, labels
 
 
-def test_gaussian_release_replays_its_noise_and_is_exact_without_noise():
-    x, y = _data()
-    exact = dp_class_gaussians(x, y, math.inf, 1e-5)
-    u = x.double() / x.double().norm(dim=1, keepdim=True)  # the flow's default bound: the unit sphere
-    for c in range(3):
-        uc = u[y == c]
-        torch.testing.assert_close(exact["means"][c], uc.mean(0))
-        torch.testing.assert_close(exact["covs"][c], torch.cov(uc.T, correction=0))
-    assert exact["noise_std"] == 0.0
-    rel = dp_class_gaussians(x, y, 2.0, 1e-5, generator=torch.Generator().manual_seed(3), return_noise=True,
-                             secure_mode=False)
-    assert rel["noise_std"] == pytest.approx(gaussian_mechanism_sigma(2.0, 1e-5, math.sqrt(4.5)))
-    assert rel["noise_sum"].dtype == torch.float64 and rel["noise_second"].dtype == torch.float64
-    n = rel["counts"].double()
-    s = torch.zeros(3, 3, dtype=torch.float64).index_add_(0, y, u) + rel["noise_sum"]
-    torch.testing.assert_close(rel["means"], s / n[:, None])
-    # covariances are PSD after the projection, and the noise's scale is σ
-    assert float(torch.linalg.eigvalsh(rel["covs"]).min()) >= -1e-12
-    assert float(rel["noise_second"].std()) == pytest.approx(rel["noise_std"], rel=0.5)
-
-
-def test_gaussian_release_clips_inside_with_public_centres():
-    x, y = _data()
-    centers = torch.eye(3)
-    far = x.clone()
-    far[0] = far[0] * 100.0  # an outlier changes the release by at most Δ: it is clipped inside
-    a = dp_class_gaussians(x, y, math.inf, 1e-5, clip_radius=0.3, normalize=False, centers=centers)
-    b = dp_class_gaussians(far, y, math.inf, 1e-5, clip_radius=0.3, normalize=False, centers=centers)
-    n0 = float(a["counts"][0])
-    shift = float((a["means"][0] - b["means"][0]).norm()) * n0
-    assert shift <= 2 * 0.3 + 1e-9
-
-
-def test_gaussian_release_errors():
-    x, y = _data()
-    with pytest.raises(ValueError, match="epsilon"):
-        dp_class_gaussians(x, y, 0.0, 1e-5)
-    with pytest.raises(ValueError, match="delta"):
-        dp_class_gaussians(x, y, 1.0, 1.5)
-    with pytest.raises(ValueError, match="labels"):
-        dp_class_gaussians(x, y[:-1], 1.0, 1e-5)
-    bad = x.clone()
-    bad[1, 0] = float("nan")
-    with pytest.raises(ValueError, match="latents"):
-        dp_class_gaussians(bad, y, 1.0, 1e-5)
-    with pytest.raises(ValueError, match="no private rows"):
-        dp_class_gaussians(x, y, 1.0, 1e-5, num_classes=4)
-    with pytest.raises(ValueError, match="centers"):
-        dp_class_gaussians(x, y, 1.0, 1e-5, centers=torch.zeros(2, 3), normalize=False)
-
-
-def test_sampling_and_public_only():
+def test_gaussian_sampling_and_the_public_only_baseline():
     x, y = _data(3000)
     rel = dp_class_gaussians(x, y, math.inf, 1e-5)
     s, sl = sample_class_gaussians(rel["means"], rel["covs"], rel["counts"], 6000,
-                                   generator=torch.Generator().manual_seed(0))
+                                   generator=torch.Generator().manual_seed(0), minimum=2)
     assert s.shape == (6000, 3) and s.dtype == torch.float32
-    assert torch.bincount(sl).tolist() == particles_per_class(rel["counts"], 6000).tolist() == [2000] * 3
+    assert torch.bincount(sl).tolist() == allocate_particles(6000, rel["counts"], 3, minimum=2) == [2000] * 3
     for c in range(3):
         torch.testing.assert_close(s[sl == c].double().mean(0), rel["means"][c], atol=0.01, rtol=0)
-    p, pl = public_only_samples(x, y, 50, generator=torch.Generator().manual_seed(0))
-    assert p.shape == (50, 3) and pl.shape == (50,)
-    assert all(any(torch.equal(r, q) for q in x) for r in p[:5])
-    p, pl = public_only_samples(x[:10], y[:10], 25)
-    assert p.shape == (25, 3)
-    with pytest.raises(ValueError, match="public_latents"):
-        public_only_samples(x[:0], None, 5)
+    cfg = MainJobConfig().with_settings(method="public", labels="public").resolved()
+    out = generate_public(cfg, None, None, 50, 0, public_codes=x, public_labels=y)
+    assert out["samples"].shape == (50, 3) and out["sample_labels"].shape == (50,) and out["epsilon"] == 0.0
+    assert all(any(torch.equal(r, q) for q in x) for r in out["samples"][:5])
+    assert generate_public(cfg, None, None, 25, 0, public_codes=x[:10], public_labels=y[:10])["samples"].shape == \
+        (25, 3)
+    with pytest.raises(ValueError, match="public codes are empty"):
+        generate_public(cfg, None, None, 5, 0, public_codes=x[:0], public_labels=None)
 
 
 def _blobs(n, seed):
@@ -175,15 +87,12 @@ def test_cnn_augmentation_shifts_and_mirrors_each_image_and_still_learns():
     xtr, ytr = blobs_tb(200, 0)
     xte, yte = blobs_tb(100, 1)
     assert cnn_accuracy(xtr, ytr, xte, yte, epochs=3, augment=True) >= 0.95
-    from fastdpot.experiments.config import PipelineConfig
-
-    assert PipelineConfig(cnn_augment=True).resolved().cnn_augment is True
+    assert MainJobConfig().with_settings(cnn_augment=True).resolved().evaluation.cnn_augment is True
     with pytest.raises(ValueError, match="cnn_augment"):
-        PipelineConfig(cnn_augment="yes").resolved()
+        MainJobConfig().with_settings(cnn_augment="yes").resolved()
 
 
 def test_dropout_cnn_shape_learns_and_checks_inputs():
-    from fastdpot.experiments.config import PipelineConfig
     from fastdpot.experiments.metrics import _cnn
 
     # DPImageBench's F-MNIST shape: 28 px -> 26 -> 13 -> 11 -> 5 -> 3 (128·3·3 = 1152 features); 32 px -> 2048
@@ -204,9 +113,9 @@ def test_dropout_cnn_shape_learns_and_checks_inputs():
         cnn_accuracy(xtr, ytr, xte, yte, arch="resnet")
     assert downstream_accuracy(up(xtr), ytr, up(xte), yte, classifiers=("cnn",), cnn_epochs=4,
                                cnn_arch="dropout")["cnn"] >= 0.95
-    assert PipelineConfig(cnn_arch="dropout").resolved().cnn_arch == "dropout"
+    assert MainJobConfig().with_settings(cnn_arch="dropout").resolved().evaluation.cnn_arch == "dropout"
     with pytest.raises(ValueError, match="cnn_arch"):
-        PipelineConfig(cnn_arch="wide").resolved()
+        MainJobConfig().with_settings(cnn_arch="wide").resolved()
 
 
 def test_cnn_cosine_schedule_decays_the_learning_rate_and_still_learns(monkeypatch):

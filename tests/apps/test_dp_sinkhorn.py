@@ -7,7 +7,7 @@ import torch
 
 from fastdpot.dp_sinkhorn import (DPSinkhornConfig, dp_sinkhorn_step, sanitize_image_gradient, sensitivity_factor,
                                   train_dp_sinkhorn)
-from fastdpot.experiments.dp_sinkhorn import ConditionalDCGANGenerator
+from fastdpot.experiments.papers.dp_sinkhorn import ConditionalDCGANGenerator
 from fastdpot.privacy import PrivacyAccountant, PrivacyBudget
 
 F64 = torch.float64
@@ -231,13 +231,13 @@ def test_replayable_run_depends_on_the_seed_and_the_initial_weights_only():
 
 
 def test_command_line_help_describes_every_option(capsys):
-    from fastdpot.experiments.dp_sinkhorn import _parser, main
+    from fastdpot.experiments.papers.dp_sinkhorn import _parser, main
 
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    assert "python -m fastdpot.experiments.dp_sinkhorn" in text
+    assert "python -m fastdpot.experiments.papers.dp_sinkhorn" in text
     actions = [a for a in _parser()._actions if a.dest != "help"]
     assert len(actions) >= 14
     for action in actions:
@@ -248,7 +248,7 @@ def test_command_line_help_describes_every_option(capsys):
 
 
 def test_command_line_refuses_a_bad_option_value(capsys):
-    from fastdpot.experiments.dp_sinkhorn import main
+    from fastdpot.experiments.papers.dp_sinkhorn import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--ratio", "2"])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fastdpot.dpswgen import train_dpswgen
-from fastdpot.experiments.dpswgen import ConvGenerator, MLPGenerator, evaluate_sw
+from fastdpot.experiments.papers.dpswgen import ConvGenerator, MLPGenerator, evaluate_sw
 from fastdpot.privacy import PrivacyAccountant
 
 

@@ -4,7 +4,7 @@ noise; the caller's generator is trained with the global RNG left alone; W₂ re
 import pytest
 import torch
 
-from fastdpot.experiments.ldp import MLPGenerator2D, half_circle, half_circle_experiment, wasserstein2
+from fastdpot.experiments.papers.ldp import MLPGenerator2D, half_circle, half_circle_experiment, wasserstein2
 from fastdpot.ldp import train_generator
 from fastdpot.sinkhorn import entropic_regularization_for_noise
 
@@ -122,7 +122,7 @@ def test_experiment_checks_the_device():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
 def test_cli_cuda_without_cuda_is_a_clear_error(capsys):
-    from fastdpot.experiments.ldp import main
+    from fastdpot.experiments.papers.ldp import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--device", "cuda", "--points", "50", "--steps", "1", "--eval-points", "20"])
@@ -133,7 +133,7 @@ def test_cli_cuda_without_cuda_is_a_clear_error(capsys):
 def test_cli_cpu_minibatches_and_out_file(tmp_path):
     import json
 
-    from fastdpot.experiments.ldp import main
+    from fastdpot.experiments.papers.ldp import main
 
     out = tmp_path / "sub" / "ldp.json"
     res = main(["--points", "400", "--steps", "3", "--data-batch", "64", "--eval-points", "50", "--device", "cpu",
@@ -184,13 +184,13 @@ def test_half_circle_experiment_on_cuda():
 
 
 def test_cli_help_describes_every_option(capsys):
-    from fastdpot.experiments.ldp import _parser, main
+    from fastdpot.experiments.papers.ldp import _parser, main
 
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    assert "python -m fastdpot.experiments.ldp" in text
+    assert "python -m fastdpot.experiments.papers.ldp" in text
     actions = [a for a in _parser()._actions if a.dest != "help"]
     assert len(actions) >= 12
     for action in actions:

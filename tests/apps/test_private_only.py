@@ -1,56 +1,34 @@
 """The private-only protocol (fastdpot flow --public-size 0): a quick end-to-end run on real Fashion-MNIST whose
 composed ε is recomputed with dp-accounting, δ = 1/(N ln N), the sensitive rows handed only to the accounted
-mechanisms; the split, the label map and the label-private Gaussian's sensitivity."""
+mechanisms; the split and the label map; the seeds and the cache of a release inside the run's ε."""
+import json
 import math
 
 import dp_accounting
 import pytest
 import torch
 
-import fastdpot.experiments.private_only as P
-from fastdpot.experiments.config import PipelineConfig
 from fastdpot.experiments.data.datasets import load_fashion_mnist_available
+from fastdpot.experiments.mainjob import MainJobConfig, run_pipeline
+from fastdpot.experiments.mainjob.generation import generate_gaussian
+from fastdpot.experiments.mainjob.privacy_report import _private_only_md
+from fastdpot.experiments.mainjob.protocols import NUM_CLASSES, private_split, protocol_delta
+from fastdpot.experiments.mainjob.report import summarize
 from fastdpot.privacy import DEFAULT_ORDERS
 from fastdpot.privacy.composition import ComposedLedger
 
+needs_fmnist = pytest.mark.skipif(not load_fashion_mnist_available(), reason="needs the dataset-fashion-mnist package")
+
 
 def test_protocol_delta_and_split():
-    assert P.protocol_delta(55_000) == pytest.approx(1 / (55_000 * math.log(55_000)))
-    assert 1.65e-6 < P.protocol_delta(55_000) < 1.67e-6
-    s, v = P.private_split(60_000, 5_000, seed=3)
+    assert protocol_delta(55_000) == pytest.approx(1 / (55_000 * math.log(55_000)))
+    assert 1.65e-6 < protocol_delta(55_000) < 1.67e-6
+    s, v = private_split(60_000, 5_000, seed=3)
     assert len(s) == 55_000 and len(v) == 5_000 and not set(s.tolist()) & set(v.tolist())
-    s2, v2 = P.private_split(60_000, 5_000, seed=3)
+    s2, v2 = private_split(60_000, 5_000, seed=3)
     assert torch.equal(s, s2) and torch.equal(v, v2)
     with pytest.raises(ValueError, match="validation_size"):
-        P.private_split(100, 100, seed=0)
-
-
-def test_labels_outside_the_public_domain_are_mapped_before_any_mechanism():
-    y = torch.tensor([0, 9, 10, -1, 3])
-    assert P._domain_labels(y).tolist() == [0, 9, 0, 0, 3]
-
-
-def test_label_private_gaussian_sensitivity_by_monte_carlo():
-    # the per-class (count, Σy, Σyyᵀ) vector moves by at most sqrt(6) when one record (y on the unit sphere, label c)
-    # is replaced by any other (y', c'), the label free to change; attained with c != c'
-    g = torch.Generator().manual_seed(0)
-    d, C, worst = 3, P.NUM_CLASSES, 0.0
-
-    def stats(y, lab):
-        n = y.shape[0]
-        out = torch.zeros(C, 1 + d + d * d, dtype=torch.float64)
-        out.index_add_(0, lab, torch.cat([torch.ones(n, 1, dtype=torch.float64), y,
-                                          (y[:, :, None] * y[:, None, :]).reshape(n, -1)], 1))
-        return out
-
-    for _ in range(200):
-        y = torch.nn.functional.normalize(torch.randn(8, d, generator=g, dtype=torch.float64), dim=1)
-        lab = torch.randint(0, C, (8,), generator=g)
-        y2, lab2 = y.clone(), lab.clone()
-        y2[0] = torch.nn.functional.normalize(torch.randn(d, generator=g, dtype=torch.float64), dim=0)
-        lab2[0] = int(torch.randint(0, C, (1,), generator=g))
-        worst = max(worst, float((stats(y, lab) - stats(y2, lab2)).norm()))
-    assert worst <= math.sqrt(6.0) * (1 + 1e-12) and worst > math.sqrt(6.0) * 0.999
+        private_split(100, 100, seed=0)
 
 
 def _independent_epsilon(stages, delta):
@@ -68,18 +46,28 @@ def _independent_epsilon(stages, delta):
 def test_the_label_private_gaussian_records_its_one_release():
     led = ComposedLedger(2.0, 1e-5)
     lat = torch.nn.functional.normalize(torch.randn(300, 4, generator=torch.Generator().manual_seed(1)), dim=1)
-    lab = torch.arange(300) % P.NUM_CLASSES
-    x, y, info = P.dp_gaussian_label_private(lat, lab, led, 500, torch.Generator().manual_seed(2))
+    lab = torch.arange(300) % NUM_CLASSES
+    cfg = MainJobConfig(epsilon=2.0).with_settings(public_size=0, method="gaussian").resolved()
+    out = generate_gaussian(cfg, lat, lab, 500, 2, ledger=led, num_classes=NUM_CLASSES)
+    x, y, info = out["samples"], out["sample_labels"], out["privacy"]
     assert x.shape == (500, 4) and y.shape == (500,) and info["sensitivity"] == pytest.approx(math.sqrt(6))
     assert led.stages[0]["releases"] == 1 and led.stages[0]["event"]["batch_size"] == 300
     assert led.epsilon() == pytest.approx(_independent_epsilon(led.stages, 1e-5), rel=1e-9) and led.epsilon() <= 2.0
 
 
-@pytest.mark.skipif(not load_fashion_mnist_available(), reason="needs the dataset-fashion-mnist package")
+def _quick(tmp_path, **kw):
+    settings = dict(dataset="fashion-mnist", public_size=0, max_train=1200, max_test=300, validation_size=200,
+                    num_particles=200, fid_samples=50, fid_real=50, classifiers="cnn", cnn_epochs=1, latent_dim=6,
+                    ae_width=4, **{"representation.epochs": 0.5, "representation.batch_size": 100,
+                                   "generation.epochs": 1.0, "generation.batch_size": 50})
+    return MainJobConfig(epsilon=8.0).with_settings(**dict(settings, **kw))
+
+
+@needs_fmnist
 @pytest.mark.parametrize("kind", ["pca", "autoencoder"])
 def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     import fastdpot.dpsgd as dpsgd
-    import fastdpot.experiments.dp_representation as R
+    import fastdpot.experiments.mainjob.representation as R
     import fastdpot.flows.class_conditional as cc
 
     handed = {}
@@ -100,11 +88,8 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     monkeypatch.setattr(dpsgd, "train_dp_sgd", train_spy)
     monkeypatch.setattr(R, "dp_second_moment", moment_spy)
     monkeypatch.setattr(cc.ClassConditionalFlow, "run", run_spy)
-    cfg = PipelineConfig(dataset="fashion-mnist", public_size=0, epsilon=8.0, max_train=1200, max_test=300,
-                         validation_size=200, rep_epochs=0.5, rep_batch_size=100, epochs=1.0, batch_size=50,
-                         num_particles=200, fid_samples=50, fid_real=50, classifiers="cnn", cnn_epochs=1,
-                         latent_dim=6, ae_width=4, rep_kind=kind)
-    m = P.run_private_only(cfg, str(tmp_path / "run"), progress=False, cache_dir=str(tmp_path / "cache"))
+    cfg = _quick(tmp_path, kind=kind)
+    m = run_pipeline(cfg, str(tmp_path / "run"), progress=False, cache_dir=str(tmp_path / "cache"))
     n = m["n_sensitive"]
     assert n == 1000 and m["n_validation"] == 200
     assert m["delta"] == pytest.approx(1 / (n * math.log(n)))
@@ -117,7 +102,7 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     from fastdpot.experiments.data import load_dataset
 
     train = load_dataset("fashion-mnist", "train", None, None, 1200)
-    sens, _ = P.private_split(1200, 200, seed=0)
+    sens, _ = private_split(1200, 200, seed=0)
     data, noise = handed["representation"]
     if kind == "pca":  # images scaled by 1/S, the noise z·sqrt(2) of the stage's recorded multiplier
         assert torch.equal(data, train.images[sens].flatten(1).double() / (255.0 * 16.0))
@@ -132,8 +117,6 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
 
 
 def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):
-    import json
-
     def run(name, method, eps, d, acc, composed):
         (tmp_path / name).mkdir()
         m = dict(method=method, epsilon_target=eps, epsilon=composed, labels_from="flow",
@@ -147,12 +130,36 @@ def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):
     run("d", "decoded", "inf", 16, 0.79, "inf")
     run("e", "flow", "inf", 32, 0.75, "inf")
     (tmp_path / "not_a_run").mkdir()
-    rows = [r for r in P.summarize(str(tmp_path)).splitlines()[2:]]
+    rows = [r for r in summarize(str(tmp_path)).splitlines()[2:]]
     assert len(rows) == 4  # the two ε = 10 seeds pooled into one row; the caps at d = 32 and d = 16 apart
     assert "| flow | ∞ | ∞ (not private) |" in next(r for r in rows if "75.0" in r)
     for method, eps in (("flow", "inf"), ("decoded", "inf"), ("decoded", 10.0)):
-        text = P._privacy_md(dict(method=method, epsilon="inf", epsilon_target=eps))
+        text = "\n".join(_private_only_md(dict(method=method, epsilon="inf", epsilon_target=eps)))
         assert "no differential-privacy guarantee" in text
     flow = next(r for r in rows if r.startswith("| flow | 10 |"))
     assert "| 2 | 75.0 ± 7.1 |" in flow and "| 32 |" in flow
     assert sum(r.startswith("| decoded") for r in rows) == 2
+
+
+@needs_fmnist
+def test_seeds_share_the_budget_and_a_secure_run_never_reads_another_runs_release(tmp_path):
+    # two seeds of the Gaussian: the representation and BOTH seeds' releases compose to the run's ε
+    cache = str(tmp_path / "cache")
+    fast = dict(method="gaussian", fid_samples=0, classifiers="")  # no FID, no classifier: the releases only
+    m = run_pipeline(_quick(tmp_path, flow_seeds=2, **fast), str(tmp_path / "two"), progress=False,
+                     cache_dir=cache)
+    assert [s["stage"] for s in m["stages"]] == ["representation", "gaussian"] and m["stages"][1]["releases"] == 2
+    assert m["epsilon"] == pytest.approx(_independent_epsilon(m["stages"], m["delta"]), rel=1e-9)
+    assert 7.9 < m["epsilon"] <= 8.0 * (1 + 1e-9) and len(m["seeds"]) == 2
+    assert "calibrated for its share" in (tmp_path / "two" / "privacy.md").read_text()
+    # a replayable run fills the shared cache; a secure run with the same seed draws its own release
+    run_pipeline(_quick(tmp_path, replayable_noise=True, **fast), str(tmp_path / "rep"), progress=False,
+                 cache_dir=cache)
+    sec = run_pipeline(_quick(tmp_path, **fast), str(tmp_path / "sec"), progress=False, cache_dir=cache)
+    assert not sec["representation"]["cached"] and sec["noise"].startswith("secret")
+    assert "read from a cache" not in (tmp_path / "sec" / "privacy.md").read_text()
+    again = run_pipeline(_quick(tmp_path, **fast), str(tmp_path / "sec"), progress=False, cache_dir=cache)
+    assert again["representation"]["cached"]  # the same run resumed: its own release, and privacy.md says whose
+    text = (tmp_path / "sec" / "privacy.md").read_text()
+    assert "this run's own release" in text and again["representation"]["cache_owner"] in text
+    assert json.loads((tmp_path / "sec" / "metrics.json").read_text())["epsilon"] == pytest.approx(sec["epsilon"])

@@ -1,4 +1,6 @@
-"""The public-only tuning protocol: the three-way split of the public part, the grid parser, and a tiny sweep."""
+"""The one tuning harness (fastdpot.experiments.mainjob.tuning) for both protocols: the stand-in splits (inside the
+public part, or inside the validation split: never the private data or the test set), the one settings parser, the
+skipped grid points, a tiny sweep, and a private-only point calibrated to the real run's size."""
 import json
 import math
 
@@ -6,8 +8,10 @@ import pytest
 import torch
 
 from fastdpot.experiments.data import ImageData
-from fastdpot.experiments.pipeline import PipelineConfig
-from fastdpot.experiments.tuning import main, parse_grid, parse_settings, run_tuning, tuning_split
+from fastdpot.experiments.data.datasets import load_fashion_mnist_available
+from fastdpot.experiments.mainjob import MainJobConfig, parse_settings
+from fastdpot.experiments.mainjob.protocols import private_split
+from fastdpot.experiments.mainjob.tuning import main, run_tuning, stand_in_split, tuning_split
 
 
 def _public(n=90):
@@ -32,15 +36,28 @@ def test_tuning_split_is_disjoint_seeded_and_covers_the_public_part():
         tuning_split(pub, holdout_size=10, standin_public_size=79)
 
 
-def test_parse_grid():
-    g = parse_grid(["step_size=0.1,0.3", "epsilon=inf,10", "latent_dim=none,16", "center=public", "quick=true"])
-    assert g == {"step_size": [0.1, 0.3], "epsilon": [math.inf, 10], "latent_dim": [None, 16],
-                 "center": ["public"], "quick": [True]}
-    for bad in (["step_size"], ["nope=1"], ["epochs="], ["epochs=1", "epochs=2"]):
+def test_stand_in_split_is_seeded_and_disjoint():
+    a, b = stand_in_split(5000, 4000, seed=0)
+    assert len(a) == 4000 and len(b) == 1000 and not set(a.tolist()) & set(b.tolist())
+    assert torch.equal(a, stand_in_split(5000, 4000, seed=0)[0])
+    with pytest.raises(ValueError, match="stand_in_size"):
+        stand_in_split(100, 100, seed=0)
+
+
+def test_one_parser_for_grids_and_fixed_settings():
+    g = parse_settings(["step_size=0.1,0.3", "epsilon=inf,10", "latent_dim=none,16", "center=public", "quick=true"],
+                       grid=True)
+    assert g == {"generation.step_size": [0.1, 0.3], "epsilon": [math.inf, 10],
+                 "representation.latent_dim": [None, 16], "generation.center": ["public"], "quick": [True]}
+    # a fixed value is not split at commas; dotted names and unique leaf names both work
+    assert parse_settings(["classifiers=logreg,mlp", "epsilon=inf", "generation.sketch_bins=none"]) == {
+        "evaluation.classifiers": "logreg,mlp", "epsilon": math.inf, "generation.sketch_bins": None}
+    for bad in (["step_size"], ["nope=1"], ["batch_size=3"], ["share=0.1", "representation.share=0.2"]):
         with pytest.raises(ValueError):
-            parse_grid(bad)
-    with pytest.raises(ValueError, match="select"):
-        run_tuning(PipelineConfig(classifiers="logreg"), {"epochs": [1]}, "/nonexistent", select="accuracy_cnn")
+            parse_settings(bad)
+    with pytest.raises(ValueError, match="ambiguous"):
+        parse_settings(["epochs=1"])
+    assert main(["--out", "/nonexistent/x", "--set", "classifiers=logreg,mlp", "--select", "accuracy_cnn"]) == 2
 
 
 @pytest.mark.slow  # two small pipeline runs with FID (about a minute on 2 cores)
@@ -53,51 +70,71 @@ def test_tiny_sweep_writes_a_ranked_table(tmp_path):
                "--grid", "step_size=0.1,1", "--select", "accuracy_logreg", "--cache-dir", str(tmp_path / "c")])
     assert rc == 0
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [r["settings"]["step_size"] for r in rows] == [0.1, 1]
+    assert [r["settings"]["generation.step_size"] for r in rows] == [0.1, 1]
     assert all(0 < r["epsilon_spent"] <= 10 + 1e-9 for r in rows)
     n_pub = len(load_digits("train")) // 2
     assert rows[0]["n_holdout"] == n_pub // 3  # the held-out part comes from the public half, not the test set
     table = (out / "table.md").read_text()
-    assert "| rank | step_size |" in table and "held-out" in table
+    assert "| rank | generation.step_size |" in table and "held-out" in table
 
 
 def test_grid_combinations_that_are_not_settings_are_skipped_and_listed(tmp_path, monkeypatch):
-    import fastdpot.experiments.tuning as tuning
+    import fastdpot.experiments.mainjob.pipeline as pipeline
+    import fastdpot.experiments.mainjob.tuning as tuning
 
     ran = []
 
-    def fake_run_pipeline(cfg, run_dir, progress=False, cache_dir=None, data=None):
-        cfg.resolved()  # the real pipeline would raise here on an invalid point
-        ran.append((cfg.release, cfg.sketch_bins, cfg.step_size))
+    def fake_run_pipeline(cfg, run_dir, progress=False, cache_dir=None, data=None, calibration_size=None):
+        g = cfg.resolved().generation  # the real pipeline would raise here on an invalid point
+        ran.append((g.release, g.sketch_bins, g.step_size))
         acc = 0.5 + 0.01 * len(ran)
-        return dict(epsilon_spent=10.0, n_public=len(data["public"]), n_private=len(data["private"]),
-                    n_test=len(data["test"]), fid=100.0, accuracy_logreg=acc,
-                    seed_summary={"fid": {"mean": 100.0, "std": 0.0}, "accuracy_logreg": {"mean": acc, "std": 0.0}},
-                    wall_time_s={"total": 1.0})
+        return dict(epsilon_spent=10.0, n_private=len(data["private"]), n_test=len(data["test"]), fid=100.0,
+                    accuracy_logreg=acc, wall_time_s={"total": 1.0},
+                    seed_summary={"fid": {"mean": 100.0, "std": 0.0}, "accuracy_logreg": {"mean": acc, "std": 0.0}})
 
-    monkeypatch.setattr(tuning, "run_pipeline", fake_run_pipeline)
-    base = PipelineConfig(dataset="digits", classifiers="logreg")
-    grid = {"release": ["points", "sketch"], "sketch_bins": [None, 5], "step_size": [0.1]}
+    monkeypatch.setattr(pipeline, "run_pipeline", fake_run_pipeline)
+    monkeypatch.setattr(tuning, "stand_in_data", lambda base, *a: (tuning_split(_public(), 0), None))
+    base = MainJobConfig().with_settings(dataset="digits", classifiers="logreg")
+    grid = parse_settings(["release=points,sketch", "sketch_bins=none,5", "step_size=0.1"], grid=True)
     rows = run_tuning(base, grid, str(tmp_path / "t"), select="accuracy_logreg")
     # (points, 5) is not a setting; (sketch, None) is the sketch with its default L = 5
     assert ran == [("points", None, 0.1), ("sketch", 5, 0.1), ("sketch", 5, 0.1)]
-    assert [r["settings"]["release"] for r in rows] == ["sketch", "sketch", "points"]  # ranked, best first
+    assert [r["settings"]["generation.release"] for r in rows] == ["sketch", "sketch", "points"]  # best first
     table = (tmp_path / "t" / "table.md").read_text()
-    assert "skipped" in table and '"release": "points", "sketch_bins": 5' in table
-    assert '"release": "sketch", "sketch_bins": null' not in table
+    assert "skipped" in table and '"generation.release": "points", "generation.sketch_bins": 5' in table
     with pytest.raises(ValueError, match="no point of the grid"):
-        run_tuning(base, {"release": ["points"], "sketch_bins": [3]}, str(tmp_path / "u"), select="accuracy_logreg")
-    assert len(ran) == 3
-    # a grid over the release alone keeps the points release (the default L is not carried over to it)
-    run_tuning(base, {"release": ["points", "sketch"]}, str(tmp_path / "v"), select="accuracy_logreg")
-    assert ran[3:] == [("points", None, None), ("sketch", 5, None)]
+        run_tuning(base, {"generation.release": ["points"], "generation.sketch_bins": [3]}, str(tmp_path / "u"),
+                   select="accuracy_logreg")
+    with pytest.raises(ValueError, match="select"):
+        run_tuning(base, {"generation.release": ["points"]}, str(tmp_path / "w"), select="accuracy_cnn")
+    assert not (tmp_path / "w").exists()  # refused before anything ran
 
 
-def test_set_values_are_not_split_at_commas():
-    # `--set classifiers=logreg,mlp` fixed classifiers="logreg" (the first grid value) before
-    assert parse_settings(["classifiers=logreg,mlp", "epsilon=inf", "sketch_bins=none", "release=sketch"]) == {
-        "classifiers": "logreg,mlp", "epsilon": math.inf, "sketch_bins": None, "release": "sketch"}
-    for bad in (["epsilon"], ["nope=1"], ["epochs=1", "epochs=2"]):
-        with pytest.raises(ValueError):
-            parse_settings(bad)
-    assert main(["--out", "/nonexistent/x", "--set", "classifiers=logreg,mlp", "--select", "accuracy_cnn"]) == 2
+@pytest.mark.skipif(not load_fashion_mnist_available(), reason="needs the dataset-fashion-mnist package")
+def test_a_private_only_point_runs_on_the_validation_split_only(tmp_path, monkeypatch):
+    import fastdpot.experiments.mainjob.pipeline as pipeline
+
+    seen = {}
+    real = pipeline.run_pipeline
+
+    def spy(cfg, run_dir, data=None, calibration_size=None, **kw):
+        seen["data"], seen["calibration"] = data, calibration_size
+        return real(cfg, run_dir, data=data, calibration_size=calibration_size, **kw)
+
+    monkeypatch.setattr(pipeline, "run_pipeline", spy)
+    base = MainJobConfig(epsilon=5.0).with_settings(
+        dataset="fashion-mnist", public_size=0, max_train=1500, validation_size=300, latent_dim=8, num_particles=300,
+        classifiers="cnn", cnn_epochs=1, fid_samples=0, **{"generation.epochs": 0.5, "generation.batch_size": 50})
+    rows = run_tuning(base, {"representation.share": [0.3]}, str(tmp_path / "t"), stand_in_size=200,
+                      select="label_fidelity")
+    from fastdpot.experiments.data import load_dataset
+
+    train = load_dataset("fashion-mnist", "train", None, None, 1500)
+    sens, val = private_split(1500, 300, seed=0)
+    stand, held = stand_in_split(300, 200, seed=0)
+    assert torch.equal(seen["data"]["private"].images, train.images[val[stand]])  # validation images only
+    assert torch.equal(seen["data"]["test"].images, train.images[val[held]])
+    assert seen["calibration"] == len(sens) == 1200
+    (row,) = rows
+    assert 0.0 <= row["accuracy_cnn"] <= 1.0 and 4.8 < row["epsilon_spent"] <= 5.0 * (1 + 1e-9)
+    assert row["n_holdout"] == 100 and row["n_standin_private"] == 200

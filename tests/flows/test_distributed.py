@@ -157,22 +157,23 @@ def _scn_ckpt(rank, world, arg):
 
 
 def _scn_pipeline(rank, world, arg):
-    """The main job's flow stage sharded as `fastdpot flow --distributed` runs it: rank 0 runs stage_flow on the
-    latents, the other ranks follow."""
-    from fastdpot.experiments import distributed_stage as distributed
-    from fastdpot.experiments.pipeline import PipelineConfig, stage_flow
+    """The main job's flow stage sharded as `fastdpot flow --distributed` runs it: rank 0 runs generate_flow on the
+    codes, the other ranks follow."""
+    from fastdpot.experiments.mainjob import MainJobConfig
+    from fastdpot.experiments.mainjob import distributed
+    from fastdpot.experiments.mainjob.generation import generate_flow
 
     distributed.register_pipeline_group(dist.group.WORLD, wait_s=60)
     if rank != 0:
         return dict(followed=distributed.pipeline_follow())
-    cfg = PipelineConfig(dataset="digits", quick=True, epsilon=10.0, replayable_noise=True, num_particles=20,
-                         latent_dim=4, labels="public").resolved()  # the sharded main job runs the per-class flows
+    cfg = MainJobConfig(quick=True, epsilon=10.0, replayable_noise=True).with_settings(
+        dataset="digits", num_particles=20, latent_dim=4, labels="public").resolved()  # per-class flows
     g = torch.Generator().manual_seed(0)
     lat = torch.randn(300, 4, generator=g)
     lat = lat / lat.norm(dim=1, keepdim=True)
     labels = torch.randint(0, 3, (300,), generator=g)
     try:
-        res = stage_flow(cfg, lat, labels, 20, progress=False)
+        res = generate_flow(cfg, lat, labels, 20, cfg.seed + 1, progress=False)
     finally:
         distributed.pipeline_done()
     return dict(samples=res["samples"], labels=res["sample_labels"], eps=res["epsilon"],

@@ -213,18 +213,25 @@ def test_private_mode_bad_labels_change_nothing():
 
 @pytest.mark.slow
 def test_main_job_label_private_mode_publishes_nothing_from_class_counts(monkeypatch):
-    """stage_flow with labels='private' on two label vectors with the same n and different class sizes: the
+    """generate_flow with labels='private' on two label vectors with the same n and different class sizes: the
     privacy record and privacy.md are identical and name the relation; the per-class mode's record differs."""
-    import fastdpot.experiments.pipeline as pl
-    from fastdpot.experiments import cli
-    from fastdpot.experiments.report import _privacy_md
+    import fastdpot.experiments.mainjob.pipeline as pl
+    from fastdpot.experiments.mainjob import MainJobConfig, cli
+    from fastdpot.experiments.mainjob.generation import generate_flow
+    from fastdpot.experiments.mainjob.privacy_report import _flow_md
+
+    def _privacy_md(cfg, result):
+        return "\n".join(x for x in _flow_md(cfg, result) if x is not None)
+
+    def Cfg(**kw):
+        return MainJobConfig().with_settings(**kw)
 
     seen = {}
     monkeypatch.setattr(pl, "run_pipeline", lambda cfg, *a, **kw: seen.setdefault("cfg", cfg) and {})
     assert cli.main(["flow", "--labels", "private", "--label-scale", "2", "--no-progress"]) == 0
-    assert seen["cfg"].labels == "private" and seen["cfg"].label_scale == 2.0
-    assert pl.PipelineConfig().resolved().labels == "private"  # secure by default
-    assert pl.PipelineConfig(method="gaussian").resolved().labels == "public"
+    assert seen["cfg"].generation.labels == "private" and seen["cfg"].generation.label_scale == 2.0
+    assert Cfg().resolved().generation.labels == "private"  # secure by default
+    assert Cfg(method="gaussian").resolved().generation.labels == "public"
     g = _gen(0)
     lat = torch.nn.functional.normalize(torch.randn(120, 4, generator=g), dim=1)
     lab_a = torch.cat([torch.zeros(70), torch.ones(25), torch.full((25,), 2)]).long()
@@ -232,10 +239,10 @@ def test_main_job_label_private_mode_publishes_nothing_from_class_counts(monkeyp
     pub = torch.arange(90) % 3
     out = {}
     for mode in ("private", "public"):
-        cfg = pl.PipelineConfig(labels=mode, epochs=1.0, batch_size=20, latent_dim=4, replayable_noise=True,
-                                epsilon=10.0 if mode == "private" else math.inf).resolved()
+        cfg = MainJobConfig(replayable_noise=True, epsilon=10.0 if mode == "private" else math.inf).with_settings(
+            labels=mode, latent_dim=4, **{"generation.epochs": 1.0, "generation.batch_size": 20}).resolved()
         for name, lab in (("a", lab_a), ("b", lab_b)):
-            fl = pl.stage_flow(cfg, lat, lab, 30, progress=False, public_labels=pub, seed=3)
+            fl = generate_flow(cfg, lat, lab, 30, 3, progress=False, public_labels=pub)
             text = _privacy_md(cfg, dict(privacy=fl["privacy"], dataset="synthetic", n_public=90, n_private=120,
                                          latent_dim=4, epsilon=fl["epsilon"]))
             out[mode, name] = fl, text
@@ -246,9 +253,9 @@ def test_main_job_label_private_mode_publishes_nothing_from_class_counts(monkeyp
     assert fa["samples"].shape == (30, 4) and fa["sample_labels"].shape == (30,)
     assert out["public", "a"][0]["privacy"]["flows"] != out["public", "b"][0]["privacy"]["flows"]
     with pytest.raises(ValueError, match="public_labels"):
-        pl.stage_flow(pl.PipelineConfig(labels="private", latent_dim=4).resolved(), lat, lab_a, 30, progress=False)
+        generate_flow(Cfg(labels="private", latent_dim=4).resolved(), lat, lab_a, 30, 1, progress=False)
     with pytest.raises(ValueError, match="labels"):
-        pl.PipelineConfig(labels="hidden").resolved()
+        Cfg(labels="hidden").resolved()
 
 
 def test_private_mode_refuses_a_process_group_clearly():
@@ -262,7 +269,7 @@ def test_private_mode_refuses_a_process_group_clearly():
 def test_distributed_main_job_refuses_the_label_private_default(capsys):
     # the sharded main job runs the per-class flows only: the default (label-private) stops before any work, naming
     # the flag that states the weaker relation
-    from fastdpot.experiments import cli
+    from fastdpot.experiments.mainjob import cli
 
     assert cli.main(["flow", "--distributed", "--no-progress"]) == 2
     err = capsys.readouterr().err

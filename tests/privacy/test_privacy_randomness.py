@@ -253,8 +253,8 @@ def test_secret_never_in_state_dict_or_checkpoint(monkeypatch, tmp_path):
 def test_trainers_secure_by_default_replayable_on_request():
     from fastdpot.dp_sinkhorn import DPSinkhornConfig, train_dp_sinkhorn
     from fastdpot.dpswgen import train_dpswgen
-    from fastdpot.experiments.dp_sinkhorn import ConditionalDCGANGenerator
-    from fastdpot.experiments.dpswgen import MLPGenerator
+    from fastdpot.experiments.papers.dp_sinkhorn import ConditionalDCGANGenerator
+    from fastdpot.experiments.papers.dpswgen import MLPGenerator
 
     x = torch.randn(60, 4, generator=_gen(0))
 

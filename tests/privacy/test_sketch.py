@@ -253,7 +253,7 @@ def test_sketch_loss_module_and_dpswgen():
     y = torch.randn(100, 2, requires_grad=True)
     mod(y, private=data[:100]).backward()
     assert y.grad is not None and mod.releases == 1 and "release='sketch'" in repr(mod)
-    from fastdpot.experiments.dpswgen import MLPGenerator
+    from fastdpot.experiments.papers.dpswgen import MLPGenerator
 
     res = train_dpswgen(data, MLPGenerator(2, 2), 10.0, 1e-5, steps=5, batch_size=100, num_projections=8,
                         release="sketch", sketch_bins=5, generator=torch.Generator().manual_seed(1))

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .._validate import check_choice, check_int, check_positive
+from ..._validate import check_choice, check_int, check_positive
 from .config import AE_ARCHS
 
 _log = logging.getLogger("fastdpot.experiments")  # the main job's logger: per-epoch training loss at INFO

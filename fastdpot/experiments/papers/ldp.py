@@ -3,7 +3,7 @@
 The training loop and the losses are the library's (:func:`fastdpot.ldp.train_generator`, :data:`fastdpot.ldp.LOSSES`);
 this module holds the experiment around them: the clean data (:func:`half_circle`), the generator
 (:class:`MLPGenerator2D`), the exact W₂ it is scored with (:func:`wasserstein2`), the whole run
-(:func:`half_circle_experiment`) and its command line ``python -m fastdpot.experiments.ldp``.
+(:func:`half_circle_experiment`) and its command line ``python -m fastdpot.experiments.papers.ldp``.
 
 :func:`half_circle_experiment` reproduces the paper's 2-D experiment at a chosen size, on CPU or CUDA
 (``device=``; the data are drawn and privatised on the CPU, so a seed gives the same release on either). At the
@@ -25,11 +25,11 @@ from typing import Dict, Optional, Union
 import torch
 from torch import nn
 
-from .._validate import (check_choice, check_device_available, check_int, check_positive, check_same_dim,
+from ..._validate import (check_choice, check_device_available, check_int, check_positive, check_same_dim,
                          check_tensor)
-from ..ldp import LOSSES, train_generator
-from ..privacy import gaussian_local_mechanism
-from ..sinkhorn import entropic_regularization_for_noise
+from ...ldp import LOSSES, train_generator
+from ...privacy import gaussian_local_mechanism
+from ...sinkhorn import entropic_regularization_for_noise
 
 __all__ = ["half_circle", "MLPGenerator2D", "wasserstein2", "half_circle_experiment", "main"]
 
@@ -193,7 +193,7 @@ def _parser():
     import argparse
 
     p = argparse.ArgumentParser(
-        prog="python -m fastdpot.experiments.ldp",
+        prog="python -m fastdpot.experiments.papers.ldp",
         description="Half-circle experiment with locally privatised data (Reshetova, Chen & Özgür): privatise "
                     "the points once (Gaussian local mechanism), train a generator per loss (entropic, "
                     "unregularized, debiased), print W2 to fresh clean points as JSON.")
@@ -222,7 +222,7 @@ def _parser():
 
 
 def main(argv=None):
-    """``python -m fastdpot.experiments.ldp --points 2000 --steps 300 [--device cuda --data-batch 4096 --out
+    """``python -m fastdpot.experiments.papers.ldp --points 2000 --steps 300 [--device cuda --data-batch 4096 --out
     res.json]`` (``--help`` lists every option): runs :func:`half_circle_experiment`, prints its JSON summary (and
     writes it to ``--out``); returns it as a dict.
 

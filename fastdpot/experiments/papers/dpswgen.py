@@ -19,9 +19,9 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from .._validate import check_int, check_tensor
-from ..dpswgen import DPSWgenResult
-from ..sliced import sliced_wasserstein
+from ..._validate import check_int, check_tensor
+from ...dpswgen import DPSWgenResult
+from ...sliced import sliced_wasserstein
 
 __all__ = ["MLPGenerator", "ConvGenerator", "evaluate_sw"]
 

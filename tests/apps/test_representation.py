@@ -1,49 +1,15 @@
-"""The DP-PCA representation of the private-only protocol: the second-moment release's sensitivity sqrt(2) by Monte
-Carlo (attained), the non-private basis against numpy's eigendecomposition, the one recorded release, and the
-stand-in's noise scaled to the real run's size."""
+"""The private-only protocol's representations: the non-private PCA basis against numpy's eigendecomposition, the
+one recorded release, the stand-in's noise scaled to the real run's size, the DCT maps, and the cache of a release
+(never across secure and replayable modes, nor across runs). The mechanism (Analyze Gauss) is tested in
+tests/privacy/test_moments.py."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from fastdpot.experiments import dp_representation as R
+from fastdpot.experiments.mainjob import representation as R
 from fastdpot.privacy.composition import ComposedLedger
-
-
-def _triu(m):
-    i = torch.triu_indices(m.shape[0], m.shape[1])
-    return m[i[0], i[1]]
-
-
-def test_second_moment_sensitivity_by_monte_carlo():
-    # replacing one row (clipped to the unit ball) moves the released upper triangle by at most sqrt(2)
-    g = torch.Generator().manual_seed(0)
-    worst = 0.0
-    for trial in range(400):
-        x = torch.randn(6, 5, generator=g, dtype=torch.float64) * (0.2 + 3 * torch.rand(1, generator=g).item())
-        x2 = x.clone()
-        x2[0] = torch.randn(5, generator=g, dtype=torch.float64) * 2
-        d = _triu(R.dp_second_moment(x, 0.0, None) - R.dp_second_moment(x2, 0.0, None))
-        worst = max(worst, float(d.norm()))
-    assert worst <= math.sqrt(2) * (1 + 1e-12)
-    e = torch.eye(5, dtype=torch.float64)  # attained by orthogonal unit rows
-    d = _triu(R.dp_second_moment(e[:1], 0.0, None) - R.dp_second_moment(e[1:2], 0.0, None))
-    assert float(d.norm()) == pytest.approx(math.sqrt(2))
-
-
-def test_second_moment_noise_is_symmetric_with_the_stated_std():
-    from fastdpot.privacy.randomness import privacy_randomness
-
-    rng = privacy_randomness(False, torch.Generator().manual_seed(3))
-    x = torch.zeros(1, 60, dtype=torch.float64)
-    m = R.dp_second_moment(x, 0.5, rng)
-    assert torch.equal(m, m.t())
-    assert float(_triu(m).std()) == pytest.approx(0.5, rel=0.05)
-    with pytest.raises(ValueError, match="finite"):
-        R.dp_second_moment(torch.tensor([[float("nan"), 1.0]]), 0.0, None)
-    with pytest.raises(ValueError, match="non-empty"):
-        R.dp_second_moment(torch.zeros(0, 3), 0.0, None)
 
 
 def test_nonprivate_basis_is_the_top_eigenvectors_and_decode_inverts_encode():
@@ -146,14 +112,27 @@ def test_representation_config_rejects_bad_settings():
         R.RepresentationConfig(scale=0.0)
 
 
-def test_a_cached_representation_is_a_release_recorded_again(tmp_path):
+def test_a_cached_representation_is_a_release_recorded_again_and_stays_with_its_owner(tmp_path):
     images = (torch.rand(200, 1, 28, 28, generator=torch.Generator().manual_seed(4)) * 255).to(torch.uint8)
     labels = torch.zeros(200, dtype=torch.long)
     cfg = R.RepresentationConfig(kind="pca", latent_dim=4, share=0.5)
-    first, second = ComposedLedger(3.0, 1e-5), ComposedLedger(3.0, 1e-5)
-    m1, i1 = R.train_dp_representation(images, labels, cfg, first, num_classes=10, seed=0, progress=False,
-                                       cache_dir=str(tmp_path))
-    m2, i2 = R.train_dp_representation(images, labels, cfg, second, num_classes=10, seed=0, progress=False,
-                                       cache_dir=str(tmp_path))
-    assert not i1["cached"] and i2["cached"] and torch.equal(m1.basis, m2.basis)
+
+    def fit(owner, secure=True, led=None):
+        led = led or ComposedLedger(3.0, 1e-5)
+        return (*R.train_dp_representation(images, labels, cfg, led, num_classes=10, seed=0, progress=False,
+                                           cache_dir=str(tmp_path), owner=owner, secure_mode=secure), led)
+
+    m1, i1, first = fit("run-a")
+    m2, i2, second = fit("run-a")  # the same run, resumed: its own release, recorded again in its ledger
+    assert not i1["cached"] and i2["cached"] and torch.equal(m1.basis, m2.basis) and i2["cache_owner"] == "run-a"
     assert second.stages == first.stages and second.epsilon() == first.epsilon()
+    m3, i3, _ = fit("run-b")  # another secure run never reuses run-a's secret release: it draws its own
+    assert not i3["cached"] and not torch.equal(m3.basis, m1.basis)
+    _, i4, _ = fit(None)  # secure without an owner: nothing is cached
+    _, i5, _ = fit(None)
+    assert not i4["cached"] and not i5["cached"]
+    r1, j1, _ = fit("replayable:seed0", secure=False)  # replayable releases (rebuildable from the seed) are shared
+    r2, j2, _ = fit("replayable:seed0", secure=False)
+    assert not j1["cached"] and j2["cached"] and torch.equal(r1.basis, r2.basis)
+    _, j3, _ = fit("replayable:seed0")  # ... but never read by a secure run, whatever the owner
+    assert not j3["cached"] and j3["secure_mode"] and not j2["secure_mode"]

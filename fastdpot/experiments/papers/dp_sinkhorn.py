@@ -1,5 +1,5 @@
 """DP-Sinkhorn experiments: the paper's class-conditional DCGAN generator, its evaluation, and the command line
-``python -m fastdpot.experiments.dp_sinkhorn`` (Fashion-MNIST).
+``python -m fastdpot.experiments.papers.dp_sinkhorn`` (Fashion-MNIST).
 
 The training loop and the privacy accounting are the library's :func:`fastdpot.dp_sinkhorn.train_dp_sinkhorn`;
 this module builds the generator it trains (:class:`ConditionalDCGANGenerator`, initial weights from ``--seed``)
@@ -17,8 +17,8 @@ from typing import Dict, Optional, Sequence
 import torch
 from torch import nn
 
-from .._validate import check_choice, check_int, check_seed, check_tensor
-from ..dp_sinkhorn import CLIPPINGS, DPSinkhornConfig, train_dp_sinkhorn
+from ..._validate import check_choice, check_int, check_seed, check_tensor
+from ...dp_sinkhorn import CLIPPINGS, DPSinkhornConfig, train_dp_sinkhorn
 
 __all__ = ["ConditionalDCGANGenerator", "evaluate_generator", "main"]
 
@@ -92,7 +92,7 @@ def evaluate_generator(model: ConditionalDCGANGenerator, test_images: torch.Tens
     fid_samples = check_int(fid_samples, "fid_samples")
     for m in metrics:
         check_choice(m, "metrics", METRICS)
-    from . import metrics as M
+    from .. import metrics as M
 
     g = torch.Generator().manual_seed(check_seed(seed))
     was = model.training
@@ -117,7 +117,7 @@ def _parser():
     import argparse
 
     p = argparse.ArgumentParser(
-        prog="python -m fastdpot.experiments.dp_sinkhorn",
+        prog="python -m fastdpot.experiments.papers.dp_sinkhorn",
         description="DP-Sinkhorn (Cao et al., NeurIPS 2021) on Fashion-MNIST: train a class-conditional DCGAN "
                     "generator on the training set under (epsilon, delta)-DP, then report FID and downstream "
                     "accuracy on the test set, as JSON.")
@@ -160,7 +160,7 @@ def _parser():
 
 
 def main(argv=None):
-    """``python -m fastdpot.experiments.dp_sinkhorn [--steps 600 --epsilon 10 ...]`` (``--help`` lists every
+    """``python -m fastdpot.experiments.papers.dp_sinkhorn [--steps 600 --epsilon 10 ...]`` (``--help`` lists every
     option): trains on Fashion-MNIST, prints the run's summary with the evaluation as JSON (and writes it to
     ``--out``); returns it as a dict.
 
@@ -169,7 +169,7 @@ def main(argv=None):
     """
     import json
 
-    from .data.datasets import load_fashion_mnist, to_float
+    from ..data.datasets import load_fashion_mnist, to_float
 
     p = _parser()
     a = p.parse_args(argv)

@@ -2,7 +2,7 @@
 
 Built on :mod:`fastdpot.flows` (see docs/distributed.md):
 :func:`init_from_env` sets up the process group from torchrun's environment; rank 0 runs the pipeline and its
-:func:`fastdpot.experiments.flow_stage.stage_flow` builds the flow with :func:`pipeline_flow` while the other ranks
+:func:`fastdpot.experiments.mainjob.generation.generate_flow` builds the flow with :func:`pipeline_flow` while the other ranks
 :func:`pipeline_follow` it, moving their shards of the particles, until :func:`pipeline_done`.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from ..flows import ClassConditionalFlow, DistributedSlicedWassersteinFlow
+from ...flows import ClassConditionalFlow, DistributedSlicedWassersteinFlow
 
 __all__ = ["init_from_env", "pipeline_done", "pipeline_flow", "pipeline_follow", "pipeline_group",
            "register_pipeline_group"]
@@ -36,7 +36,7 @@ def init_from_env(device: str = "cpu", timeout_s: float = 300.0, wait_s: float =
 
 
 def register_pipeline_group(group, wait_s: float = 3 * 3600.0):
-    """Make :func:`fastdpot.experiments.flow_stage.stage_flow` shard its flow over ``group`` (rank 0 of it runs the
+    """Make :func:`fastdpot.experiments.mainjob.generation.generate_flow` shard its flow over ``group`` (rank 0 of it runs the
     pipeline, the others :func:`pipeline_follow`); None unregisters. A collective (it creates a gloo group for the
     wait)."""
     import datetime

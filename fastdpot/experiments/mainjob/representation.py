@@ -8,13 +8,14 @@ Two kinds (``RepresentationConfig.kind``):
 * ``"autoencoder"``: a group-normalised supervised auto-encoder trained with DP-SGD, codes on the unit sphere.
 
 :class:`GroupNormConvAutoEncoder` is the layout of the public-half protocol's batch-normalised auto-encoder
-(:class:`fastdpot.experiments.autoencoder.BatchNormConvAutoEncoder`) with group normalisation instead of batch
+(:class:`fastdpot.experiments.mainjob.autoencoder.BatchNormConvAutoEncoder`) with group normalisation instead of batch
 normalisation (a sample's output must not depend on the other samples of its batch for per-sample gradients), and
 an optional linear head on the unit-sphere latent that predicts the label (a *supervised* auto-encoder: the classes
 separate in the latent space the flow runs in, and the head, a DP-trained classifier, can label generated latents).
 
 :func:`train_dp_representation` fits either kind, recorded as the stage ``"representation"`` of the run's
-:class:`fastdpot.privacy.composition.ComposedLedger`: DP-PCA as one Gaussian release (:func:`dp_second_moment`,
+:class:`fastdpot.privacy.composition.ComposedLedger`: DP-PCA as one Gaussian release
+(:func:`fastdpot.privacy.moments.dp_second_moment`,
 sensitivity sqrt(2)), the auto-encoder with :func:`fastdpot.dpsgd.train_dp_sgd` (fixed-size batches sampled without
 replacement, per-sample clipping, replace-one sensitivity 2C). The fitted basis or weights are a DP release: caching
 them is caching a release, and a run that loads them records the stage's releases in its ledger again (once).
@@ -33,10 +34,11 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .._validate import check_int, check_nonnegative, check_positive, check_probability
+from ..._validate import check_int, check_nonnegative, check_positive, check_probability
+from ...privacy.moments import dp_second_moment
 
 __all__ = ["GroupNormConvAutoEncoder", "DPPCARepresentation", "RepresentationConfig", "representation_loss",
-           "train_dp_representation", "dp_second_moment", "dct_lowpass_matrix", "head_labels", "REPRESENTATION_KINDS"]
+           "train_dp_representation", "dct_lowpass_matrix", "head_labels", "REPRESENTATION_KINDS"]
 
 #: the representations :func:`train_dp_representation` trains
 REPRESENTATION_KINDS = ("pca", "autoencoder", "dct")
@@ -128,42 +130,6 @@ def representation_loss(model: nn.Module, x: torch.Tensor, y: Optional[torch.Ten
     return loss
 
 
-def _clip_rows(x: torch.Tensor, radius: float = 1.0) -> torch.Tensor:
-    return x * (radius / x.norm(dim=1, keepdim=True).clamp_min(radius))
-
-
-def dp_second_moment(rows: torch.Tensor, noise_std: float, rng) -> torch.Tensor:
-    r"""One Gaussian mechanism on the second-moment matrix Σ_i x_i x_iᵀ of rows clipped to the unit ball.
-
-    Sensitivity (replace one row x by x', both of norm <= 1 after clipping): the released vector is the upper
-    triangle (diagonal included) of D = x xᵀ − x' x'ᵀ, whose squared norm is at most
-    ‖D‖_F² = ‖x‖⁴ + ‖x'‖⁴ − 2 (xᵀx')² <= 2, so Δ₂ = sqrt(2) (attained by orthogonal unit rows). The noise, one
-    N(0, noise_std²) draw per upper-triangle entry, is mirrored below the diagonal (post-processing).
-
-    Args:
-        rows: (n, p) float, clipped here to norm <= 1. noise_std: σ = z·sqrt(2) for noise multiplier z (0: none).
-        rng: a :func:`fastdpot.privacy.randomness.privacy_randomness` source (secret by default).
-
-    Returns:
-        (p, p) float64 symmetric matrix.
-
-    Raises:
-        ValueError: rows not 2-D, empty or not finite.
-
-    References:
-        Dwork, Talwar, Thakurta & Zhang, "Analyze Gauss: optimal bounds for privacy-preserving principal component
-        analysis", STOC 2014 (Algorithm 1).
-    """
-    if rows.dim() != 2 or rows.shape[0] == 0 or not bool(torch.isfinite(rows).all()):
-        raise ValueError(f"rows must be a finite non-empty (n, p) tensor, got {tuple(rows.shape)}")
-    x = _clip_rows(rows.double())
-    m = x.t() @ x
-    if noise_std > 0:
-        e = torch.triu(rng.normal(m.shape).double()) * noise_std
-        m = m + e + torch.triu(e, 1).t()
-    return m
-
-
 def dct_lowpass_matrix(size: int, side: int = 28) -> torch.Tensor:
     """The K × K lowest frequencies of the orthonormal 2-D DCT-II of side × side images, as a (K², side²) float64
     matrix L with orthonormal rows: ``L @ x.flatten()`` are the coefficients (row u·K + v: vertical frequency u,
@@ -189,7 +155,7 @@ class DPPCARepresentation(nn.Module):
     """A linear representation of (n, 1, 28, 28) images: codes c = Vᵀ x / S, images S·V c clamped to [0, 1].
 
     V (p × d, orthonormal columns, p = 784) are the top-d eigenvectors of a DP second-moment matrix
-    (:func:`dp_second_moment`) of the images scaled by 1/S and clipped to the unit ball; the codes of the images
+    (:func:`fastdpot.privacy.moments.dp_second_moment`) of the images scaled by 1/S and clipped to the unit ball; the codes of the images
     whose norm is <= S lie in the unit ball (the flow clips the others, ``clip_radius=1``).
 
     Shape:
@@ -215,6 +181,7 @@ class DPPCARepresentation(nn.Module):
         return (z.float() @ self.basis.t() * self.scale).clamp(0, 1).view(-1, 1, 28, 28)
 
     def classify(self, z: torch.Tensor) -> torch.Tensor:
+        """Raises RuntimeError: the PCA representation has no label head (use ``labels_from="flow"``)."""
         raise RuntimeError("the PCA representation has no label head: use labels_from='flow'")
 
 
@@ -285,27 +252,29 @@ class RepresentationConfig:
                                  f"{self.lowpass!r}")
 
     def steps(self, n: int) -> int:
+        """DP-SGD's steps T = round(epochs·n/B) (at least 1) for n sensitive images."""
         return max(1, int(round(self.epochs * n / self.batch_size)))
 
 
 def _key(images: torch.Tensor, labels: torch.Tensor, cfg: RepresentationConfig, epsilon: float, delta: float,
-         seed: int) -> str:
+         seed: int, secure_mode: bool, owner: Optional[str]) -> str:
     h = hashlib.sha256(str(tuple(images.shape)).encode())
     h.update(images.contiguous().numpy().tobytes())
     h.update(labels.contiguous().numpy().tobytes())
-    h.update(json.dumps(dict(asdict(cfg), epsilon=str(epsilon), delta=delta, seed=seed), sort_keys=True).encode())
+    h.update(json.dumps(dict(asdict(cfg), epsilon=str(epsilon), delta=delta, seed=seed, secure_mode=secure_mode,
+                             owner=owner), sort_keys=True).encode())
     return "dprep_" + h.hexdigest()[:24]
 
 
 def train_dp_representation(images: torch.Tensor, labels: torch.Tensor, cfg: RepresentationConfig, ledger, *,
                             num_classes: int, seed: int, calibration_size: Optional[int] = None,
                             secure_mode: bool = True, cache_dir: Optional[str] = None,
-                            progress: bool = True) -> Tuple[nn.Module, dict]:
+                            owner: Optional[str] = None, progress: bool = True) -> Tuple[nn.Module, dict]:
     """Learn the representation from the sensitive ``images`` under DP, recorded in ``ledger`` as the stage
     ``"representation"``, its noise multiplier calibrated so that the stage alone spends ``cfg.share`` of the run's ε;
     ``ledger.private`` False learns it without noise or clipping (the ε = ∞ reference).
 
-    ``kind="pca"``: one :func:`dp_second_moment` release on all n images (sampling ``"full"``), basis = its top-d
+    ``kind="pca"``: one :func:`fastdpot.privacy.moments.dp_second_moment` release on all n images (sampling ``"full"``), basis = its top-d
     eigenvectors. ``kind="autoencoder"``: :func:`fastdpot.dpsgd.train_dp_sgd` (fixed-size batches sampled without
     replacement, per-sample clipping, replace-one sensitivity 2C).
 
@@ -315,17 +284,21 @@ def train_dp_representation(images: torch.Tensor, labels: torch.Tensor, cfg: Rep
         num_classes: C, the label domain (public: never read from the private labels).
         seed: the public seed of the weights' initialisation (and of every draw with ``secure_mode=False``).
         calibration_size: the data-set size the noise is calibrated and recorded for (default n). A STAND-IN run
-            (tuning on public data, ``fastdpot.experiments.private_tuning``) passes the real run's size: the
+            (tuning on public data, ``fastdpot.experiments.mainjob.tuning``) passes the real run's size: the
             auto-encoder takes the real run's steps and noise multiplier, the PCA's noise is scaled by
             n / calibration_size (the same noise relative to the sum of n rows).
         secure_mode: noise (and batches) from the operating system (default).
-        cache_dir: where the learnt weights (a release) are kept, keyed by data, labels, config, ε, δ, seed and
-            calibration size; "" or None: no cache.
+        cache_dir, owner: where the learnt weights (a release) are kept and whose release they are. The file is
+            keyed by data, labels, config, ε, δ, seed, calibration size, the noise's mode and ``owner``, and is read
+            back only by a call with the same key: a secure run never reuses another run's secret release, and never
+            a replayable one (the main job keeps a secure run's release in its own run folder, owner = the run's id,
+            so only that run, resumed, reuses it; a replayable release, rebuildable from its seed, may be shared).
+            In secure mode without an ``owner`` nothing is cached. "" or None: no cache.
         progress: a bar.
 
     Returns:
         (model in eval mode with ``encode``, ``decode`` and ``on_sphere``; info: steps, noise multiplier, noise std,
-        seconds, cached, ε of the ledger after).
+        seconds, cached (whether the release was read back), cache_owner, ε of the ledger after).
 
     Raises:
         ValueError: bad images / labels / calibration size.
@@ -345,16 +318,19 @@ def train_dp_representation(images: torch.Tensor, labels: torch.Tensor, cfg: Rep
         return model, dict(steps=0, noise_multiplier=None, noise_std=None, cached=False, kind="dct", seconds=0.0,
                            epsilon=ledger.epsilon() if ledger.private else float("inf"), calibration_size=n_cal,
                            batch_size=0)
-    key = _key(images, labels, cfg, ledger.target_epsilon, ledger.delta, seed) + ("" if n_cal == n else f"_c{n_cal}")
-    path = os.path.join(cache_dir, key + ".pt") if cache_dir else None
+    key = _key(images, labels, cfg, ledger.target_epsilon, ledger.delta, seed, secure_mode, owner) + \
+        ("" if n_cal == n else f"_c{n_cal}")
+    path = os.path.join(cache_dir, key + ".pt") if cache_dir and (owner or not secure_mode) else None
     fit = _fit_pca if cfg.kind == "pca" else _fit_autoencoder
     event = dict(sampling="full", dataset_size=n_cal) if cfg.kind == "pca" else \
         dict(sampling="without_replacement", dataset_size=n_cal, batch_size=min(cfg.batch_size, n))
     steps = 1 if cfg.kind == "pca" else cfg.steps(n_cal)
     z = ledger.calibrate(steps, epsilon=cfg.share * ledger.target_epsilon, **event) if ledger.private else None
     t0 = time.perf_counter()
-    if path and os.path.isfile(path):
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+    blob = torch.load(path, map_location="cpu", weights_only=True) if path and os.path.isfile(path) else None
+    if blob is not None and (blob.get("secure_mode") != secure_mode or blob.get("owner") != owner):
+        blob = None  # a file of another mode or owner under this name: never reused, this run draws its own
+    if blob is not None:
         model = _build(cfg, num_classes, seed, blob["state_dict"])
         if ledger.private:  # the cached weights are this stage's release: its steps count in this run's ledger
             ledger.record("representation", float(blob["noise_multiplier"]), int(blob["steps"]), **event)
@@ -368,11 +344,12 @@ def train_dp_representation(images: torch.Tensor, labels: torch.Tensor, cfg: Rep
             tmp = path + f".tmp{os.getpid()}"
             torch.save(dict(state_dict={k: v.cpu() for k, v in model.state_dict().items()}, steps=info["steps"],
                             noise_multiplier=float(info["noise_multiplier"] or 0.0),
-                            noise_std=float(info["noise_std"] or 0.0)), tmp)
+                            noise_std=float(info["noise_std"] or 0.0), secure_mode=secure_mode, owner=owner), tmp)
             os.replace(tmp, path)
     model.eval()
     return model, dict(info, kind=cfg.kind, seconds=time.perf_counter() - t0, epsilon=ledger.epsilon(),
-                       calibration_size=n_cal, batch_size=event.get("batch_size", n_cal))
+                       calibration_size=n_cal, batch_size=event.get("batch_size", n_cal), cache_owner=owner,
+                       secure_mode=secure_mode)
 
 
 def _build(cfg: RepresentationConfig, num_classes: int, seed: int, state_dict=None) -> nn.Module:
@@ -389,7 +366,7 @@ def _build(cfg: RepresentationConfig, num_classes: int, seed: int, state_dict=No
 
 
 def _fit_pca(images, labels, cfg, ledger, z, steps, n_cal, num_classes, seed, secure_mode, progress):
-    from ..privacy.randomness import privacy_randomness
+    from ...privacy.randomness import privacy_randomness
 
     n = images.shape[0]
     std = 0.0 if z is None else z * math.sqrt(2.0) * n / n_cal
@@ -409,7 +386,7 @@ def _fit_pca(images, labels, cfg, ledger, z, steps, n_cal, num_classes, seed, se
 
 
 def _fit_autoencoder(images, labels, cfg, ledger, z, steps, n_cal, num_classes, seed, secure_mode, progress):
-    from ..dpsgd import train_dp_sgd
+    from ...dpsgd import train_dp_sgd
 
     model = _build(cfg, num_classes, seed)
     x = images.float().div_(255.0)

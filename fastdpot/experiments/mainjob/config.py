@@ -1,0 +1,354 @@
+"""The main job's settings: :class:`MainJobConfig`, frozen and nested, one dataclass per stage.
+
+* :class:`DataSettings` — the data set and the protocol's split (``public_size=0``: the private-only protocol);
+* :class:`RepresentationSettings` — the code space: the public auto-encoder (public-half protocol) or the DP
+  representation of the sensitive images (private-only protocol);
+* :class:`GenerationSettings` — the generator run on the private codes (the flow or a baseline) and its flow's keywords;
+* :class:`EvaluationSettings` — FID and the downstream classifiers.
+
+Every field is addressed by its dotted name (``generation.step_size``) in :func:`parse_settings`, the one parser of
+the command line's ``--set``, the tuning grids and the run folder's ``config.json``; a leaf name that occurs in one
+stage only (``step_size``) may be written alone. :meth:`MainJobConfig.resolved` returns the settings a run uses:
+the ``quick`` reductions and the protocol's defaults filled in, every value validated once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Dict, List, Optional, Sequence
+
+from ..._validate import (check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive,
+                          check_probability)
+from ...flows import INIT_KINDS
+from ..metrics import CLASSIFIERS, CNN_ARCHS
+
+__all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
+           "METHODS", "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "parse_settings",
+           "setting_names", "flat_settings"]
+
+#: ``"decoded"``: the private-only protocol's ANALYSIS of its representation (the sensitive codes decoded: NOT private)
+METHODS = ("flow", "gaussian", "public", "decoded")
+PROTOCOLS = ("public-half", "private-only")
+AE_ARCHS = ("conv", "convbn", "dcgan")  # fastdpot.experiments.mainjob.autoencoder's architectures
+REPRESENTATION_KINDS = ("pca", "autoencoder", "dct")  # the private-only protocol's representations
+DEFAULT_SKETCH_BINS = 5  # L of the default per-step sketch release: the public-only sweep (docs/mainjob/tuning.md)
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """The data and the split.
+
+    Attributes:
+        dataset: "auto", "fashion-mnist", "idx", "celeba", "digits", "lfw"
+            (:func:`fastdpot.experiments.data.load_dataset`). data_dir: a folder of MNIST-format idx files;
+            celeba_dir: a folder of aligned CelebA JPEGs. max_train / max_test: use the first N images only.
+        public_size: public training images, the rest private (None: half; the public-half protocol).
+            0 selects the private-only protocol (DPImageBench: no public image at all).
+        validation_size: private-only: the validation (tuning) split taken from the training set.
+    """
+    dataset: str = "auto"
+    data_dir: Optional[str] = None
+    celeba_dir: Optional[str] = None
+    max_train: Optional[int] = None
+    max_test: Optional[int] = None
+    public_size: Optional[int] = None
+    validation_size: int = 5000
+
+
+@dataclass(frozen=True)
+class RepresentationSettings:
+    """The code space the generator runs in.
+
+    Attributes:
+        latent_dim: d (None: 16 for the public auto-encoder at 28/32 px, 48 at 64 px; 32 for DP-PCA, 16 for the DP
+            auto-encoder).
+        ae_arch, ae_epochs, ae_width, ae_max_train: public-half: the auto-encoder trained on the public half
+            (:mod:`fastdpot.experiments.mainjob.autoencoder`; arch None: by image size).
+        kind, scale, lowpass, epochs, batch_size, clip_radius, lr, label_weight, share: private-only: the DP
+            representation (:class:`fastdpot.experiments.mainjob.representation.RepresentationConfig` documents each;
+            ``share``: the fraction of ε it is calibrated to alone, None: 0.3 for DP-PCA, 0.9 for the auto-encoder).
+    """
+    latent_dim: Optional[int] = None
+    ae_arch: Optional[str] = None
+    ae_epochs: int = 10
+    ae_width: Optional[int] = None
+    ae_max_train: Optional[int] = None
+    kind: str = "pca"
+    scale: float = 16.0
+    lowpass: Optional[int] = None
+    epochs: float = 10.0
+    batch_size: int = 1024
+    clip_radius: float = 1.0
+    lr: float = 2e-3
+    label_weight: float = 0.5
+    share: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """The generator run on the private codes.
+
+    Attributes:
+        method: ``"flow"`` (the DP flow; ε = ∞ the non-private flow), ``"gaussian"`` (the DP Gaussian per class in
+            the same code space), ``"public"`` (public-half: the public half's own codes decoded, no private data),
+            ``"decoded"`` (private-only ANALYSIS: the sensitive codes decoded, not private).
+        num_particles: N (None: the size of the test set; 60 000 in the private-only protocol, as DPImageBench).
+        class_conditional: one flow per class, or one label-private flow, when the data are labelled.
+        labels: ``"private"`` (the flow's default: one flow on [code, c·onehot(label)], labels and class sizes
+            protected) or ``"public"`` (per-class flows and baselines: labels and class sizes ASSUMED public).
+        label_scale: c > 0 of the label-private flow's label block.
+        num_projections, step_size, diffusion, batch_size, epochs, bound, directions, init, init_scale, release,
+            sketch_bins: the flow's settings (:class:`fastdpot.flows.FlowConfig`; k None: d for d < 32 (d + C
+            label-private), 300 above; h None: 0.3 for d < 32, 5 above; T = round(epochs·n/B)).
+        center, clip_radius: public-half: ``"public"`` shifts each private code by its class's public mean and clips
+            it to r inside the flow; ``"none"``: codes on the unit sphere.
+        decode_on_sphere, spread: post-processing of the public-half protocol's particles.
+        labels_from: private-only: the samples' labels from the flow's label block or the DP auto-encoder's head.
+        flow_seeds: S generation runs on the same split and representation, whose releases compose within the run's
+            ε (each calibrated for its share, :func:`fastdpot.experiments.mainjob.generation.seed_budget`), unless
+            ``each_seed_at_epsilon`` (then each seed alone is at ε and the published total is their composition).
+        checkpoint_every: the flow's checkpoint period in steps.
+    """
+    method: str = "flow"
+    num_particles: Optional[int] = None
+    class_conditional: bool = True
+    labels: Optional[str] = None
+    label_scale: float = 1.0
+    num_projections: Optional[int] = None
+    step_size: Optional[float] = None
+    diffusion: float = 0.0
+    batch_size: int = 100
+    epochs: float = 10.0
+    bound: str = "chernoff"
+    directions: str = "orthogonal"
+    init: str = "gaussian_scaled"
+    init_scale: float = 0.3
+    release: str = "sketch"
+    sketch_bins: Optional[int] = None
+    center: str = "none"
+    clip_radius: Optional[float] = None
+    decode_on_sphere: bool = True
+    spread: str = "flow"
+    labels_from: str = "flow"
+    flow_seeds: int = 1
+    each_seed_at_epsilon: bool = False
+    checkpoint_every: int = 100
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """What a run measures (not part of the release).
+
+    Attributes:
+        fid_samples, fid_real: generated and real images in FID (``fid_samples=0``: no FID).
+        classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``).
+        cnn_epochs, cnn_augment, cnn_arch: the evaluation CNN (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
+    """
+    fid_samples: int = 2000
+    fid_real: int = 2000
+    classifiers: str = "logreg,mlp,cnn"
+    cnn_epochs: int = 5
+    cnn_augment: bool = False
+    cnn_arch: str = "small"
+
+
+@dataclass(frozen=True)
+class MainJobConfig:
+    """Settings of one run of the main job (defaults: Sebag et al., TMLR, Fashion-MNIST DPSWflow-r at
+    (ε, δ) = (10, 1e-5), with the changes recorded in docs/mainjob/tuning.md and docs/mainjob-private.md).
+
+    Attributes:
+        epsilon: the run's ε: the budget of EVERYTHING the run publishes (``inf``: non-private). delta: its δ (None:
+            1e-5 for the public-half protocol, DPImageBench's 1/(N ln N) for the private-only one).
+        seed: master seed of the public work (split, auto-encoder, initial particles, evaluation).
+        device, backend: where the flow runs and which backend of op ``flow_step``.
+        replayable_noise: False (default): every privacy draw is secret OS randomness. True: from ``seed``, NO
+            guarantee against anyone who holds the seed (privacy.md and metrics.json say so).
+        quick: a short run (small data, few steps, small FID).
+        data, representation, generation, evaluation: the stages' settings.
+    """
+    epsilon: float = 10.0
+    delta: Optional[float] = None
+    seed: int = 0
+    device: str = "cpu"
+    backend: str = "auto"
+    replayable_noise: bool = False
+    quick: bool = False
+    data: DataSettings = field(default_factory=DataSettings)
+    representation: RepresentationSettings = field(default_factory=RepresentationSettings)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+
+    @property
+    def protocol(self) -> str:
+        """``"private-only"`` when ``data.public_size == 0``, else ``"public-half"``."""
+        return "private-only" if self.data.public_size == 0 else "public-half"
+
+    @property
+    def private(self) -> bool:
+        """Whether the run is private (ε finite)."""
+        return not math.isinf(self.epsilon)
+
+    def with_settings(self, **dotted: Any) -> "MainJobConfig":
+        """A copy with the given settings (dotted names, or leaf names that occur in one stage only)."""
+        return _apply(self, dotted)
+
+    def resolved(self) -> "MainJobConfig":
+        """The settings a run uses: the ``quick`` reductions and the protocol's defaults applied, validated.
+
+        Raises:
+            ValueError: a value out of range or a setting the protocol or method does not take (named).
+        """
+        from .resolve import resolve
+
+        return resolve(self)
+
+
+_STAGES = ("data", "representation", "generation", "evaluation")
+_TOP = tuple(f.name for f in fields(MainJobConfig) if f.name not in _STAGES)
+
+
+def setting_names() -> List[str]:
+    """Every setting's dotted name, e.g. ``["epsilon", ..., "generation.step_size", ...]``."""
+    out = list(_TOP)
+    for stage in _STAGES:
+        cls = type(getattr(MainJobConfig(), stage))
+        out += [f"{stage}.{f.name}" for f in fields(cls)]
+    return out
+
+
+def _full_name(name: str) -> str:
+    names = setting_names()
+    key = name.strip().replace("-", "_")
+    if key in names:
+        return key
+    hits = [n for n in names if n.rpartition(".")[2] == key]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise ValueError(f"setting {name!r} is ambiguous: write one of {hits}")
+    raise ValueError(f"{name!r} is not a setting of the main job (see fastdpot.experiments.mainjob.config."
+                     f"setting_names())")
+
+
+def _apply(cfg: MainJobConfig, dotted: Dict[str, Any]) -> MainJobConfig:
+    top, staged = {}, {s: {} for s in _STAGES}
+    for name, value in dotted.items():
+        full = _full_name(name)
+        stage, _, leaf = full.rpartition(".")
+        (staged[stage] if stage else top)[leaf] = value
+    kw = {s: replace(getattr(cfg, s), **v) for s, v in staged.items() if v}
+    return replace(cfg, **top, **kw)
+
+
+def flat_settings(cfg: MainJobConfig) -> Dict[str, Any]:
+    """``{dotted name: value}`` of every setting (``config.json``, the tuning tables)."""
+    d = asdict(cfg)
+    out = {k: d[k] for k in _TOP}
+    for stage in _STAGES:
+        out.update({f"{stage}.{k}": v for k, v in d[stage].items()})
+    return out
+
+
+def _value(text: str):
+    t = text.strip()
+    low = t.lower()
+    if low in ("none", "null"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("inf", "+inf"):
+        return math.inf
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return t
+
+
+def parse_settings(specs: Sequence[str], *, grid: bool = False) -> Dict[str, Any]:
+    """``["generation.step_size=0.3", "epsilon=10"]`` -> ``{"generation.step_size": 0.3, "epsilon": 10}``.
+
+    Values are parsed as None / bool / inf / int / float / string. With ``grid=True`` each value is a comma-separated
+    list (``step_size=0.1,0.3`` -> ``{"generation.step_size": [0.1, 0.3]}``); without, the value is taken whole
+    (``evaluation.classifiers=logreg,mlp`` is one value).
+
+    Raises:
+        ValueError: a spec without ``=``, an unknown or ambiguous name, a name given twice, an empty value list.
+    """
+    out: Dict[str, Any] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise ValueError(f"settings are NAME=VALUE{',VALUE...' if grid else ''}, got {spec!r}")
+        key, val = spec.split("=", 1)
+        full = _full_name(key)
+        if full in out:
+            raise ValueError(f"setting {full!r} given twice")
+        if grid:
+            values = [_value(v) for v in val.split(",") if v.strip()]
+            if not values:
+                raise ValueError(f"setting {full!r} has no values")
+            out[full] = values
+        else:
+            out[full] = _value(val)
+    return out
+
+
+def check_stage_settings(c: MainJobConfig) -> None:
+    """The checks that hold for both protocols (called by :meth:`MainJobConfig.resolved`)."""
+    g, r, e, d = c.generation, c.representation, c.evaluation, c.data
+    check_epsilon(c.epsilon, "epsilon", allow_inf=True)
+    if c.delta is not None:
+        check_delta(c.delta)
+    check_int(c.seed, "seed", 0)
+    check_choice(c.device.split(":")[0], "device", ("cpu", "cuda"))
+    for name, v in (("replayable_noise", c.replayable_noise), ("quick", c.quick),
+                    ("generation.class_conditional", g.class_conditional), ("generation.decode_on_sphere",
+                                                                           g.decode_on_sphere),
+                    ("generation.each_seed_at_epsilon", g.each_seed_at_epsilon),
+                    ("evaluation.cnn_augment", e.cnn_augment)):
+        if not isinstance(v, bool):
+            raise ValueError(f"{name} must be True or False, got {v!r}")
+    check_choice(g.method, "method", METHODS)
+    check_int(g.batch_size, "batch_size")
+    check_positive(g.epochs, "epochs")
+    check_int(g.flow_seeds, "flow_seeds")
+    check_int(g.checkpoint_every, "checkpoint_every")
+    check_nonnegative(g.diffusion, "diffusion")
+    check_choice(g.spread, "spread", ("public", "flow"))
+    check_choice(g.directions, "directions", ("orthogonal", "uniform"))
+    check_choice(g.init, "init", INIT_KINDS)
+    check_positive(g.init_scale, "init_scale")
+    check_choice(g.center, "center", ("public", "none"))
+    check_choice(g.release, "release", ("points", "sketch"))
+    check_positive(g.label_scale, "label_scale")
+    for name in ("num_particles", "num_projections", "sketch_bins"):
+        v = getattr(g, name)
+        if v is not None:
+            check_int(v, name, 2 if name == "num_particles" else 1)
+    if g.step_size is not None:
+        check_positive(g.step_size, "step_size")
+    if r.latent_dim is not None:
+        check_int(r.latent_dim, "latent_dim", 2)
+    check_int(r.ae_epochs, "ae_epochs")
+    if r.ae_width is not None:
+        check_int(r.ae_width, "ae_width")
+        if r.ae_arch == "conv":
+            raise ValueError("ae_width does not apply to ae_arch='conv' (fixed width); leave it None")
+    if r.ae_arch is not None:
+        check_choice(r.ae_arch, "ae_arch", AE_ARCHS)
+    if r.share is not None:
+        check_probability(r.share, "representation_share", low_open=True, high_open=True)
+    if e.fid_samples != 0:  # 0: no FID
+        check_int(e.fid_samples, "fid_samples", 2)
+    check_int(e.fid_real, "fid_real", 2)
+    check_int(e.cnn_epochs, "cnn_epochs")
+    check_choice(e.cnn_arch, "cnn_arch", CNN_ARCHS)
+    for v in [v.strip() for v in str(e.classifiers).split(",") if v.strip()]:
+        check_choice(v, "classifiers", CLASSIFIERS)
+    for name in ("max_train", "max_test"):
+        if getattr(d, name) is not None:
+            check_int(getattr(d, name), name)
+    if d.public_size is not None:
+        check_int(d.public_size, "public_size", 0)
