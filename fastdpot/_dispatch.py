@@ -124,6 +124,7 @@ def require(op: str, backend: str, needs: Tuple[str, ...]) -> None:
 
 
 def registered_ops():
+    """The names of the ops with at least one registered row, sorted."""
     return sorted(_TABLE)
 
 

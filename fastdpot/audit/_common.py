@@ -47,6 +47,7 @@ class AuditCase:
     trials_by_backend: Tuple[Tuple[str, int], ...] = ()
 
     def default_trials(self, backend: str) -> int:
+        """Releases per input on ``backend``: ``trials_by_backend``'s entry, else ``trials``."""
         return dict(self.trials_by_backend).get(backend, self.trials)
 
 

@@ -43,6 +43,7 @@ class GradientInForward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, *unused):
+        """The saved dloss/dx and dloss/dy times the upstream gradient; None for every other input."""
         grad_x, grad_y = ctx.saved_tensors
         gx = grad_out * grad_x if grad_x is not None else None
         gy = grad_out * grad_y if grad_y is not None else None
