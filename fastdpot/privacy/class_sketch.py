@@ -1,0 +1,318 @@
+r"""The one-shot release of a labelled data set: per class, the sliced quantile sketch of ALL its rows on a public set
+of orthonormal directions, with the class histogram, in ONE Gaussian mechanism (labels private).
+
+Every flow step after it is post-processing: particles of class c move towards class c's released quantiles
+(:class:`fastdpot.flows.ReleasedTargetFlow`, :meth:`fastdpot.flows.ClassConditionalFlow.from_release`), at no further
+privacy cost. Because the release reads each class once, in full, its noise per quantile falls like 1/n_c, where a
+per-step release (DPSWflow-r) spends the budget on batches of B rows.
+
+What is released (:func:`class_quantile_sketch`), for classes c < C, directions θ_j (rows of ``projections``, in
+blocks of p orthonormal rows) and L_j bins per direction:
+
+* the noisy count ñ_c = w·n_c + N(0, σ²) / w (``count_weight`` w),
+* the noisy bin sums S̃_{c,j,l} = n_c ∫_{(l−1)/L_j}^{l/L_j} Q_{c,j}(u) du + N(0, σ²), l = 1 … L_j, where Q_{c,j} is
+  the empirical quantile function of θ_jᵀ(x_i − m_c) over the rows of class c, clipped to ‖x_i − m_c‖ ≤ r inside
+  (m_c a public centre). With n_c a multiple of L_j these are the sums of the sorted values over L_j equal rank bins;
+  otherwise the bins split the boundary ranks fractionally (a function of the data set only).
+
+Post-processing (:meth:`ClassSketchRelease.quantile_tables`): bin means S̃ / (ñ_c / L_j) at the levels
+(l − ½)/L_j, shrunk towards a fitted Gaussian quantile function by their known noise (James–Stein), made
+non-decreasing (isotonic regression), and written on one level grid per class for op ``flow_step``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from .._validate import check_int, check_nonnegative, check_positive, check_tensor
+from .mechanisms import clip_rows
+from .moments import domain_labels
+from .randomness import PrivacyRandomness, privacy_randomness
+
+__all__ = ["ClassSketchRelease", "class_quantile_sketch", "class_sketch_sensitivity", "check_orthonormal_blocks",
+           "fractional_bin_sums"]
+
+
+def check_orthonormal_blocks(projections: torch.Tensor, block_size: int, name: str = "projections",
+                             tol: Optional[float] = None) -> torch.Tensor:
+    """Check that the rows of ``projections`` form blocks of ``block_size`` orthonormal rows (each block's Gram
+    matrix is the identity within ``tol``: 1e-9 in float64, 1e-5 in float32); returns them in float64.
+
+    Raises:
+        ValueError: a row count that is not a multiple of the block size, a block larger than d, a block that is not
+            orthonormal (the largest deviation is named).
+    """
+    check_tensor(projections, name, 2)
+    k, d = projections.shape
+    p = check_int(block_size, "block_size")
+    if p > d or k % p:
+        raise ValueError(f"{name} must hold whole blocks of block_size = {p} <= d = {d} rows, got {k} rows")
+    th = projections.detach().to(torch.float64)
+    tol = (1e-9 if projections.dtype == torch.float64 else 1e-5) if tol is None else tol
+    blocks = th.view(k // p, p, d)
+    gram = blocks @ blocks.transpose(1, 2)
+    dev = float((gram - torch.eye(p, dtype=torch.float64)).abs().max())
+    if dev > tol:
+        raise ValueError(f"{name} must be blocks of {p} orthonormal rows (the sensitivity bound assumes it); the "
+                         f"largest entry of Θ_bΘ_bᵀ − I is {dev:.3g}")
+    return th
+
+
+def fractional_bin_sums(values: torch.Tensor, bins: int) -> torch.Tensor:
+    """n·∫ Q over the L equal-probability bins of each column's empirical quantile function Q (the sums of the sorted
+    values over L bins of n/L ranks each, boundary ranks split fractionally).
+
+    Shape: values (n, k) -> (L, k) float64 (zeros for n = 0).
+    """
+    n, k = values.shape
+    if n == 0:
+        return torch.zeros(bins, k, dtype=torch.float64, device=values.device)
+    s = torch.sort(values.to(torch.float64), dim=0).values
+    cum = torch.cat([torch.zeros(1, k, dtype=torch.float64, device=s.device), torch.cumsum(s, 0)])
+    edges = torch.arange(bins + 1, dtype=torch.float64, device=s.device) * (n / bins)
+    lo = edges.floor().long().clamp(max=n)
+    frac = (edges - lo.double()).unsqueeze(1)
+    lorenz = cum[lo] + frac * s[lo.clamp(max=n - 1)]  # the sum of the m smallest values, linear between integers
+    return lorenz[1:] - lorenz[:-1]
+
+
+def class_sketch_sensitivity(clip_radius: float, num_blocks: int, min_bins: int, count_weight: float) -> float:
+    r"""ℓ2 sensitivity of the one-shot release (counts times w, bin sums) under the replacement of one labelled row
+    (x, y) by any (x′, y′), the label free to change, rows clipped to ‖x − m_y‖ ≤ r:
+
+    .. math::  Δ = \sqrt{2B\,\big(2 + 1/\sqrt{L_{\min}}\big)^2 r^2 + 2w^2}
+
+    for B blocks of orthonormal directions and at least L_min bins per direction.
+
+    Proof. Fix a block P of orthonormal directions and a class of n rows; adding a row v (‖v‖ ≤ r after centring and
+    clipping) changes the sums of direction j by D_{j,l} = ∫_{I_l}[(n+1)Q′_j − nQ_j] = A_{j,l} + B_{j,l} with
+    A_{j,l} = ∫_{I_l} Q′_j and B_{j,l} = n∫_{I_l}(Q′_j − Q_j) (Q′ the quantile function of the n + 1 rows, I_l the
+    bins of width 1/L_j). Cauchy–Schwarz gives Σ_l A_{j,l}² ≤ (1/L_j)∫Q′_j², and Σ_j ∫Q′_j² = (1/(n+1))Σ_i ‖P x_i‖²
+    ≤ r², so ‖A‖ ≤ r/√L_min over the block. For B: Σ_l|B_{j,l}| ≤ n·W₁(μ_j, μ′_j) with μ′_j = (nμ_j + δ_{v_j})/(n+1),
+    and W₁ is convex, so n·W₁ ≤ (n/(n+1))·W₁(μ_j, δ_{v_j}) = (1/(n+1))Σ_i|θ_jᵀ(x_i − v)|; over the block, by
+    Minkowski, ‖B‖ ≤ ‖(Σ_l|B_{j,l}|)_j‖ ≤ (1/(n+1))Σ_i‖P(x_i − v)‖ ≤ 2r. Hence one block moves by at most
+    (2 + 1/√L_min)r when a row joins or leaves a class (n = 0 included: then D = A). A replacement with y′ ≠ y
+    removes a row from class y and adds one to class y′ (disjoint coordinates): B blocks, two classes, and the two
+    counts moving by w each give Δ above. With y′ = y the count is unchanged and the sorted values of every direction
+    move the same way (order statistics are monotone in every entry), so each direction's sums move by
+    |θ_jᵀ(x − x′)| in ℓ1 and a block by at most 2r: 2r√B, below Δ. □
+
+    Raises:
+        ValueError: r <= 0, B < 1, L_min < 1, w < 0.
+    """
+    r = check_positive(clip_radius, "clip_radius")
+    B = check_int(num_blocks, "num_blocks")
+    L = check_int(min_bins, "min_bins")
+    w = check_nonnegative(count_weight, "count_weight")
+    per_block = (2.0 + 1.0 / math.sqrt(L)) * r
+    return math.sqrt(2.0 * B * per_block ** 2 + 2.0 * w * w)
+
+
+@dataclass(frozen=True)
+class ClassSketchRelease:
+    """What :func:`class_quantile_sketch` publishes (everything here is public; nothing in it is private).
+
+    Attributes:
+        counts: (C,) float64 noisy class sizes ñ_c (the released w·n_c + noise, divided by w).
+        sums: (C, k, L_max) float64 noisy bin sums (entries beyond a direction's own L_j are 0).
+        bins: (k,) int64, L_j per direction. projections: (k, d) float64, the public directions (blocks of
+            ``block_size`` orthonormal rows). centers: (C, d) float64, the public centres m_c the rows were taken
+            about.
+        noise_std: σ on each bin sum; count_noise_std: σ/w on each count. sensitivity: Δ. noise_multiplier: z = σ/Δ.
+        clip_radius: r. block_size: p. noise: (C, k, L_max) the bin-sum noise (only with ``return_noise``).
+    """
+    counts: torch.Tensor
+    sums: torch.Tensor
+    bins: torch.Tensor
+    projections: torch.Tensor
+    centers: torch.Tensor
+    noise_std: float
+    count_noise_std: float
+    sensitivity: float
+    noise_multiplier: float
+    clip_radius: float
+    block_size: int
+    noise: Optional[torch.Tensor] = None
+
+    @property
+    def num_classes(self) -> int:
+        """C."""
+        return int(self.counts.shape[0])
+
+    @property
+    def num_blocks(self) -> int:
+        """B = k / p."""
+        return int(self.projections.shape[0]) // self.block_size
+
+    def bin_means(self) -> torch.Tensor:
+        """(C, k, L_max) noisy bin means S̃ / (ñ_c / L_j) (ñ_c clamped to >= 1): post-processing."""
+        n = self.counts.clamp_min(1.0)[:, None, None]
+        return self.sums * self.bins.to(self.sums)[None, :, None] / n
+
+    def mean_noise_std(self) -> torch.Tensor:
+        """(C, k) the noise std of one bin mean, σ·L_j / ñ_c (from released quantities only)."""
+        return self.noise_std * self.bins.to(self.sums)[None, :] / self.counts.clamp_min(1.0)[:, None]
+
+    def quantile_tables(self, shrink: bool = True) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        """Per class c, the target of op ``flow_step``: ``(table (k, G), levels (G,))`` on the union grid G of every
+        direction's levels (l − ½)/L_j, in the centred coordinates x − m_c.
+
+        Per direction: the noisy bin means, shrunk (``shrink``) towards their least-squares Gaussian quantile
+        function a + b·Φ⁻¹(level) (b ≥ 0, b² reduced by its own noise variance) by the positive-part James–Stein
+        factor of their known noise, then made non-decreasing (``scipy.optimize.isotonic_regression``), then written
+        at every level of the grid: between its own levels it is linear, outside them extended with its end
+        segments, exactly as the op reads a table. Post-processing: no privacy cost.
+        """
+        from scipy.optimize import isotonic_regression
+
+        means, s = self.bin_means(), self.mean_noise_std()
+        grid = torch.unique(torch.cat([(torch.arange(int(L)) + 0.5) / int(L) for L in self.bins.unique()]))
+        grid = grid.to(torch.float64)
+        out = []
+        for c in range(self.num_classes):
+            table = torch.empty(self.bins.numel(), grid.numel(), dtype=torch.float64)
+            for L in self.bins.unique().tolist():
+                idx = torch.nonzero(self.bins == L).flatten()
+                lv = (torch.arange(L, dtype=torch.float64) + 0.5) / L
+                m = means[c, idx, :L]
+                if shrink and self.noise_std > 0:
+                    m = _shrink(m, s[c, idx], lv)
+                m = torch.stack([torch.from_numpy(isotonic_regression(row.numpy(), increasing=True).x.copy())
+                                 for row in m]) if L > 1 else m
+                table[idx] = _piecewise_linear(m, lv, grid)
+            out.append((table, grid.clone()))
+        return out
+
+
+def _shrink(m: torch.Tensor, s: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """James–Stein shrinkage of noisy quantile rows m (k, L) with noise std s (k,) towards their Gaussian fit."""
+    k, L = m.shape
+    if L == 1:
+        return m
+    zq = torch.distributions.Normal(0.0, 1.0).icdf(levels.float()).double()
+    A = torch.stack([torch.ones(L, dtype=torch.float64), zq], 1)
+    coef = torch.linalg.lstsq(A, m.t()).solution  # (2, k): location, scale
+    b = coef[1].clamp_min(0.0)
+    var_b = s * s / float(((zq - zq.mean()) ** 2).sum())
+    b = b * (1.0 - var_b / (b * b).clamp_min(1e-300)).clamp_min(0.0).sqrt()
+    fit = coef[0][:, None] + b[:, None] * zq[None, :]
+    if L <= 2:
+        return fit
+    dev = m - fit
+    f = (1.0 - (L - 2) * (s * s)[:, None] / dev.pow(2).sum(1, keepdim=True).clamp_min(1e-300)).clamp_min(0.0)
+    return fit + f * dev
+
+
+def _piecewise_linear(values: torch.Tensor, levels: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """Rows through (levels, values), linear between them and extended with the end segments, read at ``grid``."""
+    k, L = values.shape
+    if L == 1:
+        return values.expand(k, grid.numel()).clone()
+    i = (torch.searchsorted(levels, grid, right=True) - 1).clamp(0, L - 2)
+    x0, x1 = levels[i], levels[i + 1]
+    y0, y1 = values[:, i], values[:, i + 1]
+    return y0 + (grid - x0) * (y1 - y0) / (x1 - x0)
+
+
+def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, projections: torch.Tensor, *,
+                          num_classes: int, sketch_bins: Union[int, Sequence[int], torch.Tensor],
+                          noise_multiplier: float, clip_radius: float, block_size: Optional[int] = None,
+                          centers: Optional[torch.Tensor] = None, count_weight: Optional[float] = None,
+                          generator: Optional[torch.Generator] = None, secure_mode: bool = True,
+                          noise_scale: float = 1.0, return_noise: bool = False) -> ClassSketchRelease:
+    r"""Release, in one Gaussian mechanism, every class's sliced quantile sketch of all its rows and the class
+    histogram (labels private: neighbours replace one (x, y) by any (x′, y′)).
+
+    Rows are centred on their class's PUBLIC centre m_y (``centers``; default 0) and clipped to ‖x − m_y‖ ≤ r
+    inside; labels outside [0, C) are mapped to class 0 record by record (:func:`fastdpot.privacy.moments.
+    domain_labels`). Each count and each bin sum gets N(0, σ²), σ = z·Δ with Δ = :func:`class_sketch_sensitivity`
+    (proof there), the counts first multiplied by w (default w = r·√B/4, a count noise far below the class sizes).
+    Account it as ONE release of noise multiplier z on the whole data set (``sampling="full"`` in
+    :class:`fastdpot.privacy.composition.ComposedLedger`).
+
+    Args:
+        x_private: (n, d) private rows. labels: (n,) integer private labels. num_classes: C (public).
+        projections: (k, d) public directions, blocks of ``block_size`` orthonormal rows (default p = d), drawn or
+            chosen independently of the data (e.g. :func:`fastdpot.flows.directions.image_blocks`).
+        sketch_bins: L (int) for every direction, or (k,) per direction (a public choice, e.g. by frequency); each
+            1 <= L_j <= n.
+        noise_multiplier: z >= 0 (0: the exact sketch, not private). clip_radius: r > 0.
+        centers: (C, d) or (d,) public centres, or None (0).
+        count_weight: w > 0 (None: r·√B/4).
+        generator, secure_mode: the noise's source (secret OS randomness by default; with ``secure_mode=False`` the
+            replayable ``generator``, no guarantee against whoever holds its seed).
+        noise_scale: multiplies σ (a stand-in on a smaller public set passes n / n_real). return_noise: keep the
+            bin-sum noise in the release (tests).
+
+    Shape:
+        x_private (n, d), labels (n,), projections (k, d) -> :class:`ClassSketchRelease`.
+
+    Raises:
+        ValueError / TypeError: non-finite or mis-shaped rows, labels that are not a 1-D integer tensor of length n,
+            projections that are not orthonormal blocks, a direction with more bins than rows (L_j > n) or fewer than
+            1, z < 0, r <= 0, bad centres — all before anything is drawn.
+
+    References:
+        Rakotomamonjy & Ralaivola, "Differentially Private Sliced Wasserstein Distance", ICML 2021 (projected
+        Gaussian mechanism); Sebag et al., "Differentially Private Gradient Flow based on the Sliced Wasserstein
+        Distance", TMLR (DPSWflow: a pool of directions released once); Dwork & Roth, "The Algorithmic Foundations of
+        Differential Privacy", 2014 (Gaussian mechanism).
+    """
+    check_tensor(x_private, "x_private", 2)
+    n, d = x_private.shape
+    if n == 0:
+        raise ValueError("x_private is empty")
+    C = check_int(num_classes, "num_classes")
+    y = domain_labels(labels, C)
+    if y.shape[0] != n:
+        raise ValueError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
+    if projections.dim() != 2 or projections.shape[1] != d:
+        raise ValueError(f"projections must be (k, {d}), got {tuple(projections.shape)}")
+    p = d if block_size is None else check_int(block_size, "block_size")
+    th = check_orthonormal_blocks(projections, p)
+    k = th.shape[0]
+    if isinstance(sketch_bins, int) and not isinstance(sketch_bins, bool):
+        bins = torch.full((k,), sketch_bins, dtype=torch.int64)
+    else:
+        bins = torch.as_tensor(sketch_bins).long().flatten()
+        if bins.numel() != k:
+            raise ValueError(f"sketch_bins must be an int or one per direction ({k}), got {bins.numel()}")
+    if int(bins.min()) < 1 or int(bins.max()) > n:
+        raise ValueError(f"sketch_bins must lie in [1, n = {n}] (no more bins than rows), got "
+                         f"[{int(bins.min())}, {int(bins.max())}]")
+    z = check_nonnegative(noise_multiplier, "noise_multiplier")
+    r = check_positive(clip_radius, "clip_radius")
+    scale = check_positive(noise_scale, "noise_scale")
+    if centers is None:
+        cen = torch.zeros(C, d, dtype=torch.float64)
+    else:
+        check_tensor(centers, "centers")
+        cen = centers.detach().to(torch.float64)
+        cen = cen.expand(C, d).clone() if cen.dim() == 1 and cen.shape[0] == d else cen
+        if tuple(cen.shape) != (C, d):
+            raise ValueError(f"centers must be (C, d) = ({C}, {d}) or (d,), got {tuple(centers.shape)}")
+    B = k // p
+    w = r * math.sqrt(B) / 4.0 if count_weight is None else check_positive(count_weight, "count_weight")
+    sens = class_sketch_sensitivity(r, B, int(bins.min()), w)
+    sigma = z * sens * scale
+    rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
+    rows = clip_rows(x_private.detach().to(torch.float64) - cen[y], r)
+    Lmax = int(bins.max())
+    sums = torch.zeros(C, k, Lmax, dtype=torch.float64)
+    for c in range(C):
+        proj = rows[y == c] @ th.t()
+        for L in bins.unique().tolist():
+            idx = torch.nonzero(bins == L).flatten()
+            sums[c, idx, :L] = fractional_bin_sums(proj[:, idx], L).t()
+    counts = torch.bincount(y, minlength=C)[:C].double()
+    mask = (torch.arange(Lmax)[None, :] < bins[:, None]).double()  # noise on the released entries only
+    noise = rng.normal((C, k, Lmax)) * sigma * mask
+    count_noise = rng.normal((C,)) * sigma
+    noisy_counts = counts + count_noise / w
+    return ClassSketchRelease(counts=noisy_counts, sums=sums + noise, bins=bins, projections=th, centers=cen,
+                              noise_std=sigma, count_noise_std=sigma / w, sensitivity=sens,
+                              noise_multiplier=z, clip_radius=r, block_size=p,
+                              noise=noise if return_noise else None)

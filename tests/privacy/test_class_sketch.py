@@ -1,0 +1,165 @@
+"""The one-shot class sketch (fastdpot.privacy.class_sketch): its sensitivity by Monte Carlo over random and
+adversarial neighbouring pairs (class changes, empty and tiny classes, one bin), the fractional bins against sorted
+sums, the noise's law and secrecy, the post-processing into the op's tables, and bad input refused before any draw."""
+import math
+
+import pytest
+import torch
+
+from fastdpot.privacy.class_sketch import (check_orthonormal_blocks, class_quantile_sketch, class_sketch_sensitivity,
+                                           fractional_bin_sums)
+from fastdpot.privacy.randomness import PrivacyRandomness
+
+
+def _blocks(d, B, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.cat([torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0].t()
+                      for _ in range(B)])
+
+
+def _release_vector(rel, w):
+    return torch.cat([w * rel.counts, rel.sums.flatten()])
+
+
+def _f(x, y, th, C, bins, r, w, centers=None):
+    rel = class_quantile_sketch(x, y, th, num_classes=C, sketch_bins=bins, noise_multiplier=0.0, clip_radius=r,
+                                count_weight=w, centers=centers)
+    return _release_vector(rel, w)
+
+
+def test_fractional_bins_are_sorted_sums_when_they_divide_and_sum_to_the_total():
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(12, 3, generator=g, dtype=torch.float64)
+    s = torch.sort(v, 0).values
+    torch.testing.assert_close(fractional_bin_sums(v, 4), s.view(4, 3, 3).sum(1))
+    odd = fractional_bin_sums(v[:7], 3)
+    torch.testing.assert_close(odd.sum(0), v[:7].sum(0))
+    # bin 1 of 7 rows in 3 bins: rank 0, 1 and a third of rank 2
+    torch.testing.assert_close(odd[0], s_ := torch.sort(v[:7], 0).values[0] + torch.sort(v[:7], 0).values[1]
+                               + torch.sort(v[:7], 0).values[2] / 3)
+    assert fractional_bin_sums(v[:0], 2).abs().sum() == 0 and s_.shape == (3,)
+
+
+@pytest.mark.parametrize("bins", [1, 2, 5, [1, 3, 2, 4, 4, 1, 2, 3]])
+def test_sensitivity_holds_over_random_and_adversarial_neighbours(bins):
+    d, B, C, r, w = 4, 2, 3, 1.5, 0.7
+    th = _blocks(d, B)
+    Lmin = bins if isinstance(bins, int) else min(bins)
+    D = class_sketch_sensitivity(r, B, Lmin, w)
+    g = torch.Generator().manual_seed(1)
+    worst = 0.0
+    for trial in range(300):
+        n = int(torch.randint(1, 9, (1,), generator=g))
+        x = torch.randn(n, d, generator=g, dtype=torch.float64) * float(torch.rand(1, generator=g) * 3)
+        y = torch.randint(0, C, (n,), generator=g)
+        x2, y2 = x.clone(), y.clone()
+        i = int(torch.randint(0, n, (1,), generator=g))
+        kind = trial % 4
+        if kind == 0:  # any replacement
+            x2[i] = torch.randn(d, generator=g, dtype=torch.float64) * 5
+            y2[i] = int(torch.randint(0, C, (1,), generator=g))
+        elif kind == 1:  # the class changes, the row goes to the far side of the ball
+            x2[i] = -x[i] / x[i].norm().clamp_min(1e-12) * 10
+            y2[i] = (y[i] + 1) % C
+        elif kind == 2:  # into a class that was empty, from a class of one
+            y[:] = 0
+            y[i] = 1
+            y2 = y.clone()
+            y2[i] = 2
+            x2[i] = torch.randn(d, generator=g, dtype=torch.float64) * 10
+        else:  # the same class, extreme rows
+            x2[i] = -x[i] * 100
+        bl = bins if isinstance(bins, int) else torch.tensor(bins)
+        if isinstance(bins, int) and bins > n:
+            continue
+        if not isinstance(bins, int) and int(bl.max()) > n:
+            continue
+        diff = float((_f(x, y, th, C, bl, r, w) - _f(x2, y2, th, C, bl, r, w)).norm())
+        worst = max(worst, diff / D)
+    assert worst <= 1.0 + 1e-9
+    assert worst > 0.3  # not vacuous (L = 1: a class change moves a block by about 2r of the bound's 3r)
+
+
+def test_the_same_class_bound_2r_per_block_is_attained():
+    d, r = 3, 2.0
+    th = _blocks(d, 1)
+    x = torch.zeros(4, d, dtype=torch.float64)
+    x[0] = th[0] * r
+    x2 = x.clone()
+    x2[0] = -th[0] * r
+    y = torch.zeros(4, dtype=torch.long)
+    diff = float((_f(x, y, th, 2, 1, r, 1.0) - _f(x2, y, th, 2, 1, r, 1.0)).norm())  # one bin: the class sum
+    assert diff == pytest.approx(2 * r, rel=1e-12) and diff <= class_sketch_sensitivity(r, 1, 1, 1.0)
+
+
+def test_noise_law_secrecy_replay_and_centres():
+    d, C = 3, 2
+    th = _blocks(d, 1)
+    x = torch.randn(400, d, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    y = torch.arange(400) % C
+    kw = dict(num_classes=C, sketch_bins=4, noise_multiplier=0.8, clip_radius=3.0, return_noise=True)
+    a = class_quantile_sketch(x, y, th, generator=torch.Generator().manual_seed(5), secure_mode=False, **kw)
+    b = class_quantile_sketch(x, y, th, generator=torch.Generator().manual_seed(5), secure_mode=False, **kw)
+    assert torch.equal(a.sums, b.sums) and torch.equal(a.counts, b.counts)  # replayable from its seed
+    assert a.noise_std == pytest.approx(0.8 * a.sensitivity) and a.noise.dtype == torch.float64
+    big = class_quantile_sketch(x, torch.arange(400) % 8, th, num_classes=8, sketch_bins=50, noise_multiplier=1.0,
+                                clip_radius=3.0, generator=PrivacyRandomness(False, torch.Generator().manual_seed(1)),
+                                return_noise=True)
+    assert float(big.noise.std()) == pytest.approx(big.noise_std, rel=0.06)  # 1 200 draws: sd of the std ~2 %
+    assert float(big.noise.mean()).__abs__() < 0.1 * big.noise_std
+    s1 = class_quantile_sketch(x, y, th, **kw)  # secure: fresh OS noise each call
+    s2 = class_quantile_sketch(x, y, th, **kw)
+    assert not torch.equal(s1.noise, s2.noise)
+    exact = class_quantile_sketch(x, y, th, num_classes=C, sketch_bins=4, noise_multiplier=0.0, clip_radius=3.0,
+                                  centers=torch.ones(d, dtype=torch.float64))
+    xc = x[y == 1] - 1.0
+    xc = xc * (3.0 / xc.norm(dim=1, keepdim=True).clamp_min(3.0))  # clipped about the centre, inside
+    torch.testing.assert_close(exact.sums[1].sum(1), (xc @ th.t()).sum(0))
+    assert exact.counts.tolist() == [200.0, 200.0]
+
+
+def test_tables_are_monotone_on_one_grid_and_exact_without_noise():
+    d = 4
+    th = _blocks(d, 2)
+    x = torch.randn(2000, d, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    y = torch.zeros(2000, dtype=torch.long)
+    bins = torch.tensor([8] * 4 + [2] * 4)
+    exact = class_quantile_sketch(x, y, th, num_classes=1, sketch_bins=bins, noise_multiplier=0.0, clip_radius=10.0,
+                                  block_size=4)
+    (table, grid), = exact.quantile_tables()
+    assert grid.tolist() == sorted(set(((torch.arange(8) + 0.5) / 8).tolist() + [0.25, 0.75]))
+    m = exact.bin_means()
+    torch.testing.assert_close(table[0, [grid.tolist().index(v) for v in ((torch.arange(8) + 0.5) / 8).tolist()]],
+                               m[0, 0, :8])
+    assert bool((table[:, 1:] >= table[:, :-1] - 1e-12).all())
+    noisy = class_quantile_sketch(x, y, th, num_classes=1, sketch_bins=bins, noise_multiplier=2.0, clip_radius=10.0,
+                                  block_size=4)
+    (t2, _), = noisy.quantile_tables()
+    assert bool((t2[:, 1:] >= t2[:, :-1] - 1e-12).all()) and torch.isfinite(t2).all()
+
+
+def test_bad_input_is_refused_before_any_draw():
+    th = _blocks(3, 1)
+    x = torch.randn(10, 3, dtype=torch.float64)
+    y = torch.arange(10) % 2
+    kw = dict(num_classes=2, sketch_bins=2, noise_multiplier=1.0, clip_radius=1.0)
+    skew = th.clone()
+    skew[1] = (th[0] + th[1]) / math.sqrt(2)
+    with pytest.raises(ValueError, match="orthonormal"):
+        class_quantile_sketch(x, y, skew, **kw)
+    with pytest.raises(ValueError, match="whole blocks"):
+        check_orthonormal_blocks(th[:2], 3)
+    with pytest.raises(ValueError, match="no more bins than rows"):
+        class_quantile_sketch(x, y, th, **dict(kw, sketch_bins=11))
+    with pytest.raises(ValueError, match="integer"):
+        class_quantile_sketch(x, y.double(), th, **kw)
+    bad = x.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="x_private"):
+        class_quantile_sketch(bad, y, th, **kw)
+    with pytest.raises(ValueError, match="clip_radius"):
+        class_quantile_sketch(x, y, th, **dict(kw, clip_radius=0.0))
+    # labels outside [0, C): mapped to class 0, no error, no value in any message
+    out = class_quantile_sketch(x, torch.tensor([0, 1, 7, -3, 0, 1, 0, 1, 0, 1]), th,
+                                **dict(kw, noise_multiplier=0.0))
+    assert out.counts.tolist() == [6.0, 4.0]
