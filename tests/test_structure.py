@@ -273,3 +273,37 @@ def test_docs_folder_is_at_most_1_mb():
     total = sum(os.path.getsize(os.path.join(folder, f))
                 for folder, _, files in os.walk(os.path.join(ROOT, "docs")) for f in files)
     assert total <= 1_000_000, f"docs/ holds {total} bytes"
+
+
+# ----------------------------------------------------------------- every privacy noise draw is the library's
+#: calls that draw noise; in the application each must be a mechanism of fastdpot.privacy (or a flow), so none may
+#: appear in fastdpot/experiments/ except a PUBLIC draw marked on its line with ``# public draw: <why>``
+_NOISE_CALLS = {"randn", "randn_like", "normal", "normal_", "laplace", "exponential", "exponential_", "poisson",
+                "multivariate_normal", "sample", "rsample"}
+
+
+def _noise_draws(path):
+    """``[(line, call)]`` of the noise-drawing calls of one source file that carry no ``# public draw:`` marker."""
+    with open(path) as f:
+        source = f.read()
+    lines = source.splitlines()
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name in _NOISE_CALLS and "# public draw:" not in lines[node.lineno - 1]:
+                out.append((node.lineno, name))
+    return out
+
+
+def test_no_application_module_draws_noise_itself():
+    found = {p: d for m, p in _modules().items() if m.startswith(APPLICATION) and (d := _noise_draws(p))}
+    assert found == {}
+
+
+def test_the_noise_check_sees_a_planted_mechanism(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n\n\ndef release(x, rng):\n    return x.sum(0) + rng.normal(x.shape[1:])\n\n\n"
+                   "def other(x):\n    return x + torch.randn(3)\n\n\ndef latent(g):\n"
+                   "    return torch.randn(4, generator=g)  # public draw: the generator's input\n")
+    assert _noise_draws(str(bad)) == [(5, "normal"), (9, "randn")]

@@ -3,7 +3,7 @@
 Modules, in the order a run uses them (each imports only those before it, and the library):
 
 * :mod:`~fastdpot.experiments.mainjob.config` — :class:`MainJobConfig`, frozen and nested (one dataclass per stage),
-  and the one parser of settings; :mod:`~fastdpot.experiments.mainjob.resolve` — its defaults and checks;
+  the one parser of settings, and its defaults and checks (:func:`~fastdpot.experiments.mainjob.config.resolve`);
 * :mod:`~fastdpot.experiments.mainjob.protocols` — the public-half and private-only protocols: data, split, code
   space (with :mod:`~fastdpot.experiments.mainjob.autoencoder`, the public auto-encoders, and
   :mod:`~fastdpot.experiments.mainjob.representation`, the DP representations);

@@ -62,7 +62,7 @@ class ConditionalDCGANGenerator(nn.Module):
         """Images of the classes ``labels`` (n,) from fresh standard-normal latents drawn from ``generator``
         -> (n, 1, 28, 28).
         """
-        z = torch.randn(labels.shape[0], self.latent_dim, generator=generator)
+        z = torch.randn(labels.shape[0], self.latent_dim, generator=generator)  # public draw: latents
         return self(z, labels)
 
 
@@ -99,7 +99,7 @@ def evaluate_generator(model: ConditionalDCGANGenerator, test_images: torch.Tens
     model.eval()
     try:
         labels = torch.arange(num_samples) % model.num_classes
-        fake = model.sample(labels, generator=g)
+        fake = model.sample(labels, generator=g)  # public draw: the trained generator
     finally:
         model.train(was)
     out: Dict[str, float] = {"num_generated": num_samples}

@@ -103,7 +103,7 @@ def evaluate_sw(result_or_model, data: torch.Tensor, num_samples: int = 500, num
     net.eval()
     try:
         with torch.no_grad():
-            z = torch.randn(num_samples, net.latent_dim, generator=generator, dtype=data.dtype)
+            z = torch.randn(num_samples, net.latent_dim, generator=generator, dtype=data.dtype)  # public draw: latents
             y = net(z.to(data.device)).reshape(num_samples, -1)
             x = data.reshape(data.shape[0], -1)[:num_samples]
             val = float(sliced_wasserstein(x, y, num_projections=num_projections, generator=generator))

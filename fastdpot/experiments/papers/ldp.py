@@ -69,7 +69,7 @@ class MLPGenerator2D(nn.Module):
     def sample(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """``n`` generated points (n, 2) from standard-normal latents drawn from ``generator`` (on the generator's
         device, then moved to the module's: a CPU generator gives the same latents for a CPU or a CUDA model)."""
-        z = torch.randn(n, self.latent_dim, generator=generator,
+        z = torch.randn(n, self.latent_dim, generator=generator,  # public draw: latents
                         device=generator.device if generator is not None else None)
         return self(z.to(self.net[0].weight.device))
 
@@ -185,7 +185,8 @@ def half_circle_experiment(num_points: int = 2000, epsilon: float = 5.0, delta: 
         out["seconds"][kind] = round(info["seconds"], 1)
         out["steps_done"][kind] = info["steps_done"]
         with torch.no_grad():
-            out["w2"][kind] = _wasserstein2(model.sample(eval_points, generator=g), test, solver)[0]
+            fake = model.sample(eval_points, generator=g)  # public draw: the trained generator
+            out["w2"][kind] = _wasserstein2(fake, test, solver)[0]
     return out
 
 
