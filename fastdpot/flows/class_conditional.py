@@ -339,6 +339,20 @@ class ClassConditionalFlow:
         """
         atomic_save(self.state_dict(), path)
 
+    @staticmethod
+    def from_release(release, num_particles: Optional[int] = None, **kwargs):
+        """Flows that read ONLY a one-shot release (:func:`fastdpot.privacy.class_sketch.release_class_sketch`):
+        one :class:`fastdpot.flows.ReleasedTargetFlow` per class, particles per class from the released counts, at
+        no further privacy cost (post-processing; their ``epsilon()`` is the release's, ``run()`` takes no private
+        data). ``kwargs``: :class:`fastdpot.flows.ReleasedClassFlows`'.
+
+        Returns:
+            a :class:`fastdpot.flows.ReleasedClassFlows`; ``run(steps=T)`` gives ``(samples (N, d), labels (N,))``.
+        """
+        from .released import ReleasedClassFlows
+
+        return ReleasedClassFlows(release, num_particles, **kwargs)
+
     @classmethod
     def load(cls, path: str, *, device="cpu", backend="auto") -> "ClassConditionalFlow":
         """Rebuild from :meth:`save` (``torch.load(weights_only=True)``: tensors and plain values only, nothing in the

@@ -32,8 +32,8 @@ from .mechanisms import clip_rows
 from .moments import domain_labels
 from .randomness import PrivacyRandomness, privacy_randomness
 
-__all__ = ["ClassSketchRelease", "class_quantile_sketch", "class_sketch_sensitivity", "check_orthonormal_blocks",
-           "fractional_bin_sums"]
+__all__ = ["ClassSketchRelease", "class_quantile_sketch", "release_class_sketch", "class_sketch_sensitivity",
+           "check_orthonormal_blocks", "fractional_bin_sums"]
 
 
 def check_orthonormal_blocks(projections: torch.Tensor, block_size: int, name: str = "projections",
@@ -123,6 +123,8 @@ class ClassSketchRelease:
             about.
         noise_std: σ on each bin sum; count_noise_std: σ/w on each count. sensitivity: Δ. noise_multiplier: z = σ/Δ.
         clip_radius: r. block_size: p. noise: (C, k, L_max) the bin-sum noise (only with ``return_noise``).
+        epsilon, delta: the (ε, δ) the release alone satisfies, when it was calibrated by
+            :func:`release_class_sketch` (None when the caller accounts it, e.g. in a composed ledger).
     """
     counts: torch.Tensor
     sums: torch.Tensor
@@ -136,6 +138,8 @@ class ClassSketchRelease:
     clip_radius: float
     block_size: int
     noise: Optional[torch.Tensor] = None
+    epsilon: Optional[float] = None
+    delta: Optional[float] = None
 
     @property
     def num_classes(self) -> int:
@@ -316,3 +320,29 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
                               noise_std=sigma, count_noise_std=sigma / w, sensitivity=sens,
                               noise_multiplier=z, clip_radius=r, block_size=p,
                               noise=noise if return_noise else None)
+
+
+def release_class_sketch(x_private: torch.Tensor, labels: torch.Tensor, projections: torch.Tensor, *,
+                         epsilon: float, delta: float, **kwargs) -> ClassSketchRelease:
+    """:func:`class_quantile_sketch` calibrated to (ε, δ) on its own: one Gaussian mechanism, z the smallest noise
+    multiplier with ε(δ) <= ε by the PLD accountant (dp-accounting; exact for a Gaussian, the analytic calibration of
+    Balle & Wang, ICML 2018); the release states its (ε, δ) (``release.epsilon``, ``release.delta``), which flows
+    that read it report (:class:`fastdpot.flows.ReleasedClassFlows`).
+
+    ``kwargs``: every other argument of :func:`class_quantile_sketch` except ``noise_multiplier``.
+
+    Raises:
+        ValueError: ε <= 0 or not finite, δ outside (0, 1), ``noise_multiplier`` given; the errors of
+            :func:`class_quantile_sketch` (all raised before any draw).
+    """
+    import dataclasses
+
+    from .._validate import check_delta, check_epsilon
+    from .calibration import calibrate_noise_multiplier
+
+    if "noise_multiplier" in kwargs:
+        raise ValueError("release_class_sketch calibrates the noise multiplier from (epsilon, delta): do not pass it")
+    eps, dl = check_epsilon(epsilon), check_delta(delta)
+    z = calibrate_noise_multiplier(eps, dl, 1.0, 1, accountant="pld")
+    return dataclasses.replace(class_quantile_sketch(x_private, labels, projections, noise_multiplier=z, **kwargs),
+                               epsilon=eps, delta=dl)

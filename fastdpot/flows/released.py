@@ -1,0 +1,217 @@
+"""Flows that read only a release: particles moved towards the quantiles of a one-shot release, at no privacy cost.
+
+:class:`ReleasedTargetFlow` moves the particles of one class towards that class's released quantile tables
+(:class:`fastdpot.privacy.class_sketch.ClassSketchRelease`): every step takes the next block of the release's public
+orthonormal directions (cycled in order, coarse to fine as the release lists them), maps each particle's rank on
+each direction to the released quantile at that level, and moves it through op :func:`fastdpot.ops.flow_step` (the
+sort-based exact transport, a sketch target, no smoothing noise). :class:`ReleasedClassFlows` runs one per class,
+with particles per class from the released counts (:func:`fastdpot.flows.allocation.allocate_particles`).
+
+Privacy, stated and enforced: the flows are post-processing of the release. They take no private data (``run``
+refuses any), draw no privacy noise, record nothing; :meth:`ReleasedTargetFlow.epsilon` is the release's ε, whatever
+the number of steps. Their randomness (the initial particles, the optional Brownian term) is public.
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from .._progress import progress_bar
+from .._random import make_generator
+from .._validate import check_int, check_nonnegative, check_positive, check_tensor
+from ..ops import flow_step
+from .allocation import allocate_particles
+
+__all__ = ["ReleasedTargetFlow", "ReleasedClassFlows"]
+
+
+class ReleasedTargetFlow:
+    """The particles of one class moved towards a release's quantiles (module docstring).
+
+    Each step: x ← x − α·Σ_j (θ_jᵀx − Q_j(u(x)))·θ_j over one block of p orthonormal directions (op ``flow_step``
+    with ``step_size = α·p``), u(x) the particle's rank level r/(N−1) on direction j, Q_j the released quantile
+    function (piecewise linear through the release's levels); α = 1 moves every projection of the block onto its
+    target. With ``domain=(lo, hi)`` the particles are then projected onto the box [lo, hi]^d of the data's public
+    range (post-processing).
+
+    Args:
+        release: a :class:`fastdpot.privacy.class_sketch.ClassSketchRelease`. class_index: c, the class followed.
+        num_particles: N >= 2.
+        step_size: α in (0, 1], the fraction of the way to the block's targets per step.
+        init: ``"marginals"`` (default: every coordinate of block ``init_block`` drawn independently from its
+            released law: the product of the block's released one-dimensional laws, in the data's coordinates), or an
+            (N, d) tensor in the data's coordinates.
+        init_block: the block of ``"marginals"``.
+        domain: ``(lo, hi)`` public bounds of every coordinate, or None.
+        diffusion: λ >= 0, the Brownian term sqrt(2λ·step_size)·ξ of op ``flow_step`` (public noise).
+        shrink: the James–Stein shrinkage of the tables (:meth:`ClassSketchRelease.quantile_tables`).
+        generator: the public draws (initial particles, Brownian term). backend: op ``flow_step``'s backend.
+        dtype: float32 (default) or float64.
+
+    Shape:
+        particles (N, d); :meth:`run` returns them in the data's coordinates.
+
+    Raises:
+        ValueError: a class index outside [0, C), N < 2, α outside (0, 1], an init of the wrong shape or non-finite,
+            a bad domain or block.
+    """
+
+    def __init__(self, release, class_index: int, num_particles: int, step_size: float = 1.0, *,
+                 init: Union[str, torch.Tensor] = "marginals", init_block: int = 0,
+                 domain: Optional[Tuple[float, float]] = None, diffusion: float = 0.0, shrink: bool = True,
+                 tables=None, generator: Optional[torch.Generator] = None, backend: str = "auto",
+                 dtype: torch.dtype = torch.float32):
+        C = release.num_classes
+        self.class_index = check_int(class_index, "class_index", 0)
+        if self.class_index >= C:
+            raise ValueError(f"class_index must be in [0, {C}), got {class_index}")
+        self.num_particles = check_int(num_particles, "num_particles", 2)
+        alpha = check_positive(step_size, "step_size")
+        if alpha > 1.0:
+            raise ValueError(f"step_size must be in (0, 1] (the fraction of the way to the targets), got {alpha}")
+        self.step_size = alpha
+        self.diffusion = check_nonnegative(diffusion, "diffusion")
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        if domain is not None:
+            lo, hi = float(domain[0]), float(domain[1])
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ValueError(f"domain must be (lo, hi) with finite lo < hi, got {domain!r}")
+            domain = (lo, hi)
+        self.domain = domain
+        self.release = release
+        self.backend = backend
+        self._generator = make_generator() if generator is None else generator
+        p, B = release.block_size, release.num_blocks
+        table, levels = (release.quantile_tables(shrink=shrink) if tables is None else tables)[self.class_index]
+        self._center = release.centers[self.class_index].to(dtype)
+        th = release.projections.to(dtype)
+        self._blocks = [(th[b * p:(b + 1) * p].contiguous(), table[b * p:(b + 1) * p].contiguous(), levels)
+                        for b in range(B)]
+        init_block = check_int(init_block, "init_block", 0)
+        if init_block >= B:
+            raise ValueError(f"init_block must be in [0, {B}), got {init_block}")
+        d = th.shape[1]
+        if isinstance(init, str):
+            if init != "marginals":
+                raise ValueError(f"init must be 'marginals' or an (N, d) tensor, got {init!r}")
+            theta, tab, lv = self._blocks[init_block]
+            u = torch.rand(self.num_particles, tab.shape[0], generator=self._generator, dtype=torch.float64)
+            from ..privacy.sketch import quantile_table_eval
+
+            x = quantile_table_eval(tab.double(), lv.double(), u.t()).t().to(dtype) @ theta
+        else:
+            check_tensor(init, "init", 2)
+            if tuple(init.shape) != (self.num_particles, d):
+                raise ValueError(f"init must have shape ({self.num_particles}, {d}), got {tuple(init.shape)}")
+            x = init.detach().to(dtype) - self._center
+        self._particles = self._project(x)
+        self._step = 0
+
+    def _project(self, x: torch.Tensor) -> torch.Tensor:
+        if self.domain is None:
+            return x
+        return (x + self._center).clamp_(*self.domain) - self._center
+
+    @property
+    def particles(self) -> torch.Tensor:
+        """The particles (N, d) in the data's coordinates."""
+        return self._particles + self._center
+
+    @property
+    def steps_taken(self) -> int:
+        """Steps taken so far."""
+        return self._step
+
+    def epsilon(self, delta: Optional[float] = None) -> float:
+        """The release's ε (the flow adds nothing: it reads only the release). ``delta`` must be the release's δ or
+        None.
+
+        Raises:
+            ValueError: the release states no (ε, δ) (built without :func:`fastdpot.privacy.class_sketch.
+                release_class_sketch`), or another δ is asked for.
+        """
+        eps, dl = getattr(self.release, "epsilon", None), getattr(self.release, "delta", None)
+        if eps is None:
+            raise ValueError("this release states no (ε, δ): account it where it was made")
+        if delta is not None and delta != dl:
+            raise ValueError(f"the release is ({eps:g}, {dl:g})-DP; its ε at another δ is not recorded")
+        return float(eps)
+
+    def step(self) -> torch.Tensor:
+        """One step on the next block; returns the particles (N, d) in the data's coordinates."""
+        theta, table, levels = self._blocks[self._step % len(self._blocks)]
+        seed = int(torch.randint(0, 2 ** 62, (1,), generator=self._generator)) if self.diffusion > 0 else 0
+        new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.shape[0],
+                              diffusion=self.diffusion, seed=seed, quantiles="exact",
+                              sketch=(table.to(self._particles.dtype), levels), backend=self.backend)
+        if not bool(torch.isfinite(new).all()):
+            raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last value")
+        self._particles = self._project(new)
+        self._step += 1
+        return self.particles
+
+    def run(self, private_data=None, steps: Optional[int] = None, progress: bool = False) -> torch.Tensor:
+        """``steps`` steps (default: one per block); returns the particles (N, d).
+
+        Raises:
+            ValueError: any ``private_data``: this flow reads only its release.
+        """
+        if private_data is not None:
+            raise ValueError("a flow on a release reads only the release: pass no private data (it would not be "
+                             "covered by the release's guarantee)")
+        steps = len(self._blocks) if steps is None else check_int(steps, "steps", 0)
+        bar = progress_bar(total=steps, desc=f"class {self.class_index}", disable=not progress)
+        for _ in range(steps):
+            self.step()
+            bar.update(1)
+        bar.close()
+        return self.particles
+
+
+class ReleasedClassFlows:
+    """One :class:`ReleasedTargetFlow` per class of a release, particles per class in proportion to the released
+    counts (at least ``min_per_class`` each); :meth:`run` returns ``(samples (N, d), labels (N,))``.
+
+    Args:
+        release: a :class:`fastdpot.privacy.class_sketch.ClassSketchRelease`. num_particles: N, over all classes, or
+            ``particles_per_class``: C public integers instead.
+        **kwargs: :class:`ReleasedTargetFlow`'s (``step_size``, ``init``, ``domain``, ...; ``generator`` seeds every
+            class's flow in turn).
+    """
+
+    def __init__(self, release, num_particles: Optional[int] = None, *,
+                 particles_per_class: Optional[Sequence[int]] = None, min_per_class: int = 2,
+                 generator: Optional[torch.Generator] = None, shrink: bool = True, **kwargs):
+        C = release.num_classes
+        if particles_per_class is None:
+            if num_particles is None:
+                raise ValueError("give num_particles or particles_per_class")
+            sizes = allocate_particles(num_particles, release.counts.clamp_min(0.0), C, minimum=min_per_class)
+        else:
+            sizes = [check_int(v, "particles_per_class", 2) for v in particles_per_class]
+            if len(sizes) != C:
+                raise ValueError(f"particles_per_class must have {C} entries, got {len(sizes)}")
+        g = make_generator() if generator is None else generator
+        tables = release.quantile_tables(shrink=shrink)
+        self.flows: List[ReleasedTargetFlow] = [
+            ReleasedTargetFlow(release, c, n, generator=g, tables=tables, **kwargs) for c, n in enumerate(sizes)]
+        self.release = release
+
+    def epsilon(self, delta: Optional[float] = None) -> float:
+        """The release's ε (:meth:`ReleasedTargetFlow.epsilon`)."""
+        return self.flows[0].epsilon(delta)
+
+    def run(self, private_data=None, labels=None, steps: Optional[int] = None, progress: bool = False):
+        """Run every class's flow ``steps`` steps; returns ``(samples (N, d), labels (N,))``.
+
+        Raises:
+            ValueError: any private data or labels: these flows read only the release.
+        """
+        if private_data is not None or labels is not None:
+            raise ValueError("flows on a release read only the release: pass no private data or labels")
+        xs = [f.run(steps=steps, progress=progress) for f in self.flows]
+        ys = [torch.full((x.shape[0],), c, dtype=torch.int64) for c, x in enumerate(xs)]
+        return torch.cat(xs), torch.cat(ys)
