@@ -11,6 +11,11 @@ planned releases meets a given ε.
 
 Every stage here has a deterministic sensitivity (per-sample clipping; orthogonal directions for the flows), so all
 of δ goes to the accountant; a stage with a sensitivity tail (uniform directions) must not be composed here.
+
+Accountant (``accountant="auto"``, the default): when every release recorded (and planned, in a calibration) is a
+Gaussian mechanism on the whole data set, their composition is itself a Gaussian mechanism of noise multiplier
+(Σ z_i⁻²)^(−1/2), whose exact (ε, δ) the PLD accountant gives (dp-accounting; Balle & Wang's analytic calibration);
+as soon as one release is subsampled, RDP composes them all. ``accountant="rdp"`` always uses RDP.
 """
 from __future__ import annotations
 
@@ -37,9 +42,11 @@ class ComposedLedger:
     Args:
         epsilon: ε > 0 of the whole run (``inf``: a non-private run; nothing is recorded, :meth:`epsilon` is inf).
         delta: δ in (0, 1) of the whole run, all of it for the accountant.
+        accountant: ``"auto"`` (PLD while every release is a full-batch Gaussian, RDP otherwise: module docstring) or
+            ``"rdp"``.
 
     Raises:
-        ValueError: ε <= 0, δ outside (0, 1).
+        ValueError: ε <= 0, δ outside (0, 1), another accountant.
 
     References:
         Mironov, "Rényi Differential Privacy", IEEE CSF 2017 (composition); Wang, Balle & Kasiviswanathan,
@@ -47,11 +54,32 @@ class ComposedLedger:
         replacement, as implemented by dp-accounting).
     """
 
-    def __init__(self, epsilon: float, delta: float):
+    def __init__(self, epsilon: float, delta: float, accountant: str = "auto"):
         self.target_epsilon = check_epsilon(epsilon, "epsilon", allow_inf=True)
         self.delta = check_delta(delta)
-        self._accountant = PrivacyAccountant("rdp")
+        if accountant not in ("auto", "rdp"):
+            raise ValueError(f"accountant must be 'auto' or 'rdp', got {accountant!r}")
+        self.accountant = accountant
+        self._events: List[tuple] = []  # (z, event, count) of every release recorded
         self._stages: List[Dict[str, Any]] = []
+
+    def _accountant_of(self, events) -> PrivacyAccountant:
+        """The accountant of a list of releases: PLD when all are full-batch Gaussians (and ``accountant="auto"``),
+        else RDP."""
+        full = self.accountant == "auto" and all(e["sample_rate"] == 1.0 for _, e, _ in events)
+        acc = PrivacyAccountant("pld" if full else "rdp")
+        for z, e, count in events:
+            if full:
+                acc.step(z, sample_rate=1.0, num_steps=count)
+            else:
+                acc.step(z, num_steps=count, **e)
+        return acc
+
+    @property
+    def accountant_used(self) -> str:
+        """``"pld"`` or ``"rdp"``: the accountant of what is recorded now."""
+        full = self.accountant == "auto" and all(e["sample_rate"] == 1.0 for _, e, _ in self._events)
+        return "pld" if full else "rdp"
 
     @property
     def private(self) -> bool:
@@ -79,12 +107,10 @@ class ComposedLedger:
         if not self.private:
             return float("inf")
         delta = self.delta if delta is None else check_delta(delta)
-        return 0.0 if self._accountant.steps == 0 else float(self._accountant.get_epsilon(delta))
+        return 0.0 if not self._events else float(self._accountant_of(self._events).get_epsilon(delta))
 
     def _epsilon_with(self, z: float, event: Dict[str, Any], steps: int) -> float:
-        acc = self._accountant.copy()
-        acc.step(z, num_steps=steps, **event)
-        return float(acc.get_epsilon(self.delta))
+        return float(self._accountant_of(self._events + [(z, event, steps)]).get_epsilon(self.delta))
 
     def calibrate(self, steps: int, *, sampling: str = "without_replacement", dataset_size: int,
                   batch_size: Optional[int] = None, epsilon: Optional[float] = None, tol: float = 1e-3) -> float:
@@ -135,7 +161,7 @@ class ComposedLedger:
         if after > self.target_epsilon * (1 + 1e-9):
             raise BudgetExceededError(f"{num_steps} more release(s) of {stage!r} (z = {z:.4g}) would bring ε to "
                                       f"{after:.4g} > {self.target_epsilon!r}; nothing was released")
-        self._accountant.step(z, num_steps=num_steps, **event)
+        self._events.append((z, event, num_steps))
         for s in self._stages:
             if s["stage"] == stage and s["noise_multiplier"] == z and s["event"] == event:
                 s["releases"] += num_steps
@@ -143,5 +169,6 @@ class ComposedLedger:
         self._stages.append(dict(stage=stage, noise_multiplier=z, event=event, releases=num_steps))
 
     def state_dict(self) -> Dict[str, Any]:
-        """The run's ε, δ and stages (plain Python types)."""
-        return dict(epsilon=self.target_epsilon, delta=self.delta, stages=self.stages)
+        """The run's ε, δ, stages and accountant (plain Python types)."""
+        return dict(epsilon=self.target_epsilon, delta=self.delta, stages=self.stages,
+                    accountant=self.accountant_used)

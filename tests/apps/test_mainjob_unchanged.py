@@ -67,7 +67,7 @@ def test_private_only_generation_unchanged(before, method):
         public_size=0, method=method, kind="dct", lowpass=4, num_particles=200, **{"generation.epochs": 1.0,
                                                                                     "generation.batch_size": 40})
     cfg = cfg.resolved()
-    led = ComposedLedger(cfg.epsilon, 1e-5)
+    led = ComposedLedger(cfg.epsilon, 1e-5, accountant="rdp")  # the accounting of the commit before ("auto" came after)
     rep = stage_representation(cfg, dict(private=ImageData(imgs, ilab, "fixture")), led, progress=False)
     gen = {"flow": generate_flow, "gaussian": generate_gaussian}[method]
     r = gen(cfg, rep["codes"], rep["labels"], 200, cfg.seed + 1, ledger=led, num_classes=rep["num_classes"],
