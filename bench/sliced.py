@@ -6,7 +6,8 @@ the same projections; it returns the p-th root, which changes nothing in cost), 
 (:func:`fastdpot.reference.sliced.sliced_wasserstein`, the torch math; in the ``dp`` case its noise comes from
 ``torch.randn``, :func:`bench.harness.torch_noise`: the ``reference`` backend's float64 replay of the kernel's keyed
 streams is a test oracle, which rows of 2026-11-22 to 11-26 timed). The ``dp``
-case adds σ = 0.5 noise on both sides (fastdpot and reference only: POT has no noise). The ``sketch`` case is the
+case adds σ = 0.5 noise on both sides (fastdpot and reference only: POT has no noise); the fastdpot rows of the DP
+cases clip the private rows to :data:`CLIP`, which changes none of them (the anchors do not clip). The ``sketch`` case is the
 DP-SWD loss with the sliced quantile sketch release (``release="sketch"``, L = 10 bins, σ = 0.5 on each bin sum):
 impl ``fastdpot`` the fused C++ kernel, ``reference`` the torch reference
 (:func:`fastdpot.reference.sliced.sketch_sliced_wasserstein`); compare it with ``dp``/``fastdpot`` (the points
@@ -20,6 +21,9 @@ from __future__ import annotations
 from bench.harness import Case, suite_main, torch_noise
 
 SUITE = "sliced"
+#: the DP cases' clipping bound: above every row's norm, so the clipping pass runs (as in a user's call) and the
+#: anchors, which do not clip, compute the same loss
+CLIP = 1e6
 ANCHORS = ["pot", "reference"]
 
 #: size id -> sizes; the id "quick" is what ``-k quick`` selects
@@ -76,9 +80,8 @@ def dp_case(impl, n, m, d, k, p=2, noise_std=0.5):
         if impl == "fastdpot":
             from fastdpot.sliced import dp_sliced_wasserstein
 
-            return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
-                                         generator=g,
-                                         secure_mode=False, backend="cpu")
+            return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, clip_radius=CLIP,
+                                         projections=s["th"], p=p, generator=g, secure_mode=False, backend="cpu")
         if impl == "reference":  # the anchor: the torch math with torch.randn noise (bench.harness.torch_noise)
             from fastdpot.reference.sliced import sliced_wasserstein
 
@@ -107,8 +110,9 @@ def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, sketch_bins=10):
     def forward(s):
         from fastdpot.sliced import dp_sliced_wasserstein
 
-        return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, projections=s["th"], p=p,
-                                     generator=s["gen"], secure_mode=False, release="sketch", sketch_bins=sketch_bins,
+        return dp_sliced_wasserstein(s["y"], private=s["x"], noise_std=noise_std, clip_radius=CLIP,
+                                     projections=s["th"], p=p, generator=s["gen"], secure_mode=False, release="sketch",
+                                     sketch_bins=sketch_bins,
                                      backend="cpu" if impl == "fastdpot" else "reference")
 
     def setup():

@@ -215,7 +215,7 @@ def _dpswd_private_side(backend: str, variant: str) -> AuditSetup:
             loss, _, noise_y = dp_sliced_wasserstein(y, private=rows, noise_std=s, p=2, projections=theta.to(dev),
                                                      generator=g,
                                                      secure_mode=False, backend=backend, return_noise=True,
-                                                     clip_radius=None if variant == "no_clip" else RADIUS)
+                                                     clip_radius=1e6 if variant == "no_clip" else RADIUS)
             (grad,) = torch.autograd.grad(loss, y)
             grad, noise_y = grad.cpu(), noise_y.cpu()
             yp = (torch.zeros(m, d, dtype=_F64) @ theta.t() + noise_y.double()).squeeze(1)

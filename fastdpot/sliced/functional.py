@@ -4,6 +4,8 @@ release), on op ``"sliced_wasserstein"`` (:mod:`fastdpot.ops.sliced_wasserstein`
 """
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -15,7 +17,8 @@ from ..ops import sliced_wasserstein as _op
 from ..ops.sliced_wasserstein import _DTYPES
 from ..reference import sliced as _ref
 
-__all__ = ["sliced_wasserstein", "dp_sliced_wasserstein", "DEFAULT_NUM_PROJECTIONS", "DIRECTIONS", "RELEASES"]
+__all__ = ["sliced_wasserstein", "dp_sliced_wasserstein", "DEFAULT_NUM_PROJECTIONS", "DIRECTIONS", "RELEASES",
+           "check_clip_radius"]
 
 #: k when neither ``num_projections`` nor ``projections`` is given (POT's default ``n_projections=50``).
 DEFAULT_NUM_PROJECTIONS = 50
@@ -167,9 +170,10 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
     The same directions Θ for both sides, independent noise on each side. The release that carries the privacy
     guarantee is ``private Θᵀ + V``; everything computed from it (the loss, the gradient w.r.t. ``generated``) is
     post-processing. The guarantee itself — which (ε, δ) a given ``noise_std`` buys — needs a norm bound on the
-    private rows (pass ``clip_radius``: rows are clipped to it *inside*, before projection), the sensitivity of the
-    random projection and an accountant over all releases: see :func:`fastdpot.dp_sliced_wasserstein_noise_std`
-    and :class:`fastdpot.DPSlicedWassersteinLoss`. This function alone releases once and accounts nothing.
+    private rows (``clip_radius``: rows are clipped to it *inside*, before projection; required with noise), the
+    sensitivity of the random projection and an accountant over all releases: see
+    :func:`fastdpot.dp_sliced_wasserstein_noise_std` and :class:`fastdpot.DPSlicedWassersteinLoss`. This function
+    alone releases once and accounts nothing.
 
     The private rows are passed by keyword only, ``dp_sliced_wasserstein(generated, private=x, noise_std=σ, ...)``,
     so that they cannot land in the unprotected slot by argument order (``nn.MSELoss``'s ``(input, target)`` order,
@@ -194,8 +198,11 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
             replayable; a ``torch.Generator`` then raises ValueError).
         backend: "auto", "reference", "cpu", "triton", "cuda" (every backend computes both releases).
         return_noise: also return the exact noise added, (M, k) and (N, k), so the reference can replay the run.
-        clip_radius: if given, rows of ``private`` with norm > radius are scaled onto the ball of that radius before
-            projection (the mechanism's norm bound; ‖x − x'‖ ≤ 2·radius under substitution).
+        clip_radius: R > 0, rows of ``private`` with norm > R are scaled onto the ball of radius R before
+            projection (the mechanism's norm bound, in the rows' unit; ‖x − x'‖ ≤ 2R under substitution). Required
+            when ``noise_std`` > 0: noise without a bound on the rows protects nothing. ``float("inf")`` is the
+            explicit choice of no clipping: it warns (UserWarning) that no guarantee holds. May stay None with
+            ``noise_std=0`` (the non-private distance).
         release: ``"points"`` (default: every projected private value with noise σ, the paper's release) or
             ``"sketch"``: the private side is released as the sliced quantile sketch
             (:func:`fastdpot.privacy.sliced_quantile_sketch`: per direction the sorted projections summed over L rank
@@ -225,7 +232,8 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
         TypeError: more than one positional argument (the former ``(x_private, y, noise_std, ...)`` order), or
             ``private`` / ``noise_std`` missing.
         ValueError: as :func:`sliced_wasserstein` (messages name ``private`` and ``generated``), plus ``noise_std``
-            < 0 or non-finite, ``clip_radius`` <= 0, ``private`` and ``generated`` the same tensor, a ``torch.Generator``
+            < 0 or non-finite, ``clip_radius`` <= 0 or NaN, ``clip_radius`` None with ``noise_std`` > 0,
+            ``private`` and ``generated`` the same tensor, a ``torch.Generator``
             with ``secure_mode=True``, ``release`` or ``directions`` not one of the two, ``sketch_bins`` missing
             with ``"sketch"``, given with ``"points"``, < 1 or above the batch sizes, given ``projections`` that are
             not orthonormal blocks with ``"orthogonal"``.
@@ -238,10 +246,10 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
     if noise_std is None:
         raise TypeError("dp_sliced_wasserstein() needs noise_std= (σ >= 0, keyword-only)")
     noise_std = check_nonnegative(noise_std, "noise_std")
+    clip_radius = check_clip_radius(clip_radius, noise_std, "dp_sliced_wasserstein")
     check_release(release, sketch_bins)
     check_choice(directions, "directions", DIRECTIONS)
-    if clip_radius is not None:
-        clip_radius = check_positive(clip_radius, "clip_radius")
+    if clip_radius is not None and not math.isinf(clip_radius):
         from ..privacy import clip_rows
 
         x_private = clip_rows(x_private, clip_radius)
@@ -277,6 +285,33 @@ def _private_generated(fname, generated, legacy, private):
         raise ValueError("private and generated are the same tensor; pass the private rows as private= and the "
                          "generated rows as the positional argument")
     return private, generated
+
+
+def check_clip_radius(clip_radius, noise_std: float, what: str, stacklevel: int = 3) -> Optional[float]:
+    """The clipping bound of a private loss with noise ``noise_std`` (σ >= 0, checked): returns R as a float (inf
+    kept: no clipping), or None when none was given and σ = 0 (the non-private distance needs none).
+
+    Raises:
+        ValueError: ``clip_radius`` None with σ > 0 (noise without a bound on the rows protects nothing), or not a
+            number > 0.
+
+    Warns:
+        UserWarning: ``clip_radius=inf`` (the rows are not clipped: no differential-privacy guarantee holds).
+    """
+    if clip_radius is None:
+        if noise_std > 0:
+            raise ValueError(
+                f"{what}: noise_std={noise_std!r} > 0 needs clip_radius=R, the ℓ2 bound the private rows are "
+                f"clipped to (noise without a bound on the rows protects nothing; calibrate σ for R with "
+                f"dp_sliced_wasserstein_noise_std). clip_radius=float('inf') releases unclipped rows, without any "
+                f"guarantee")
+        return None
+    radius = check_positive(clip_radius, "clip_radius", allow_inf=True)
+    if math.isinf(radius):
+        warnings.warn(f"{what}: clip_radius=inf does not clip the private rows, so no differential-privacy "
+                      f"guarantee holds for this release (its sensitivity is unbounded)", UserWarning,
+                      stacklevel=stacklevel)
+    return radius
 
 
 def check_release(release, sketch_bins):

@@ -14,7 +14,7 @@ from .. import _dispatch
 from .._validate import (check_choice, check_delta, check_generator, check_int, check_nonnegative,
                          check_num_projections, check_positive, resolve_alias)
 from .functional import (DEFAULT_NUM_PROJECTIONS, DIRECTIONS, _private_generated, _seed_generator,
-                         check_release, dp_sliced_wasserstein, sliced_wasserstein)
+                         check_clip_radius, check_release, dp_sliced_wasserstein, sliced_wasserstein)
 
 __all__ = ["SlicedWassersteinLoss", "DPSlicedWassersteinLoss", "dp_sliced_wasserstein_noise_std"]
 
@@ -177,7 +177,7 @@ _STATE_KEYS = ("format", "kind", "releases", "noise_std", "num_projections", "cl
 class DPSlicedWassersteinLoss(nn.Module):
     """``nn.Module`` form of :func:`fastdpot.dp_sliced_wasserstein`: fresh directions and fresh noise at every call.
 
-    Built directly (``noise_std``, optional ``clip_radius``) it accounts nothing. Built with :meth:`from_privacy` it
+    Built directly (``noise_std``, and ``clip_radius`` whenever ``noise_std`` > 0) it accounts nothing. Built with :meth:`from_privacy` it
     holds the calibration: it clips private rows to ``clip_radius`` inside, checks that every batch has the size the
     accountant assumed, counts releases and refuses the release number ``steps + 1`` (the guarantee covers
     ``steps`` releases; the caller must still sample batches uniformly without replacement, fresh each step —
@@ -203,15 +203,20 @@ class DPSlicedWassersteinLoss(nn.Module):
 
     Shape: generated (N, d), private (M, d) -> 0-d tensor (DP-SW_p^p).
 
+    Clipping: ``clip_radius`` R > 0 (the ℓ2 bound of the private rows, their unit) is required when ``noise_std`` >
+    0 (noise without a bound on the rows protects nothing); ``clip_radius=float("inf")`` releases unclipped rows and
+    warns (UserWarning) that no guarantee holds; ``noise_std=0`` needs none (the non-private distance).
+
     Raises (construction): ValueError for a bad ``noise_std``, ``num_projections`` (k·d <= 2^31: k <= 2^31 here,
-    checked against d at the call), ``p``, ``clip_radius``, ``release``/``sketch_bins``, ``directions``, or a
-    generator with ``secure_mode=True``.
+    checked against d at the call), ``p``, ``clip_radius`` (<= 0, or None with ``noise_std`` > 0),
+    ``release``/``sketch_bins``, ``directions``, or a generator with ``secure_mode=True``.
     """
 
     releases = _read_only("releases", "Releases made so far (read-only; part of the state_dict).")
     noise_std = _read_only("noise_std", "σ, the noise standard deviation on projected values (read-only).")
     num_projections = _read_only("num_projections", "k directions per release (read-only).")
-    clip_radius = _read_only("clip_radius", "Clipping radius of the private rows, or None (read-only).")
+    clip_radius = _read_only("clip_radius", "Clipping radius of the private rows (inf: none), or None with "
+                                            "noise_std = 0 (read-only).")
     release = _read_only("release", "'points' or 'sketch' (read-only).")
     sketch_bins = _read_only("sketch_bins", "L, the sketch's bins per direction, or None (read-only).")
     directions = _read_only("directions", "'uniform' or 'orthogonal' (read-only).")
@@ -231,7 +236,7 @@ class DPSlicedWassersteinLoss(nn.Module):
         self._noise_std = check_nonnegative(noise_std, "noise_std")
         self._num_projections = check_num_projections(num_projections, None)
         self.p = check_choice(p, "p", (1, 2))
-        self._clip_radius = None if clip_radius is None else check_positive(clip_radius, "clip_radius")
+        self._clip_radius = check_clip_radius(clip_radius, self._noise_std, type(self).__name__)
         self.generator = generator
         self.backend = check_choice(backend, "backend", ("auto",) + _dispatch.BACKENDS)
         self._privacy: Optional[Dict[str, Any]] = None

@@ -20,6 +20,8 @@ from fastdpot.reference.sliced import sliced_wasserstein as ref_sw
 HAS_CPP = cpp_status("sliced")[0]
 needs_cpp = pytest.mark.skipif(not HAS_CPP, reason="C++ extension fastdpot._C_sliced not built")
 BACKENDS = ["reference", pytest.param("cpu", marks=needs_cpp)]
+#: a clipping bound above every row's norm in these tests: the rows are not changed by it
+NO_CLIP = 1e6
 
 
 def _data(n, m, d, k, dtype=torch.float64, seed=0, shift=0.5):
@@ -133,14 +135,14 @@ def test_cpu_float32_error_within_torch_float32_error(p, n, m, d, k):
 def test_cpu_chunking_does_not_change_result(monkeypatch):
     x, y, th = _data(211, 150, 6, 23, seed=3)
     y.requires_grad_(True)
-    full = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th,
+    full = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, clip_radius=NO_CLIP, projections=th,
                                    secure_mode=False, generator=torch.Generator().manual_seed(5),
                                    backend="cpu", return_noise=True)
     g_full = torch.autograd.grad(full[0], y)[0]
     # force chunks of a few directions that do not divide k
     monkeypatch.setattr(op, "_CHUNK_BYTES", (211 + 150) * 8 * 4 * 4)
     assert op._chunk_size(211, 150, 23, 8, 4) == 4
-    part = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th,
+    part = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, clip_radius=NO_CLIP, projections=th,
                                    secure_mode=False, generator=torch.Generator().manual_seed(5),
                                    backend="cpu", return_noise=True)
     g_part = torch.autograd.grad(part[0], y)[0]
@@ -211,7 +213,7 @@ def test_auto_backend_choice():
 def test_noise_replay_into_reference(backend, n, m):
     x, y, th = _data(n, m, 5, 17, seed=4)
     y.requires_grad_(True)
-    loss, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, projections=th,
+    loss, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, clip_radius=NO_CLIP, projections=th,
                                            secure_mode=False, generator=torch.Generator().manual_seed(9),
                                            backend=backend, return_noise=True)
     assert nx.shape == (n, 17) and ny.shape == (m, 17)
@@ -221,10 +223,10 @@ def test_noise_replay_into_reference(backend, n, m):
     g_replay = torch.autograd.grad(replay, y)[0]
     torch.testing.assert_close(g, g_replay, rtol=1e-10, atol=1e-13)
     # the same generator state gives the same draw; a different one a different draw
-    again = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, projections=th,
+    again = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, clip_radius=NO_CLIP, projections=th,
                                     secure_mode=False, generator=torch.Generator().manual_seed(9),
                                     backend=backend, return_noise=True)
-    other = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, projections=th,
+    other = S.dp_sliced_wasserstein(y, private=x, noise_std=0.8, clip_radius=NO_CLIP, projections=th,
                                     secure_mode=False, generator=torch.Generator().manual_seed(10),
                                     backend=backend, return_noise=True)
     assert torch.equal(again[1], nx) and torch.equal(again[2], ny)
@@ -236,7 +238,7 @@ def test_noise_replay_into_reference(backend, n, m):
 def test_noise_statistics(backend, dtype):
     sigma = 0.7
     x, y, th = _data(1500, 1300, 4, 20, dtype=dtype, seed=8)
-    _, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=sigma, projections=th,
+    _, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=sigma, clip_radius=NO_CLIP, projections=th,
                                         secure_mode=False, generator=torch.Generator().manual_seed(21),
                                         backend=backend, return_noise=True)
     assert nx.dtype == dtype
@@ -260,7 +262,7 @@ def test_zero_noise_std_equals_plain_and_noise_changes_value(backend):
     x, y, th = _data(80, 60, 3, 7)
     plain = S.sliced_wasserstein(x, y, projections=th, backend=backend)
     dp0 = S.dp_sliced_wasserstein(y, private=x, noise_std=0.0, projections=th, backend=backend)
-    dp = S.dp_sliced_wasserstein(y, private=x, noise_std=1.0, projections=th,
+    dp = S.dp_sliced_wasserstein(y, private=x, noise_std=1.0, clip_radius=NO_CLIP, projections=th,
                                  secure_mode=False, generator=torch.Generator().manual_seed(0),
                                  backend=backend)
     assert float(dp0) == pytest.approx(float(plain), rel=1e-13, abs=1e-15)
@@ -340,11 +342,13 @@ def test_modules_match_functions():
     m = S.SlicedWassersteinLoss(16, p=1, generator=torch.Generator().manual_seed(2))
     th = S.random_projections(16, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     assert float(m(x, y)) == pytest.approx(float(ref_sw(x, y, th, p=1)), rel=1e-12)
-    dm = S.DPSlicedWassersteinLoss(0.5, 16, secure_mode=False, generator=torch.Generator().manual_seed(2))
+    dm = S.DPSlicedWassersteinLoss(0.5, 16, clip_radius=NO_CLIP, secure_mode=False,
+                                   generator=torch.Generator().manual_seed(2))
     val = dm(y, private=x)
     g = torch.Generator().manual_seed(2)
     th = S.random_projections(16, 4, generator=g, dtype=torch.float64)
-    want = S.dp_sliced_wasserstein(y, private=x, noise_std=0.5, projections=th, secure_mode=False, generator=g)
+    want = S.dp_sliced_wasserstein(y, private=x, noise_std=0.5, clip_radius=NO_CLIP, projections=th, secure_mode=False,
+                                   generator=g)
     assert float(val) == pytest.approx(float(want), rel=1e-12)
     assert fastdpot.sliced_wasserstein is S.sliced_wasserstein
     assert fastdpot.dp_sliced_wasserstein is S.dp_sliced_wasserstein
@@ -428,7 +432,7 @@ def test_kernel_refuses_bad_buffers():
 def test_noise_replay_float32_private_side_without_grad(backend):
     x, y, th = _data(500, 420, 6, 9, dtype=torch.float32, seed=12)
     y.requires_grad_(True)
-    loss, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=0.6, projections=th,
+    loss, nx, ny = S.dp_sliced_wasserstein(y, private=x, noise_std=0.6, clip_radius=NO_CLIP, projections=th,
                                            secure_mode=False, generator=torch.Generator().manual_seed(4),
                                            backend=backend, return_noise=True)
     yr = y.detach().double().requires_grad_(True)

@@ -16,6 +16,8 @@ from fastdpot import sliced as S
 from fastdpot._ext import cpp_status
 from fastdpot.privacy import BudgetExceededError
 
+#: a clipping bound above every row's norm in these tests: the rows are not changed by it
+NO_CLIP = 1e6
 needs_cpp = pytest.mark.skipif(not cpp_status("sliced")[0], reason="C++ extension fastdpot._C_sliced not built")
 
 
@@ -140,17 +142,19 @@ def test_orthogonal_calibration_against_dp_accounting():
 
 def test_orthogonal_loss_draws_orthonormal_blocks():
     x, y, _, _ = _clouds(20, 25, 4, seed=6)
-    loss = S.DPSlicedWassersteinLoss(0.3, 10, directions="orthogonal", secure_mode=False,
+    loss = S.DPSlicedWassersteinLoss(0.3, 10, clip_radius=NO_CLIP, directions="orthogonal", secure_mode=False,
                                      generator=torch.Generator().manual_seed(9), backend="reference")
     got = loss(y, private=x)
     g = torch.Generator().manual_seed(9)
     th = S.random_projections(10, 4, g, orthogonal=True, dtype=torch.float64)
     assert torch.allclose(th[:4] @ th[:4].T, torch.eye(4, dtype=torch.float64), atol=1e-12)
-    want = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th, generator=g, secure_mode=False,
+    want = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, clip_radius=NO_CLIP, projections=th, generator=g,
+                                   secure_mode=False,
                                    backend="reference", directions="orthogonal")
     assert float(got) == float(want)
     with pytest.raises(ValueError, match="orthonormal"):  # given directions must be such blocks
-        S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=S.random_projections(8, 4, g),
+        S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, clip_radius=NO_CLIP,
+                                projections=S.random_projections(8, 4, g),
                                 directions="orthogonal")
     with pytest.raises(ValueError, match="directions"):
         S.DPSlicedWassersteinLoss(0.3, 10, directions="sobol")
@@ -221,7 +225,8 @@ def test_too_many_projections_refused_at_construction():
     with pytest.raises(ValueError, match=r"k <= 715827882 here"):
         S.dp_sliced_wasserstein_noise_std(1.0, 1e-5, 10, 100, 5, 2 ** 30, 3, 1.0)
     with pytest.raises(ValueError, match=r"k·d <= 2\^31"):
-        S.dp_sliced_wasserstein(torch.randn(4, 3), private=torch.randn(4, 3), noise_std=1.0, num_projections=big)
+        S.dp_sliced_wasserstein(torch.randn(4, 3), private=torch.randn(4, 3), noise_std=1.0, clip_radius=NO_CLIP,
+                                num_projections=big)
 
 
 def test_sinkhorn_flags_must_be_bools():
@@ -268,3 +273,41 @@ def test_first_run_says_it_calibrates(capsys, caplog):
     quiet = fastdpot.DPSlicedWassersteinFlow(12, 2, 3, 0.5, target_epsilon=8.0, batch_size=20, steps=2)
     quiet.run(data, steps=1, progress=False)
     assert "calibrating" not in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- no release without a clipping bound
+def test_a_private_loss_with_noise_needs_a_clipping_bound():
+    """Issue 37.5: noise without a bound on the private rows protects nothing, so σ > 0 needs a finite clip_radius
+    (or an explicit inf, which warns); σ = 0 (the non-private distance) needs none."""
+    y, x = torch.randn(6, 3), torch.randn(5, 3) * 10
+    with pytest.raises(ValueError, match="clip_radius"):
+        S.dp_sliced_wasserstein(y, private=x, noise_std=0.5, num_projections=8)
+    with pytest.raises(ValueError, match="clip_radius"):
+        S.DPSlicedWassersteinLoss(0.5, 8)
+    with pytest.raises(ValueError, match="clip_radius"):
+        S.DPSlicedWassersteinLoss(0.5, 8, release="sketch", sketch_bins=2)
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="clip_radius"):
+            S.dp_sliced_wasserstein(y, private=x, noise_std=0.5, num_projections=8, clip_radius=bad)
+    # the explicit choice of no bound: released, with a warning that no guarantee holds
+    g = torch.Generator().manual_seed(3)
+    th = S.random_projections(8, 3, g)
+    with pytest.warns(UserWarning, match="no differential-privacy guarantee"):
+        got = S.dp_sliced_wasserstein(y, private=x, noise_std=0.5, projections=th, clip_radius=math.inf,
+                                      secure_mode=False, generator=torch.Generator().manual_seed(1))
+    want = S.dp_sliced_wasserstein(y, private=x, noise_std=0.5, projections=th, clip_radius=1e6,  # clips nothing
+                                   secure_mode=False, generator=torch.Generator().manual_seed(1))
+    assert float(got) == pytest.approx(float(want), rel=1e-6)
+    with pytest.warns(UserWarning, match="no differential-privacy guarantee"):
+        crit = S.DPSlicedWassersteinLoss(0.5, 8, clip_radius=math.inf)
+    assert crit.clip_radius == math.inf and crit.state_dict()["_extra_state"]["clip_radius"] == math.inf
+    # a finite bound clips: the rows of norm ~17 are pulled onto the ball of radius 1
+    small = S.dp_sliced_wasserstein(y, private=x, noise_std=0.0, projections=th, clip_radius=1.0)
+    assert float(small) < float(S.dp_sliced_wasserstein(y, private=x, noise_std=0.0, projections=th))
+    # σ = 0: the non-private distance needs no bound, and says nothing
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        S.dp_sliced_wasserstein(y, private=x, noise_std=0.0, num_projections=8)
+        S.DPSlicedWassersteinLoss(0.0, 8)(y, private=x)

@@ -19,6 +19,8 @@ needs_cpp = pytest.mark.skipif(not HAS_CPP, reason="C++ extension fastdpot._C_sl
 TRITON = os.environ.get("TRITON_INTERPRET", "0") == "1" or torch.cuda.is_available()
 needs_triton = [pytest.mark.triton, pytest.mark.skipif(not TRITON, reason="Triton needs CUDA or TRITON_INTERPRET=1")]
 BACKENDS = [pytest.param("cpu", marks=needs_cpp), pytest.param("triton", marks=needs_triton)]
+#: a clipping bound above every row's norm in these tests: the rows are not changed by it
+NO_CLIP = 1e6
 # compiled Triton takes CUDA tensors; under the interpreter (CI) CPU ones
 TRITON_DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET", "0") == "1" or not torch.cuda.is_available() else "cuda"
 # (M private rows, N generated rows, d, k, L): N != M, L = 1, L = min(M, N), odd sizes
@@ -93,9 +95,9 @@ def test_cpu_chunking_and_the_public_path(monkeypatch):
     y.requires_grad_(True)
 
     def run():
-        out = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th, secure_mode=False,
-                                      generator=torch.Generator().manual_seed(5), release="sketch", sketch_bins=6,
-                                      return_noise=True)
+        out = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, clip_radius=NO_CLIP, projections=th,
+                                      secure_mode=False, generator=torch.Generator().manual_seed(5), release="sketch",
+                                      sketch_bins=6, return_noise=True)
         return out[0], out[1], torch.autograd.grad(out[0], y)[0]
 
     full = run()
@@ -106,9 +108,9 @@ def test_cpu_chunking_and_the_public_path(monkeypatch):
     torch.testing.assert_close(full[1], part[1], rtol=0, atol=0)
     torch.testing.assert_close(full[2], part[2], rtol=1e-12, atol=1e-15)
     # backend "auto" is the fused kernel; the reference replays the same key (the generator's first draw here)
-    ref = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, projections=th, secure_mode=False, backend="reference",
-                                  generator=torch.Generator().manual_seed(5), release="sketch", sketch_bins=6,
-                                  return_noise=True)
+    ref = S.dp_sliced_wasserstein(y, private=x, noise_std=0.3, clip_radius=NO_CLIP, projections=th,
+                                  secure_mode=False, backend="reference", generator=torch.Generator().manual_seed(5),
+                                  release="sketch", sketch_bins=6, return_noise=True)
     torch.testing.assert_close(ref[1], full[1], rtol=0, atol=0)
     torch.testing.assert_close(ref[0], full[0], rtol=1e-12, atol=1e-14)
 
@@ -148,5 +150,5 @@ def test_kernel_refuses_bad_buffers_and_bins():
     with pytest.raises(ValueError, match="noise"):
         mod.sketch_chunk_f32(px.numpy(), py.numpy(), 2, 4, 0.0, 1, 0, 1.0, None, torch.empty(3, 4).numpy())
     with pytest.raises(ValueError, match="sketch_bins must be at most both batch sizes"):
-        S.dp_sliced_wasserstein(torch.randn(7, 3), private=torch.randn(10, 3), noise_std=0.1, num_projections=3,
-                                release="sketch", sketch_bins=8)
+        S.dp_sliced_wasserstein(torch.randn(7, 3), private=torch.randn(10, 3), noise_std=0.1, clip_radius=NO_CLIP,
+                                num_projections=3, release="sketch", sketch_bins=8)
