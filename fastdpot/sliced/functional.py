@@ -246,9 +246,9 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
     if noise_std is None:
         raise TypeError("dp_sliced_wasserstein() needs noise_std= (σ >= 0, keyword-only)")
     noise_std = check_nonnegative(noise_std, "noise_std")
-    clip_radius = check_clip_radius(clip_radius, noise_std, "dp_sliced_wasserstein")
     check_release(release, sketch_bins)
     check_choice(directions, "directions", DIRECTIONS)
+    clip_radius = check_clip_radius(clip_radius, noise_std, "dp_sliced_wasserstein")
     if clip_radius is not None and not math.isinf(clip_radius):
         from ..privacy import clip_rows
 

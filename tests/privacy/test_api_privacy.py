@@ -28,11 +28,12 @@ def test_dp_sliced_wasserstein_refuses_private_rows_by_position():
         fastdpot.dp_sliced_wasserstein(real, private=real, noise_std=0.5, num_projections=4)
     # both sides validated, by their names
     with pytest.raises(ValueError, match="generated"):
-        fastdpot.dp_sliced_wasserstein(fake[:, :2], private=real, noise_std=0.5, num_projections=4)
+        fastdpot.dp_sliced_wasserstein(fake[:, :2], private=real, noise_std=0.5, num_projections=4, clip_radius=1.0)
     with pytest.raises(TypeError, match="private"):
         fastdpot.dp_sliced_wasserstein(fake, private=real.numpy(), noise_std=0.5, num_projections=4)
     with pytest.raises(ValueError, match="generated"):
-        fastdpot.dp_sliced_wasserstein(torch.full((5, 3), math.nan), private=real, noise_std=0.5, num_projections=4)
+        fastdpot.dp_sliced_wasserstein(torch.full((5, 3), math.nan), private=real, noise_std=0.5, num_projections=4,
+                                       clip_radius=1.0)
 
 
 def test_keyword_private_side_is_the_clipped_one():
@@ -85,7 +86,7 @@ def test_loss_module_reports_epsilon_spent():
     with pytest.raises(ValueError, match="delta"):
         crit.epsilon(2.0)
     with pytest.raises(RuntimeError, match="from_privacy"):
-        fastdpot.DPSlicedWassersteinLoss(0.5, 4).epsilon(1e-5)
+        fastdpot.DPSlicedWassersteinLoss(0.5, 4, clip_radius=1.0).epsilon(1e-5)
 
 
 # ------------------------------------------------------------------------------------------ visible budget stop

@@ -143,8 +143,8 @@ def test_dp_sliced_wasserstein_reference_noise_is_the_privacy_grade_keyed_stream
     real_seed = PrivacyRandomness.seed
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(PrivacyRandomness, "seed", lambda self: keys.append(real_seed(self)) or keys[-1])
-        _, nx, ny = dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, backend="reference",
-                                          return_noise=True)
+        _, nx, ny = dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, clip_radius=10.0,
+                                          backend="reference", return_noise=True)
     assert len(keys) == 1 and keys[0] >= 2 ** 32  # all 62 bits (here: almost surely above 32)
     torch.testing.assert_close(nx, 0.3 * keyed_normals(keys[0], 0, 0, 4 * 7, per_block=2).reshape(4, 7).t())
     torch.testing.assert_close(ny, 0.3 * keyed_normals(keys[0], 1, 0, 4 * 5, per_block=2).reshape(4, 5).t())
@@ -208,17 +208,18 @@ def test_secure_class_conditional_and_functions_differ_between_runs():
         assert not torch.equal(out[0], out[1]) and torch.equal(out[2], out[3])
     x = torch.randn(7, 3, generator=_gen(0))
     y = torch.randn(5, 3, generator=_gen(1))
-    once = dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4)
-    assert float(once) != float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4))
-    assert float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, secure_mode=False,
+    once = dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, clip_radius=1.0)
+    assert float(once) != float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4,
+                                                      clip_radius=1.0))
+    assert float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, clip_radius=1.0, secure_mode=False,
                                        generator=_gen(2))) == \
-        float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, secure_mode=False,
+        float(dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, clip_radius=1.0, secure_mode=False,
                                     generator=_gen(2)))
     assert not torch.equal(laplace_local_mechanism(x, 1.0, 1.0)[0], laplace_local_mechanism(x, 1.0, 1.0)[0])
     with pytest.raises(ValueError, match="secure_mode=False"):
         gaussian_local_mechanism(x, 1.0, 1e-5, 1.0, generator=_gen(0))
     with pytest.raises(ValueError, match="secure_mode=False"):
-        dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, generator=_gen(0))
+        dp_sliced_wasserstein(y, private=x, noise_std=0.3, num_projections=4, clip_radius=1.0, generator=_gen(0))
 
 
 def test_secret_never_in_state_dict_or_checkpoint(monkeypatch, tmp_path):

@@ -167,7 +167,7 @@ def test_single_entry_change_moves_sorted_values_by_exactly_its_size():
 # ------------------------------------------------------------------------------------------ DP-SWD with the sketch
 def _dpsw_sketch(x, y, th, sigma, L, seed=0, p=2, **kw):
     return fastdpot.dp_sliced_wasserstein(y, private=x, noise_std=sigma, projections=th, p=p, release="sketch",
-                                          sketch_bins=L,
+                                          sketch_bins=L, clip_radius=1e6,
                                           generator=torch.Generator().manual_seed(seed), secure_mode=False, **kw)
 
 
@@ -240,7 +240,7 @@ def test_table_extension_rule():
 def test_sketch_loss_bad_arguments(kw, match):
     x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(30, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match=match):
-        fastdpot.dp_sliced_wasserstein(y, private=x, noise_std=0.5, num_projections=4, **kw)
+        fastdpot.dp_sliced_wasserstein(y, private=x, noise_std=0.5, num_projections=4, clip_radius=1.0, **kw)
 
 
 def test_sketch_loss_module_and_dpswgen():
