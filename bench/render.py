@@ -4,11 +4,13 @@ the benchmarks page (every group), the README's headline table (a few groups) an
 For every group (suite, case, size, mode, device) the newest document that measured it is shown; ratios compare
 entries of that same document only (side by side: same machine, same versions, same commit). ``ratio`` = anchor
 median / impl median (higher is faster than the anchor); the anchors of a suite are its bench module's ``ANCHORS``.
-Every row names the machine and commit it was measured on; the footer gives each machine's threads, versions and,
-where recorded, the load average when the run started (a busy machine slows every row of its run).
+Every row names the machine and commit it was measured on and, where recorded, the 1-minute load average when its run
+started; a row whose run started at a load average of :data:`LOAD_LIMIT` or more is marked "measured under load" (a
+busy machine slows every row of its run, and a 2-thread C++ kernel and a torch anchor suffer differently, so even
+its ratios are not a quiet machine's). The footer gives each machine's threads, versions and load average.
 
 Usage: ``python -m bench.render [--results-dir bench/results] [--page docs/benchmarks.md] [--readme README.md]
-[--plots bench/plots] [--print]``
+[--plots bench/plots] [--print]`` (an empty ``--page``, ``--readme`` or ``--plots`` leaves that output alone)
 """
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ HEADLINE = [
     ("gpu_flow", "flow_step", {"N": 1000000, "d": 48, "k": 128}, "cuda"),
 ]
 _MODULE_SKIP = ("harness.py", "render.py", "store.py", "conftest.py", "__init__.py")
+#: a run that started at this 1-minute load average or above is "measured under load" (the 2-core reference machine
+#: is busy from one runnable process on)
+LOAD_LIMIT = 1.0
+UNDER_LOAD = "measured under load"
 
 
 def _anchors(suite):
@@ -71,7 +77,13 @@ def _headline_key(key):
 
 
 def _measured(r):
-    return f"{r['machine']}, {r['git_rev']}"
+    """The row's machine note: machine, commit and, where recorded, the load average at the start of its run (marked
+    :data:`UNDER_LOAD` at :data:`LOAD_LIMIT` or above)."""
+    note = f"{r['machine']}, {r['git_rev']}"
+    load = r.get("load_average")
+    if load is not None:
+        note += f", load {load:g} at the start" + (f": {UNDER_LOAD}" if load >= LOAD_LIMIT else "")
+    return note
 
 
 def table(rows, headline_only=False):
@@ -168,9 +180,12 @@ def main(argv=None):
     if a.print:
         print(table(rows))
         return
-    update_between_markers(a.page, table(rows))
-    update_between_markers(a.readme, table(rows, headline_only=True))
-    print(f"updated {a.page} and {a.readme}")
+    if a.page:
+        update_between_markers(a.page, table(rows))
+        print(f"updated {a.page}")
+    if a.readme:
+        update_between_markers(a.readme, table(rows, headline_only=True))
+        print(f"updated {a.readme}")
     if a.plots:
         for path in plots(rows, a.plots):
             print(f"wrote {path}")

@@ -94,6 +94,37 @@ def test_render_takes_the_newest_run_and_ratios_within_it(tmp_path):
     assert "stale" not in body and "3.00× reference" in body and body.endswith("<!-- BENCH:END -->\nend\n")
 
 
+def test_rows_measured_under_load_are_marked_with_their_load(tmp_path):
+    """Issue 40.8: every row's machine note carries the load average at the start of its run, and a run started at
+    a load average of 1 or more is marked "measured under load" (the README's headline rows were measured near 6)."""
+    paths = []
+    for load, run in ((5.9, "busy"), (0.4, "quiet"), (None, "unknown")):
+        info = {"cpu_model": "Test CPU", "threads": 2, "versions": {"torch": "2.x"}}
+        if load is not None:
+            info["load_average_1min"] = load
+        path = str(tmp_path / f"{run}.json")
+        doc = store.document([_row("fastdpot", 1.0, run=run, case=run), _row("reference", 3.0, run=run, case=run)],
+                             machine_info=info)
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        paths.append(path)
+    lines = {ln.split(" | ")[1]: ln for ln in render.table(store.load_rows(paths)).splitlines()
+             if ln.startswith("| sliced") and "| fastdpot |" in ln}
+    assert lines["busy"].endswith("| Test CPU, abc1234, load 5.9 at the start: measured under load |")
+    assert lines["quiet"].endswith("| Test CPU, abc1234, load 0.4 at the start |")
+    assert lines["unknown"].endswith("| Test CPU, abc1234 |")  # not recorded: nothing claimed
+
+
+def test_the_benchmarks_page_holds_the_rendered_table():
+    """docs/benchmarks.md shows what ``python -m bench.render`` makes of the stored results (re-render after adding
+    results or changing the renderer), and says how the torch anchors draw their noise as bench.harness does."""
+    with open(os.path.join(store.ROOT, "docs", "benchmarks.md")) as f:
+        page = f.read()
+    shown = page.split(render.START, 1)[1].split(render.END, 1)[0].strip("\n")
+    assert shown == render.table(store.load_rows())
+    assert "torch.randn" in page and "Philox normals in numpy" not in page
+
+
 def test_the_stored_results_render():
     rows = store.load_rows()
     assert rows, "bench/results/ holds the stored measurements"
