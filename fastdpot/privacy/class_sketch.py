@@ -33,7 +33,7 @@ from .moments import domain_labels
 from .randomness import PrivacyRandomness, privacy_randomness
 
 __all__ = ["ClassSketchRelease", "class_quantile_sketch", "release_class_sketch", "class_sketch_sensitivity",
-           "check_orthonormal_blocks", "fractional_bin_sums"]
+           "check_orthonormal_blocks", "fractional_bin_sums", "isotonic_rows"]
 
 
 def check_orthonormal_blocks(projections: torch.Tensor, block_size: int, name: str = "projections",
@@ -166,12 +166,10 @@ class ClassSketchRelease:
 
         Per direction: the noisy bin means, shrunk (``shrink``) towards their least-squares Gaussian quantile
         function a + b·Φ⁻¹(level) (b ≥ 0, b² reduced by its own noise variance) by the positive-part James–Stein
-        factor of their known noise, then made non-decreasing (``scipy.optimize.isotonic_regression``), then written
+        factor of their known noise, then made non-decreasing (:func:`isotonic_rows`), then written
         at every level of the grid: between its own levels it is linear, outside them extended with its end
         segments, exactly as the op reads a table. Post-processing: no privacy cost.
         """
-        from scipy.optimize import isotonic_regression
-
         means, s = self.bin_means(), self.mean_noise_std()
         grid = torch.unique(torch.cat([(torch.arange(int(L)) + 0.5) / int(L) for L in self.bins.unique()]))
         grid = grid.to(torch.float64)
@@ -184,11 +182,33 @@ class ClassSketchRelease:
                 m = means[c, idx, :L]
                 if shrink and self.noise_std > 0:
                     m = _shrink(m, s[c, idx], lv)
-                m = torch.stack([torch.from_numpy(isotonic_regression(row.numpy(), increasing=True).x.copy())
-                                 for row in m]) if L > 1 else m
+                m = isotonic_rows(m) if L > 1 else m
                 table[idx] = _piecewise_linear(m, lv, grid)
             out.append((table, grid.clone()))
         return out
+
+
+def isotonic_rows(values: torch.Tensor) -> torch.Tensor:
+    r"""The least-squares non-decreasing fit of every row (equal weights), all rows at once:
+
+    .. math::  \hat y_i = \max_{a \le i} \min_{b \ge i} \frac{1}{b - a + 1} \sum_{t=a}^{b} y_t ,
+
+    the max-min formula of isotonic regression (Robertson, Wright & Dykstra, "Order Restricted Statistical Inference",
+    1988, Thm. 1.4.4), the same fit as pool-adjacent-violators (``scipy.optimize.isotonic_regression``); O(L³) per
+    row, for the small L of a sketch.
+
+    Shape: (k, L) -> (k, L), float64.
+    """
+    y = values.to(torch.float64)
+    k, L = y.shape
+    cs = torch.cat([torch.zeros(k, 1, dtype=torch.float64), torch.cumsum(y, 1)], 1)
+    a = torch.arange(L)
+    width = (a[None, :] - a[:, None] + 1).to(torch.float64)  # [a, b]
+    means = (cs[:, None, 1:] - cs[:, :L, None]) / width.clamp_min(1.0)  # (k, a, b)
+    means = means.masked_fill((a[None, :] < a[:, None])[None], float("inf"))
+    suffix_min = torch.flip(torch.cummin(torch.flip(means, [2]), 2).values, [2])  # min over b >= i, (k, a, i)
+    suffix_min = suffix_min.masked_fill((a[None, :] < a[:, None])[None], -float("inf"))  # a <= i only
+    return suffix_min.max(1).values
 
 
 def _shrink(m: torch.Tensor, s: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,8 @@ from .mechanisms import clip_rows, gaussian_mechanism_sigma, normalize_rows
 from .randomness import privacy_randomness
 
 __all__ = ["domain_labels", "moments_sensitivity", "label_private_moments_sensitivity", "dp_second_moment",
-           "dp_class_gaussians", "release_class_moments", "class_gaussians", "sample_class_gaussians"]
+           "dp_class_gaussians", "release_class_moments", "release_class_means", "class_gaussians",
+           "sample_class_gaussians"]
 
 
 def domain_labels(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -283,6 +284,55 @@ def release_class_moments(rows: torch.Tensor, labels: torch.Tensor, num_classes:
     noisy = stats + rng.normal(stats.shape) * sigma
     q = noisy[:, 1 + d:].view(C, d, d)
     return dict(counts=noisy[:, 0].clone(), sums=noisy[:, 1:1 + d].clone(), second=q.clone(), noise_std=sigma,
+                sensitivity=sens)
+
+
+def release_class_means(rows: torch.Tensor, labels: torch.Tensor, num_classes: int, noise_multiplier: float, *,
+                        clip_radius: float, center: Optional[torch.Tensor] = None, count_weight: float = 1.0,
+                        generator: Optional[torch.Generator] = None, secure_mode: bool = True,
+                        noise_scale: float = 1.0) -> Dict[str, torch.Tensor]:
+    r"""LABELS PRIVATE: one Gaussian mechanism on every class's (w·n_c, Σ (x − c)) for rows clipped to
+    ‖x − c‖ ≤ r about a public centre c, labels mapped into [0, C) (:func:`domain_labels`).
+
+    Sensitivity: replacing (x, y) by (x′, y′) with y′ ≠ y moves class y by (−w, −(x − c)) and class y′ by
+    (w, x′ − c), disjoint coordinates: ‖Δ‖² ≤ 2(w² + r²); with y′ = y only the sum moves, by ‖x − x′‖ ≤ 2r. Hence
+    Δ = max(√(2(w² + r²)), 2r). σ = z·Δ on every entry. Account it as one release of ``sampling="full"``.
+    Post-processing: the class means c + S̃_c / max(ñ_c, 1) with ñ_c = (noisy w·n_c)/w.
+
+    Args:
+        rows: (n, d) private rows. labels: (n,) integer private labels. num_classes: C. noise_multiplier: z >= 0.
+        clip_radius: r > 0. center: (d,) public centre (default 0). count_weight: w > 0.
+        generator, secure_mode, noise_scale: as :func:`release_class_moments`.
+
+    Returns:
+        dict with ``means`` (C, d) float64, noisy ``counts`` (C,), ``noise_std`` σ, ``sensitivity`` Δ.
+
+    Raises:
+        ValueError: bad rows or labels shape, z < 0, r <= 0, w <= 0, a centre of the wrong shape.
+    """
+    check_tensor(rows, "rows", 2)
+    n, d = rows.shape
+    if n == 0:
+        raise ValueError("rows is empty")
+    y = domain_labels(labels, num_classes)
+    if y.shape[0] != n:
+        raise ValueError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
+    C = int(num_classes)
+    z = check_nonnegative(noise_multiplier, "noise_multiplier")
+    r = check_positive(clip_radius, "clip_radius")
+    w = check_positive(count_weight, "count_weight")
+    c0 = torch.zeros(d, dtype=torch.float64) if center is None else center.detach().to(torch.float64).flatten()
+    if c0.shape != (d,):
+        raise ValueError(f"center must have shape ({d},), got {tuple(center.shape)}")
+    x = clip_rows(rows.detach().to(torch.float64) - c0, r)
+    sums = torch.zeros(C, d, dtype=torch.float64).index_add_(0, y, x)
+    counts = torch.bincount(y, minlength=C)[:C].double()
+    sens = max(math.sqrt(2.0 * (w * w + r * r)), 2.0 * r)
+    sigma = z * sens * check_positive(noise_scale, "noise_scale")
+    rng = privacy_randomness(secure_mode, generator if not secure_mode else None)
+    noisy_sums = sums + rng.normal((C, d)) * sigma
+    noisy_counts = counts + rng.normal((C,)) * sigma / w
+    return dict(means=c0 + noisy_sums / noisy_counts.clamp_min(1.0)[:, None], counts=noisy_counts, noise_std=sigma,
                 sensitivity=sens)
 
 

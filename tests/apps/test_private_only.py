@@ -95,7 +95,7 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     monkeypatch.setattr(dpsgd, "train_dp_sgd", train_spy)
     monkeypatch.setattr(R, "dp_second_moment", moment_spy)
     monkeypatch.setattr(cc.ClassConditionalFlow, "run", run_spy)
-    cfg = _quick(tmp_path, kind=kind)
+    cfg = _quick(tmp_path, kind=kind, method="flow")  # the per-step label-private flow (DPSWflow-r)
     m = run_pipeline(cfg, str(tmp_path / "run"), progress=False, cache_dir=str(tmp_path / "cache"))
     n = m["n_sensitive"]
     assert n == 1000 and m["n_validation"] == 200

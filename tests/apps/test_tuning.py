@@ -123,7 +123,8 @@ def test_a_private_only_point_runs_on_the_validation_split_only(tmp_path, monkey
 
     monkeypatch.setattr(pipeline, "run_pipeline", spy)
     base = MainJobConfig(epsilon=5.0).with_settings(
-        dataset="fashion-mnist", public_size=0, max_train=1500, validation_size=300, latent_dim=8, num_particles=300,
+        dataset="fashion-mnist", public_size=0, method="flow", max_train=1500, validation_size=300, latent_dim=8,
+        num_particles=300,
         classifiers="cnn", cnn_epochs=1, fid_samples=0, **{"generation.epochs": 0.5, "generation.batch_size": 50})
     rows = run_tuning(base, {"representation.share": [0.3]}, str(tmp_path / "t"), stand_in_size=200,
                       select="label_fidelity")

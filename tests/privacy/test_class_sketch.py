@@ -163,3 +163,16 @@ def test_bad_input_is_refused_before_any_draw():
     out = class_quantile_sketch(x, torch.tensor([0, 1, 7, -3, 0, 1, 0, 1, 0, 1]), th,
                                 **dict(kw, noise_multiplier=0.0))
     assert out.counts.tolist() == [6.0, 4.0]
+
+
+def test_isotonic_rows_is_scipys_isotonic_regression():
+    import numpy as np
+    from scipy.optimize import isotonic_regression
+
+    from fastdpot.privacy.class_sketch import isotonic_rows
+
+    g = torch.Generator().manual_seed(7)
+    for L in (2, 3, 8, 16):
+        y = torch.randn(300, L, generator=g, dtype=torch.float64) * 2 + torch.linspace(0, 1, L, dtype=torch.float64)
+        want = np.stack([isotonic_regression(r.numpy(), increasing=True).x for r in y])
+        torch.testing.assert_close(isotonic_rows(y), torch.from_numpy(want), rtol=0, atol=1e-12)

@@ -193,3 +193,30 @@ def test_label_private_release_noise_maps_labels_and_post_processing():
     assert domain_labels(torch.tensor([0, 9, 10, -1, 3]), 10).tolist() == [0, 9, 0, 0, 3]
     with pytest.raises(ValueError, match="integer"):
         domain_labels(torch.tensor([0.0, 1.0]), 10)
+
+
+@pytest.mark.parametrize("r,w", [(1.0, 1.0), (2.0, 0.5), (0.5, 3.0)])
+def test_class_means_sensitivity_by_monte_carlo_over_class_changes(r, w):
+    from fastdpot.privacy.moments import release_class_means
+
+    g = torch.Generator().manual_seed(3)
+    D = max(math.sqrt(2 * (w * w + r * r)), 2 * r)
+    worst = 0.0
+    for trial in range(300):
+        x = torch.randn(6, 3, generator=g, dtype=torch.float64) * 2 * r
+        lab = torch.randint(0, 4, (6,), generator=g)
+        x2, lab2 = x.clone(), lab.clone()
+        x2[0] = -x[0] * 5 if trial % 2 else torch.randn(3, generator=g, dtype=torch.float64) * 3 * r
+        lab2[0] = lab[0] if trial % 3 == 0 else (lab[0] + 1) % 4
+
+        def f(xx, ll):
+            out = release_class_means(xx, ll, 4, 0.0, clip_radius=r, count_weight=w)
+            counts = out["counts"]
+            return torch.cat([w * counts, ((out["means"] * counts.clamp_min(1.0)[:, None]) *
+                                           (counts > 0).double()[:, None]).flatten()])
+
+        worst = max(worst, float((f(x, lab) - f(x2, lab2)).norm()))
+    assert worst <= D * (1 + 1e-9) and worst > 0.8 * D
+    noisy = release_class_means(torch.zeros(4000, 2, dtype=torch.float64), torch.arange(4000) % 2, 2, 1.0,
+                                clip_radius=1.0, generator=torch.Generator().manual_seed(1), secure_mode=False)
+    assert noisy["noise_std"] == pytest.approx(2.0) and noisy["counts"].sub(2000).abs().max() < 20

@@ -24,13 +24,14 @@ from ..metrics import CLASSIFIERS, CNN_ARCHS
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
            "METHODS", "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "parse_settings",
-           "setting_names", "flat_settings", "resolve", "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS"]
+           "setting_names", "flat_settings", "resolve", "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS",
+           "PRIVATE_ONLY_TABLE", "table_row"]
 
 #: ``"decoded"``: the private-only protocol's ANALYSIS of its representation (the sensitive codes decoded: NOT private)
-METHODS = ("flow", "gaussian", "public", "decoded")
+METHODS = ("oneshot", "flow", "gaussian", "public", "decoded")
 PROTOCOLS = ("public-half", "private-only")
 AE_ARCHS = ("conv", "convbn", "dcgan")  # fastdpot.experiments.mainjob.autoencoder's architectures
-REPRESENTATION_KINDS = ("pca", "autoencoder", "dct")  # the private-only protocol's representations
+REPRESENTATION_KINDS = ("pixels", "pca", "autoencoder", "dct")  # the private-only protocol's code spaces
 DEFAULT_SKETCH_BINS = 5  # L of the default per-step sketch release: the public-only sweep (docs/mainjob/tuning.md)
 
 
@@ -64,16 +65,19 @@ class RepresentationSettings:
             auto-encoder).
         ae_arch, ae_epochs, ae_width, ae_max_train: public-half: the auto-encoder trained on the public half
             (:mod:`fastdpot.experiments.mainjob.autoencoder`; arch None: by image size).
-        kind, scale, lowpass, epochs, batch_size, clip_radius, lr, label_weight, share: private-only: the DP
-            representation (:class:`fastdpot.experiments.mainjob.representation.RepresentationConfig` documents each;
-            ``share``: the fraction of ε it is calibrated to alone, None: 0.3 for DP-PCA, 0.9 for the auto-encoder).
+        kind, scale, lowpass, epochs, batch_size, clip_radius, lr, label_weight, share: private-only: the code space
+            (None: ``"pixels"`` for the one-shot method, public and released nothing; ``"pca"`` for the others) and
+            the DP representation's settings
+            (:class:`fastdpot.experiments.mainjob.representation.RepresentationConfig` documents each; ``share``:
+            the fraction of ε it is calibrated to alone; latent_dim and share None: the ε table
+            :data:`PRIVATE_ONLY_TABLE` for DP-PCA, 16 and 0.9 for the auto-encoder).
     """
     latent_dim: Optional[int] = None
     ae_arch: Optional[str] = None
     ae_epochs: int = 10
     ae_width: Optional[int] = None
     ae_max_train: Optional[int] = None
-    kind: str = "pca"
+    kind: Optional[str] = None
     scale: float = 16.0
     lowpass: Optional[int] = None
     epochs: float = 10.0
@@ -89,9 +93,12 @@ class GenerationSettings:
     """The generator run on the private codes.
 
     Attributes:
-        method: ``"flow"`` (the DP flow; ε = ∞ the non-private flow), ``"gaussian"`` (the DP Gaussian per class in
-            the same code space), ``"public"`` (public-half: the public half's own codes decoded, no private data),
-            ``"decoded"`` (private-only ANALYSIS: the sensitive codes decoded, not private).
+        method: None (``"oneshot"`` in the private-only protocol, ``"flow"`` in the public-half one),
+            ``"oneshot"`` (private-only: the whole sensitive set released once as per-class sliced quantile sketches,
+            then flows in pixel space: :mod:`fastdpot.experiments.mainjob.oneshot`), ``"flow"`` (the per-step DP
+            flow, DPSWflow-r; ε = ∞ the non-private flow), ``"gaussian"`` (the DP Gaussian per class in the same code
+            space), ``"public"`` (public-half: the public half's own codes decoded, no private data), ``"decoded"``
+            (private-only ANALYSIS: the sensitive codes decoded, not private).
         num_particles: N (None: the size of the test set; 60 000 in the private-only protocol, as DPImageBench).
         class_conditional: one flow per class, or one label-private flow, when the data are labelled.
         labels: ``"private"`` (the flow's default: one flow on [code, c·onehot(label)], labels and class sizes
@@ -108,8 +115,12 @@ class GenerationSettings:
             ε (each calibrated for its share, :func:`fastdpot.experiments.mainjob.generation.seed_budget`), unless
             ``each_seed_at_epsilon`` (then each seed alone is at ε and the published total is their composition).
         checkpoint_every: the flow's checkpoint period in steps.
+        sketch_blocks, sketch_plan, sketch_radius, sketch_center, sketch_mean_share, sketch_rounds: the one-shot
+            method's directions (``"default"`` or ``"p/sy/sx,..."``), bins by frequency (``"3:16,8:8,inf:2"``), clip
+            radius r, centre (``"mean"``: the released class means, ``"half"``: the grey image 0.5), the means'
+            share of the budget, and passes over the blocks (None: the ε table :data:`PRIVATE_ONLY_TABLE`).
     """
-    method: str = "flow"
+    method: Optional[str] = None
     num_particles: Optional[int] = None
     class_conditional: bool = True
     labels: Optional[str] = None
@@ -133,6 +144,12 @@ class GenerationSettings:
     flow_seeds: int = 1
     each_seed_at_epsilon: bool = False
     checkpoint_every: int = 100
+    sketch_blocks: Optional[str] = None
+    sketch_plan: Optional[str] = None
+    sketch_radius: Optional[float] = None
+    sketch_center: Optional[str] = None
+    sketch_mean_share: Optional[float] = None
+    sketch_rounds: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +181,8 @@ class MainJobConfig:
         device, backend: where the flow runs and which backend of op ``flow_step``.
         replayable_noise: False (default): every privacy draw is secret OS randomness. True: from ``seed``, NO
             guarantee against anyone who holds the seed (privacy.md and metrics.json say so).
-        quick: a short run (small data, few steps, small FID).
+        quick: a short run (small data, few steps; no FID unless ``evaluation.fid_samples`` is given, then at most
+            100 images).
         data, representation, generation, evaluation: the stages' settings.
     """
     epsilon: float = 10.0
@@ -308,7 +326,8 @@ def check_stage_settings(c: MainJobConfig) -> None:
                     ("evaluation.cnn_augment", e.cnn_augment)):
         if not isinstance(v, bool):
             raise ValueError(f"{name} must be True or False, got {v!r}")
-    check_choice(g.method, "method", METHODS)
+    if g.method is not None:
+        check_choice(g.method, "method", METHODS)
     check_int(g.batch_size, "batch_size")
     check_positive(g.epochs, "epochs")
     check_int(g.flow_seeds, "flow_seeds")
@@ -357,7 +376,37 @@ PRIVATE_ONLY_SETTINGS = (("data", "validation_size"), ("representation", "kind")
                          ("representation", "lowpass"), ("representation", "epochs"),
                          ("representation", "batch_size"), ("representation", "clip_radius"),
                          ("representation", "lr"), ("representation", "label_weight"), ("representation", "share"),
-                         ("generation", "labels_from"))
+                         ("generation", "labels_from"), ("generation", "sketch_blocks"), ("generation", "sketch_plan"),
+                         ("generation", "sketch_radius"), ("generation", "sketch_center"),
+                         ("generation", "sketch_mean_share"), ("generation", "sketch_rounds"))
+#: the DP representation's settings (none of them read with representation kind "pixels")
+_DP_REPRESENTATION = tuple(("representation", n) for n in ("latent_dim", "scale", "lowpass", "epochs", "batch_size",
+                                                            "clip_radius", "lr", "label_weight", "share"))
+#: the per-step flow's settings (none of them read by the one-shot method)
+_PER_STEP_FLOW = tuple(("generation", n) for n in ("num_projections", "diffusion", "batch_size", "epochs", "bound",
+                                                    "directions", "init", "init_scale", "release", "sketch_bins",
+                                                    "label_scale", "labels_from", "checkpoint_every"))
+#: the one-shot method's own settings
+ONESHOT_SETTINGS = ("sketch_blocks", "sketch_plan", "sketch_radius", "sketch_center", "sketch_mean_share",
+                    "sketch_rounds")
+#: The private-only protocol's settings that depend on ε, chosen on the validation split's stand-in
+#: (docs/mainjob-private.md, "Tuning"); a run takes the row of the nearest ε (in log ε; ε = ∞: the ε = 10 row),
+#: and a setting given explicitly wins over its row.
+PRIVATE_ONLY_TABLE = {
+    10.0: dict(representation=dict(latent_dim=32, share=0.3),
+               generation=dict(sketch_blocks="default", sketch_plan="3:16,8:8,inf:2", sketch_radius=9.0,
+                               sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0)),
+    1.0: dict(representation=dict(latent_dim=16, share=0.6),
+              generation=dict(sketch_blocks="28/0/0,7/0/0", sketch_plan="3:8,8:4,inf:2", sketch_radius=9.0,
+                              sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0)),
+}
+
+
+def table_row(epsilon: float) -> dict:
+    """The :data:`PRIVATE_ONLY_TABLE` row of the ε nearest to ``epsilon`` in log ε (ε = ∞: the largest ε's row)."""
+    if math.isinf(epsilon):
+        return PRIVATE_ONLY_TABLE[max(PRIVATE_ONLY_TABLE)]
+    return PRIVATE_ONLY_TABLE[min(PRIVATE_ONLY_TABLE, key=lambda e: abs(math.log(e) - math.log(epsilon)))]
 #: settings that only the public-half protocol reads (its public auto-encoder and the post-processing of its codes;
 #: ``ae_width`` is read by both auto-encoders, the public one and the DP one)
 PUBLIC_HALF_SETTINGS = (("representation", "ae_arch"), ("representation", "ae_epochs"),
@@ -380,8 +429,8 @@ def _quick(c: MainJobConfig) -> MainJobConfig:
         representation=replace(r, ae_epochs=1, epochs=min(r.epochs, 1.0), batch_size=min(r.batch_size, 256)),
         generation=replace(g, epochs=min(g.epochs, 2.0), batch_size=min(g.batch_size, 100),
                            checkpoint_every=min(g.checkpoint_every, 10)),
-        evaluation=replace(e, fid_samples=min(e.fid_samples, 100), fid_real=min(e.fid_real, 100),
-                           cnn_epochs=min(e.cnn_epochs, 1)))
+        evaluation=replace(e, fid_samples=0 if e.fid_samples == EvaluationSettings.fid_samples else
+                           min(e.fid_samples, 100), fid_real=min(e.fid_real, 100), cnn_epochs=min(e.cnn_epochs, 1)))
 
 
 def resolve(cfg: MainJobConfig) -> MainJobConfig:
@@ -396,6 +445,34 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
                          f"this run would ignore {'them' if len(wrong) > 1 else 'it'}")
     c = _quick(cfg) if cfg.quick else cfg
     g, r = c.generation, c.representation
+    g = replace(g, method=g.method or ("oneshot" if private_only else "flow"))
+    if g.method != "oneshot":
+        given = [f"generation.{n}" for n in ONESHOT_SETTINGS if getattr(g, n) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to method='oneshot' only; this run ({g.method!r}) would "
+                             f"ignore {'them' if len(given) > 1 else 'it'}")
+    if private_only:  # the ε table's row, where a setting was not given
+        row = table_row(c.epsilon)
+        kind = r.kind or ("pixels" if g.method == "oneshot" else "pca")
+        if g.method == "oneshot":
+            g = replace(g, **{k: v for k, v in row["generation"].items() if getattr(g, k) is None})
+            if c.quick:  # a short run: two passes over the whole-image and 7-px blocks
+                g = replace(g, sketch_rounds=min(g.sketch_rounds, 2),
+                            sketch_blocks="28/0/0,7/0/0" if g.sketch_blocks == "default" else g.sketch_blocks)
+            if kind != "pixels":
+                raise ValueError(f"method='oneshot' runs in pixel space: representation kind 'pixels', got {kind!r}")
+        if kind == "pixels":  # no DP representation: its settings would be ignored
+            ignored = _changed(cfg, _DP_REPRESENTATION)
+            if ignored:
+                raise ValueError(f"{', '.join(ignored)} set the DP representation, which representation kind "
+                                 f"'pixels' (the one-shot method's) does not have; this run would ignore them")
+        if g.method == "oneshot":
+            ignored = _changed(cfg, _PER_STEP_FLOW)
+            if ignored:
+                raise ValueError(f"{', '.join(ignored)} set the per-step flow (method='flow'), which method "
+                                 f"'oneshot' does not run; this run would ignore them")
+        r = replace(r, kind=kind, **({k: v for k, v in row["representation"].items() if getattr(r, k) is None}
+                                     if kind == "pca" else {}))
     if c.delta is None and not private_only:  # private-only: DPImageBench's 1/(N ln N), set when N is known
         c = replace(c, delta=1e-5)
     if g.release == "sketch":
@@ -432,12 +509,23 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         check_int(r.batch_size, "rep_batch_size")
         if r.label_weight < 0:
             raise ValueError(f"rep_label_weight must be >= 0, got {r.label_weight!r}")
-        if r.share is None:  # tuned on the validation split (docs/mainjob-private.md)
-            r = replace(r, share=0.3 if r.kind == "pca" else 0.9)
+        if r.share is None:  # the auto-encoder's (the table gives DP-PCA's)
+            r = replace(r, share=0.9)
+        if g.method == "oneshot":
+            check_positive(g.sketch_radius, "sketch_radius")
+            check_int(g.sketch_rounds, "sketch_rounds")
+            if g.sketch_center not in ("mean", "half"):
+                raise ValueError(f"sketch_center must be 'mean' or 'half', got {g.sketch_center!r}")
+            check_probability(g.sketch_mean_share, "sketch_mean_share", low_open=True, high_open=True)
+            if not 0 < g.step_size <= 1:
+                raise ValueError(f"step_size of the one-shot flow must be in (0, 1], got {g.step_size!r}")
+            from .oneshot import parse_blocks, parse_plan
+
+            parse_blocks(g.sketch_blocks), parse_plan(g.sketch_plan)
     else:
         if labels == "private" and g.method != "flow":
             raise ValueError(f"labels='private' is a mode of the flow (method='flow'), got method={g.method!r}")
-        if g.method == "decoded":
-            raise ValueError("method='decoded' (an analysis of the representation) belongs to public_size=0")
+        if g.method in ("decoded", "oneshot"):
+            raise ValueError(f"method={g.method!r} belongs to the private-only protocol (public_size=0)")
     classifiers = ",".join(v.strip() for v in str(c.evaluation.classifiers).split(",") if v.strip())
     return replace(c, generation=g, representation=r, evaluation=replace(c.evaluation, classifiers=classifiers))

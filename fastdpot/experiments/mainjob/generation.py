@@ -7,11 +7,14 @@
   :func:`fastdpot.privacy.moments.dp_class_gaussians`; labels private: :func:`~fastdpot.privacy.moments.
   release_class_moments`);
 * :func:`generate_public` — the public half's own codes (no private data, public-half protocol);
-* :func:`generate_decoded` — ANALYSIS, not private: the sensitive codes themselves (private-only protocol).
+* :func:`generate_decoded` — ANALYSIS, not private: the sensitive codes themselves (private-only protocol);
+* ``"oneshot"`` — the private-only protocol's one-shot release and flows in pixel space
+  (:func:`fastdpot.experiments.mainjob.oneshot.generate_oneshot`).
 
 They share one call: ``(cfg, codes, labels, num_particles, seed, **keywords)``, each taking the keywords it needs
 from the pipeline's common set (``ledger``, ``public_labels``, ``public_codes``, ``num_classes``, ``normalize``,
-``centers``, ``clip_radius``, ``checkpoint_path``, ``calibration_size``, ``noise_multiplier``, ``progress``).
+``centers``, ``clip_radius``, ``checkpoint_path``, ``calibration_size``, ``noise_multiplier``, ``image_shape``,
+``progress``).
 
 Budget. In the private-only protocol every release is recorded in the run's
 :class:`fastdpot.privacy.composition.ComposedLedger` (``ledger``), which calibrates the stage to the rest of the
@@ -302,4 +305,11 @@ def generate_decoded(cfg, codes, labels, num_particles: int, seed: int, **_) -> 
                                                                     "private"))
 
 
-GENERATORS = dict(flow=generate_flow, gaussian=generate_gaussian, public=generate_public, decoded=generate_decoded)
+def _oneshot(*args, **kwargs):
+    from .oneshot import generate_oneshot
+
+    return generate_oneshot(*args, **kwargs)
+
+
+GENERATORS = dict(oneshot=_oneshot, flow=generate_flow, gaussian=generate_gaussian, public=generate_public,
+                  decoded=generate_decoded)

@@ -124,7 +124,8 @@ def run_pipeline(cfg: MainJobConfig, run_dir: str, progress: bool = True, cache_
             cfg, rep["codes"], labels, num_particles, seed, ledger=ledger, public_labels=rep["public_labels"],
             public_codes=rep["public_codes"], num_classes=rep["num_classes"], normalize=rep["normalize"],
             centers=centers, clip_radius=radius, checkpoint_path=ckpt if g.method == "flow" and not private_only
-            else None, calibration_size=calibration_size, noise_multiplier=z, progress=progress)
+            else None, calibration_size=calibration_size, noise_multiplier=z, progress=progress,
+            image_shape=tuple(data["private"].images.shape[1:]))
         z = (run["privacy"].get("budget") or {}).get("noise_multiplier", run["privacy"].get("noise_multiplier"))
         runs.append(run)
         if i == 0 and run["privacy"].get("flows") and not private_only:  # per-flow values: private (they read n_c)

@@ -232,21 +232,31 @@ def _seeds_md(cfg, result: Dict[str, Any]) -> Optional[str]:
         "the run's ε.", ""])
 
 
-#: Where each setting of the private-only protocol's release came from (privacy.md lists them for every run). A
-#: value other than the default is the user's choice, and privacy.md says so.
+#: Where each setting of the private-only protocol's release came from (privacy.md lists those of the run's method).
+#: A value given for the run is the user's choice, and privacy.md says so.
+_TABLE = "validation split: the ε table (config.PRIVATE_ONLY_TABLE, docs/mainjob-private.md \"Tuning\")"
 SETTING_ORIGINS = {
     "data.validation_size": "DPImageBench's protocol (55 000 sensitive / 5 000 validation images)",
     "delta": "DPImageBench's protocol, δ = 1/(N ln N)",
-    "representation.kind": "validation split (docs/mainjob-private.md, `python -m fastdpot.experiments.mainjob."
-                           "tuning`)",
-    "representation.latent_dim": "validation split (the ε table of docs/mainjob-private.md)",
-    "representation.share": "validation split (the ε table of docs/mainjob-private.md)",
+    "generation.method": "validation split (docs/mainjob-private.md: the one-shot flow against the DP Gaussian and "
+                         "the per-step flow)",
+    "generation.num_particles": "DPImageBench's protocol (60 000 synthetic images)",
+    "representation.kind": "validation split (docs/mainjob-private.md)",
+    "representation.latent_dim": _TABLE,
+    "representation.share": _TABLE,
     "representation.scale": "data-independent: pixels in [0, 1] give image norms <= 28; S = 16 clips the rare "
                             "bright images",
-    "representation.lowpass": "validation split",
-    "generation.release": "validation split",
-    "generation.sketch_bins": "validation split",
-    "generation.step_size": "validation split",
+    "representation.lowpass": "validation split (docs/mainjob-private.md)",
+    "generation.sketch_blocks": _TABLE,
+    "generation.sketch_plan": _TABLE,
+    "generation.sketch_radius": _TABLE,
+    "generation.sketch_center": _TABLE,
+    "generation.sketch_mean_share": _TABLE,
+    "generation.sketch_rounds": _TABLE,
+    "generation.release": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
+    "generation.sketch_bins": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
+    "generation.step_size": _TABLE + " for the one-shot flow; the validation split (docs/mainjob-private.md) for the "
+                                     "per-step flow",
     "generation.epochs": "Sebag et al., TMLR (not tuned)",
     "generation.batch_size": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.label_scale": "data-independent: c = 1, the codes' radius",
@@ -255,27 +265,39 @@ SETTING_ORIGINS = {
     "generation.num_projections": "data-independent: one full orthonormal block in R^(d+C), the least noise per "
                                   "projected value at equal information per step",
     "generation.init": "data-independent: a Gaussian start about the origin of the codes' unit ball",
-    "generation.init_scale": "validation split (docs/mainjob-private.md)",
+    "generation.init_scale": "validation split (docs/mainjob-private.md, \"Tuning\")",
+}
+#: the settings each private-only method's release reads
+_READS = {
+    "oneshot": ("generation.method", "generation.num_particles", "representation.kind", "generation.sketch_blocks",
+                "generation.sketch_plan", "generation.sketch_radius", "generation.sketch_center",
+                "generation.sketch_mean_share", "generation.sketch_rounds", "generation.step_size"),
+    "flow": ("generation.method", "generation.num_particles", "representation.kind", "representation.latent_dim",
+             "representation.share", "representation.scale", "representation.lowpass", "generation.release",
+             "generation.sketch_bins", "generation.step_size", "generation.epochs", "generation.batch_size",
+             "generation.label_scale", "generation.directions", "generation.num_projections", "generation.init",
+             "generation.init_scale"),
+    "gaussian": ("generation.method", "generation.num_particles", "representation.kind", "representation.latent_dim",
+                 "representation.share", "representation.scale", "representation.lowpass"),
 }
 
 
 def _settings_md(cfg, result: Dict[str, Any]) -> Optional[str]:
     """Where every setting of the private-only protocol's release came from (the public-half protocol states its
     own in the guarantee paragraph, :func:`_provenance_md`)."""
-    if cfg.protocol != "private-only" or not cfg.private or cfg.generation.method == "decoded":
+    method = cfg.generation.method
+    if cfg.protocol != "private-only" or not cfg.private or method not in _READS:
         return None
     from .config import flat_settings
 
-    resolved = flat_settings(cfg)
+    resolved = dict(flat_settings(cfg), delta=cfg.delta)
     user = result.get("user_settings") or {}  # the settings this run was given that differ from the defaults
     rows = ["## Where each setting came from", "",
             "The guarantee holds for this run given its settings; none was chosen by looking at the sensitive set.",
             "", "| setting | value | origin |", "|---|---|---|"]
-    for name, origin in SETTING_ORIGINS.items():
-        value = resolved.get(name, cfg.delta if name == "delta" else None)
-        if name in user:
-            origin = "given by the user for this run"
-        rows.append(f"| `{name}` | {value} | {origin} |")
+    for name in ("data.validation_size", "delta") + _READS[method]:
+        origin = "given by the user for this run" if name in user else SETTING_ORIGINS[name]
+        rows.append(f"| `{name}` | {resolved.get(name)} | {origin} |")
     return "\n".join(rows + [""])
 
 
@@ -369,7 +391,10 @@ def _private_only_md(m: Dict[str, Any]) -> List[str]:
     what = {"representation": "DP-PCA: Gaussian second-moment matrix, sensitivity sqrt(2)"
             if m["representation"].get("kind") == "pca" else "DP-SGD, per-sample clipping, sensitivity 2C",
             "flow": "label-private sliced quantile sketch, orthogonal directions",
-            "gaussian": "Gaussian mechanism on per-class moments, sensitivity sqrt(6)"}
+            "gaussian": "Gaussian mechanism on per-class moments, sensitivity sqrt(6)",
+            "means": "Gaussian mechanism on per-class (count, Σ(x − 0.5)), labels private",
+            "sketch": "one-shot per-class sliced quantile sketches of every image on public patch-DCT blocks, with "
+                      "the class histogram (labels private)"}
     for s in m["stages"]:
         e = s["event"]
         lines.append(f"| {s['stage']} | {what.get(s['stage'], '')} | {s['noise_multiplier']:.4g} | {s['releases']} | "

@@ -150,6 +150,14 @@ def stage_representation(cfg, data, ledger=None, *, progress: bool = True, cache
 
     images = data["private"].images
     labels = domain_labels(data["private"].labels, NUM_CLASSES)
+    if cfg.representation.kind == "pixels":  # the one-shot flow's pixel space: public, nothing released
+        from .representation import PixelRepresentation
+
+        model = PixelRepresentation(images.shape[1:])
+        codes = model.encode(to_float(images))
+        return dict(model=model, info=dict(kind="pixels", latent_dim=model.latent_dim, cached=False, steps=0),
+                    codes=codes, labels=labels, public_codes=None, public_labels=None, normalize=False,
+                    num_classes=NUM_CLASSES, decode=model.decode, config=dict(kind="pixels"))
     rep_cfg = representation_config(cfg)
     model, info = train_dp_representation(images, labels, rep_cfg, ledger, num_classes=NUM_CLASSES, seed=cfg.seed,
                                           secure_mode=not cfg.replayable_noise, calibration_size=calibration_size,

@@ -79,7 +79,8 @@ def write_outputs(run_dir: str, cfg, result: Dict[str, Any], images: torch.Tenso
     method = cfg.generation.method
     eps_txt = ("inf (non-private)" if not cfg.private or method == "decoded" else
                f"≤ {rel['epsilon']:g}" if rel["is_bound"] else f"{rel['epsilon']:.2f}")
-    what = {"flow": "DPSWflow-r", "gaussian": "DP Gaussian per class", "public": "public-only",
+    what = {"oneshot": "one-shot sketch + pixel flow", "flow": "DPSWflow-r", "gaussian": "DP Gaussian per class",
+            "public": "public-only",
             "decoded": "decoded sensitive codes (NOT private)"}[method]
     title = (f"{result['dataset']}: {what}, ε = {eps_txt}, δ = {cfg.delta:.3g}" if method != "public" else
              f"{result['dataset']}: public-only baseline (no private data)")

@@ -38,10 +38,10 @@ from ..._validate import check_int, check_nonnegative, check_positive, check_pro
 from ...privacy.moments import dp_second_moment
 
 __all__ = ["GroupNormConvAutoEncoder", "DPPCARepresentation", "RepresentationConfig", "representation_loss",
-           "train_dp_representation", "dct_lowpass_matrix", "head_labels", "REPRESENTATION_KINDS"]
+           "train_dp_representation", "dct_lowpass_matrix", "head_labels", "REPRESENTATION_KINDS", "PixelRepresentation"]
 
 #: the representations :func:`train_dp_representation` trains
-REPRESENTATION_KINDS = ("pca", "autoencoder", "dct")
+REPRESENTATION_KINDS = ("pca", "autoencoder", "dct")  # learnt or fixed maps to a code space (pixels: no map)
 
 
 def _sphere(z: torch.Tensor) -> torch.Tensor:
@@ -183,6 +183,35 @@ class DPPCARepresentation(nn.Module):
     def classify(self, z: torch.Tensor) -> torch.Tensor:
         """Raises RuntimeError: the PCA representation has no label head (use ``labels_from="flow"``)."""
         raise RuntimeError("the PCA representation has no label head: use labels_from='flow'")
+
+
+class PixelRepresentation(nn.Module):
+    """The identity representation: codes are the flattened pixels in [0, 1] (the one-shot flow runs in pixel
+    space); public, data-independent, nothing released.
+
+    Shape:
+        encode: (n, C, H, W) -> (n, C·H·W); decode: (n, C·H·W) -> (n, C, H, W) clamped to [0, 1].
+    """
+
+    on_sphere = False
+    head = None
+
+    def __init__(self, image_shape):
+        super().__init__()
+        self.image_shape = tuple(int(v) for v in image_shape)
+        self.latent_dim = int(torch.tensor(self.image_shape).prod())
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The flattened pixels (n, C·H·W) (float32)."""
+        return x.flatten(1).float()
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """Images (n, C, H, W) in [0, 1]."""
+        return z.float().clamp(0, 1).view(-1, *self.image_shape)
+
+    def classify(self, z: torch.Tensor) -> torch.Tensor:
+        """Raises RuntimeError: pixels have no label head."""
+        raise RuntimeError("the pixel representation has no label head: use labels_from='flow'")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,110 @@
+"""The private-only protocol's one-shot method (fastdpot flow --public-size 0, the default): the sensitive rows reach
+only the two accounted mechanisms (a guarded tensor raises on any other read, flow steps included), the composed ε
+is recomputed with dp-accounting, the ε table chooses the settings from the run's ε, and what the method ignores is
+refused."""
+import math
+
+import dp_accounting
+import pytest
+import torch
+
+import fastdpot.experiments.mainjob.oneshot as oneshot_mod
+import fastdpot.privacy.class_sketch as class_sketch
+import fastdpot.privacy.moments as moments
+from fastdpot.experiments.data.datasets import load_fashion_mnist_available
+from fastdpot.experiments.mainjob import MainJobConfig, run_pipeline
+from fastdpot.experiments.mainjob.config import PRIVATE_ONLY_TABLE
+from fastdpot.privacy.composition import ComposedLedger
+
+_OPEN = {"on": False}
+
+
+class Guarded(torch.Tensor):
+    """Sensitive rows: any torch operation on them outside an accounted mechanism raises."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if not _OPEN["on"] and func not in (torch.Tensor.shape.__get__, torch.Tensor.dim, torch.Tensor.size):
+            raise AssertionError(f"sensitive rows read outside a mechanism: {getattr(func, '__name__', func)}")
+        kwargs = kwargs or {}
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+
+def _inside(fn):
+    def wrapped(*a, **kw):
+        _OPEN["on"] = True
+        try:
+            return fn(*a, **kw)
+        finally:
+            _OPEN["on"] = False
+    return wrapped
+
+
+def _pld(stages, delta):
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    for s in stages:
+        acc.compose(dp_accounting.GaussianDpEvent(s["noise_multiplier"]), s["releases"])
+    return acc.get_epsilon(delta)
+
+
+def test_the_sensitive_rows_reach_only_the_accounted_mechanisms(monkeypatch):
+    monkeypatch.setattr(moments, "release_class_means", _inside(moments.release_class_means))
+    monkeypatch.setattr(class_sketch, "class_quantile_sketch", _inside(class_sketch.class_quantile_sketch))
+    g = torch.Generator().manual_seed(0)
+    images = (torch.rand(600, 784, generator=g) ** 2).as_subclass(Guarded)
+    labels = (torch.arange(600) % 10).as_subclass(Guarded)
+    cfg = MainJobConfig(epsilon=4.0, replayable_noise=True).with_settings(
+        public_size=0, sketch_blocks="28/0/0,7/0/0", sketch_rounds=2).resolved()
+    led = ComposedLedger(4.0, 1e-5)
+    out = oneshot_mod.generate_oneshot(cfg, images, labels, 200, 1, ledger=led, num_classes=10,
+                                       image_shape=(1, 28, 28), calibration_size=55_000)
+    assert out["samples"].shape == (200, 784) and float(out["samples"].min()) >= 0 and float(out["samples"].max()) <= 1
+    assert [s["stage"] for s in led.stages] == ["means", "sketch"] and led.accountant_used == "pld"
+    assert all(s["event"]["dataset_size"] == 55_000 and s["releases"] == 1 for s in led.stages)
+    assert led.epsilon() == pytest.approx(_pld(led.stages, 1e-5), rel=1e-6) and 3.9 < led.epsilon() <= 4.0 + 1e-9
+    z_m, z_s = (s["noise_multiplier"] for s in led.stages)
+    share = cfg.generation.sketch_mean_share
+    assert z_m ** -2 / (z_m ** -2 + z_s ** -2) == pytest.approx(share)  # the means' share of one Gaussian
+    with pytest.raises(AssertionError, match="outside a mechanism"):
+        images.sum()
+
+
+def test_the_epsilon_table_chooses_the_settings_and_explicit_ones_win():
+    r10 = MainJobConfig(epsilon=10.0).with_settings(public_size=0).resolved()
+    r1 = MainJobConfig(epsilon=1.0).with_settings(public_size=0).resolved()
+    r2 = MainJobConfig(epsilon=2.0).with_settings(public_size=0).resolved()  # nearer 1 than 10 in log ε
+    for cfg, eps in ((r10, 10.0), (r1, 1.0), (r2, 1.0)):
+        for k, v in PRIVATE_ONLY_TABLE[eps]["generation"].items():
+            assert getattr(cfg.generation, k) == v, (eps, k)
+        assert cfg.generation.method == "oneshot" and cfg.representation.kind == "pixels"
+    assert MainJobConfig(epsilon=1.0).with_settings(public_size=0, sketch_radius=5.0).resolved() \
+        .generation.sketch_radius == 5.0
+    pca = MainJobConfig(epsilon=1.0).with_settings(public_size=0, method="gaussian").resolved().representation
+    assert (pca.kind, pca.latent_dim, pca.share) == ("pca", 16, 0.6)  # `--epsilon 1` alone: the tuned ε = 1 DP-PCA
+    assert math.isinf(MainJobConfig(epsilon=math.inf).with_settings(public_size=0).resolved().epsilon)
+    for bad, match in ((dict(sketch_radius=3.0, method="flow"), "apply to method='oneshot'"),
+                       (dict(latent_dim=8), "kind 'pixels'"), (dict(init_scale=1.0), "per-step flow"),
+                       (dict(sketch_center="median"), "sketch_center"), (dict(sketch_plan="3-16"), "sketch_plan"),
+                       (dict(kind="pca"), "pixel space")):
+        with pytest.raises(ValueError, match=match):
+            MainJobConfig().with_settings(public_size=0, **bad).resolved()
+    with pytest.raises(ValueError, match="private-only protocol"):
+        MainJobConfig().with_settings(method="oneshot").resolved()
+
+
+@pytest.mark.skipif(not load_fashion_mnist_available(), reason="needs the dataset-fashion-mnist package")
+def test_quick_oneshot_run_on_fashion_mnist(tmp_path):
+    cfg = MainJobConfig(epsilon=8.0).with_settings(
+        dataset="fashion-mnist", public_size=0, max_train=1500, max_test=300, validation_size=200,
+        num_particles=300, classifiers="cnn", cnn_epochs=1, fid_samples=0, sketch_blocks="28/0/0,7/0/0",
+        sketch_rounds=2)
+    m = run_pipeline(cfg, str(tmp_path / "run"), progress=False, cache_dir=str(tmp_path / "cache"))
+    n = m["n_sensitive"]
+    assert m["method"] == "oneshot" and n == 1300 and m["delta"] == pytest.approx(1 / (n * math.log(n)))
+    assert [s["stage"] for s in m["stages"]] == ["means", "sketch"]
+    assert m["epsilon"] == pytest.approx(_pld(m["stages"], m["delta"]), rel=1e-6) and m["epsilon"] <= 8.0 + 1e-9
+    assert 0.0 <= m["accuracy_cnn"] <= 1.0 and 0.0 <= m["label_fidelity"] <= 1.0 and "fid" not in m
+    text = (tmp_path / "run" / "privacy.md").read_text()
+    assert "one-shot per-class sliced quantile sketches" in text and "`generation.sketch_plan`" in text
+    assert "validation split: the ε table" in text and f"({m['epsilon']:.4g}," in text
