@@ -15,17 +15,32 @@ information, to give low frequencies more quantile bins (:func:`bins_by_frequenc
 from __future__ import annotations
 
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
 from .._validate import check_int
 
-__all__ = ["dct_matrix", "patch_block", "image_blocks", "bins_by_frequency", "DEFAULT_PATCHES"]
+__all__ = ["dct_matrix", "patch_block", "image_blocks", "bins_by_frequency", "default_patches", "DEFAULT_PATCHES"]
 
 #: the default blocks of 28 × 28 images: the whole image, two shifted 14-px grids, two 7-px grids, two 4-px grids and
 #: a 2-px grid (patch size, shift y, shift x)
 DEFAULT_PATCHES = ((28, 0, 0), (14, 0, 0), (14, 7, 7), (7, 0, 0), (7, 3, 3), (4, 0, 0), (4, 2, 2), (2, 1, 1))
+
+
+def default_patches(height: int, width: int) -> Tuple[Tuple[int, int, int], ...]:
+    """The default blocks for H × W images: :data:`DEFAULT_PATCHES` at 28 × 28; else, with S = min(H, W), patches of
+    S, S/2, S/4 and S/8 pixels, each but the first also on a grid shifted by half a patch, and 2-px patches shifted by
+    one pixel (sizes below 2 dropped)."""
+    if (height, width) == (28, 28):
+        return DEFAULT_PATCHES
+    S = min(check_int(height, "height"), check_int(width, "width"))
+    out = [(S, 0, 0)]
+    for p in (S // 2, S // 4, S // 8):
+        if p >= 2:
+            out += [(p, 0, 0), (p, p // 2, p // 2)]
+    out.append((2, 1, 1))
+    return tuple(out)
 
 
 def dct_matrix(n: int) -> torch.Tensor:
@@ -90,13 +105,28 @@ def patch_block(height: int, width: int, patch: int, shift: Tuple[int, int] = (0
 
 
 def image_blocks(height: int, width: int, channels: int = 1,
-                 patches: Sequence[Tuple[int, int, int]] = DEFAULT_PATCHES) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The blocks of :func:`patch_block` for each ``(patch, shift_y, shift_x)`` of ``patches``, stacked.
+                 patches: Optional[Sequence[Tuple[int, int, int]]] = None,
+                 per_block: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The blocks of :func:`patch_block` for each ``(patch, shift_y, shift_x)`` of ``patches`` (default
+    :func:`default_patches`), stacked; with ``per_block`` = p < D, each block keeps only its p lowest-frequency
+    directions (ties in their order), still orthonormal: a public choice that bounds the memory at large D.
 
     Returns:
-        ``(directions (B·D, D), frequency (B·D,))`` with D = C·H·W: B blocks of D orthonormal rows.
+        ``(directions (B·p, D), frequency (B·p,))`` with D = C·H·W: B blocks of p orthonormal rows (p = D by default).
+
+    Raises:
+        ValueError: no patch, ``per_block`` outside [1, D].
     """
-    out = [patch_block(height, width, p, (sy, sx), channels) for p, sy, sx in patches]
+    patches = default_patches(height, width) if patches is None else patches
+    out = []
+    for p, sy, sx in patches:
+        rows, freq = patch_block(height, width, p, (sy, sx), channels)
+        if per_block is not None:
+            if not 1 <= check_int(per_block, "per_block") <= rows.shape[0]:
+                raise ValueError(f"per_block must be in [1, {rows.shape[0]}], got {per_block}")
+            keep = torch.sort(torch.argsort(freq, stable=True)[:per_block]).values
+            rows, freq = rows[keep], freq[keep]
+        out.append((rows, freq))
     if not out:
         raise ValueError("patches must name at least one block")
     return torch.cat([o[0] for o in out]), torch.cat([o[1] for o in out])

@@ -108,3 +108,25 @@ def test_quick_oneshot_run_on_fashion_mnist(tmp_path):
     text = (tmp_path / "run" / "privacy.md").read_text()
     assert "one-shot per-class sliced quantile sketches" in text and "`generation.sketch_plan`" in text
     assert "validation split: the ε table" in text and f"({m['epsilon']:.4g}," in text
+
+
+def test_the_same_code_runs_on_a_celeba_folder(tmp_path):
+    # 64 x 64 x 3 unlabelled images (a CelebA folder the test writes): one class, blocks of the lowest frequencies
+    import numpy as np
+    from PIL import Image
+
+    folder = tmp_path / "img_align_celeba"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(24):
+        Image.fromarray(rng.integers(0, 255, (218, 178, 3), dtype=np.uint8)).save(folder / f"{i:06d}.jpg")
+    cfg = MainJobConfig(epsilon=5.0, replayable_noise=True).with_settings(
+        celeba_dir=str(folder), public_size=0, validation_size=4, num_particles=12, fid_samples=0, classifiers="",
+        sketch_blocks="64/0/0,16/8/8", sketch_block_directions=128, sketch_rounds=1, sketch_plan="inf:2")
+    m = run_pipeline(cfg, str(tmp_path / "run"), progress=False, cache_dir=str(tmp_path / "cache"))
+    assert m["method"] == "oneshot" and m["num_particles"] == 12 and m["generation"]["block_directions"] == 128
+    assert [s["stage"] for s in m["stages"]] == ["means", "sketch"] and m["epsilon"] <= 5.0 + 1e-9
+    assert "accuracy_cnn" not in m and "label_fidelity" not in m
+    from PIL import Image as I
+
+    assert I.open(tmp_path / "run" / "samples.png").size[0] > 64

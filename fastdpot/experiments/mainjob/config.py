@@ -118,7 +118,8 @@ class GenerationSettings:
         sketch_blocks, sketch_plan, sketch_radius, sketch_center, sketch_mean_share, sketch_rounds: the one-shot
             method's directions (``"default"`` or ``"p/sy/sx,..."``), bins by frequency (``"3:16,8:8,inf:2"``), clip
             radius r, centre (``"mean"``: the released class means, ``"half"``: the grey image 0.5), the means'
-            share of the budget, and passes over the blocks (None: the ε table :data:`PRIVATE_ONLY_TABLE`).
+            share of the budget, and passes over the blocks (None: the ε table :data:`PRIVATE_ONLY_TABLE`);
+            sketch_block_directions: directions kept per block (None: all D pixels' when D <= 4096, else 2048).
     """
     method: Optional[str] = None
     num_particles: Optional[int] = None
@@ -150,6 +151,7 @@ class GenerationSettings:
     sketch_center: Optional[str] = None
     sketch_mean_share: Optional[float] = None
     sketch_rounds: Optional[int] = None
+    sketch_block_directions: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -378,7 +380,8 @@ PRIVATE_ONLY_SETTINGS = (("data", "validation_size"), ("representation", "kind")
                          ("representation", "lr"), ("representation", "label_weight"), ("representation", "share"),
                          ("generation", "labels_from"), ("generation", "sketch_blocks"), ("generation", "sketch_plan"),
                          ("generation", "sketch_radius"), ("generation", "sketch_center"),
-                         ("generation", "sketch_mean_share"), ("generation", "sketch_rounds"))
+                         ("generation", "sketch_mean_share"), ("generation", "sketch_rounds"),
+                         ("generation", "sketch_block_directions"))
 #: the DP representation's settings (none of them read with representation kind "pixels")
 _DP_REPRESENTATION = tuple(("representation", n) for n in ("latent_dim", "scale", "lowpass", "epochs", "batch_size",
                                                             "clip_radius", "lr", "label_weight", "share"))
@@ -388,7 +391,7 @@ _PER_STEP_FLOW = tuple(("generation", n) for n in ("num_projections", "diffusion
                                                     "label_scale", "labels_from", "checkpoint_every"))
 #: the one-shot method's own settings
 ONESHOT_SETTINGS = ("sketch_blocks", "sketch_plan", "sketch_radius", "sketch_center", "sketch_mean_share",
-                    "sketch_rounds")
+                    "sketch_rounds", "sketch_block_directions")
 #: The private-only protocol's settings that depend on ε, chosen on the validation split's stand-in
 #: (docs/mainjob-private.md, "Tuning"); a run takes the row of the nearest ε (in log ε; ε = ∞: the ε = 10 row),
 #: and a setting given explicitly wins over its row.
@@ -514,6 +517,8 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         if g.method == "oneshot":
             check_positive(g.sketch_radius, "sketch_radius")
             check_int(g.sketch_rounds, "sketch_rounds")
+            if g.sketch_block_directions is not None:
+                check_int(g.sketch_block_directions, "sketch_block_directions")
             if g.sketch_center not in ("mean", "half"):
                 raise ValueError(f"sketch_center must be 'mean' or 'half', got {g.sketch_center!r}")
             check_probability(g.sketch_mean_share, "sketch_mean_share", low_open=True, high_open=True)

@@ -92,7 +92,7 @@ def evaluate(cfg, images: torch.Tensor, labels: Optional[torch.Tensor], data: Di
         out.update({f"accuracy_{k}": v for k, v in acc.items()})
         out.update(downstream_train_samples=int(images.shape[0]), downstream_test_samples=len(test),
                    downstream_seconds=time.perf_counter() - t0)
-    if cfg.protocol == "private-only" and labels is not None:
+    if cfg.protocol == "private-only" and labels is not None and data["validation"].labels is not None:
         val = data["validation"]
         judge = M.train_cnn(to_float(val.images), val.labels, NUM_CLASSES, epochs=e.cnn_epochs, seed=cfg.seed + 5)
         out["label_fidelity"] = float((M.cnn_predict(judge, images) == labels).double().mean())

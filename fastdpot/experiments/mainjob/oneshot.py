@@ -5,8 +5,10 @@ once, then flow in pixel space as post-processing.
    public grey image 0.5 (every image of [0, 1]^D lies within √D/2 of it: nothing is clipped), labels private;
 2. the one-shot class sketch: :func:`fastdpot.privacy.class_sketch.class_quantile_sketch` of every class's images,
    centred on their class's released mean (or on 0.5) and clipped to ``sketch_radius`` inside, on the public blocks
-   of orthonormal patch-DCT directions ``sketch_blocks`` (:func:`fastdpot.flows.directions.image_blocks`), with the
-   quantile bins ``sketch_plan`` by frequency (:func:`fastdpot.flows.directions.bins_by_frequency`);
+   of orthonormal patch-DCT directions ``sketch_blocks`` (:func:`fastdpot.flows.directions.image_blocks`; each block
+   a full basis of the D pixels when D <= 4096, else its ``sketch_block_directions`` (default 2048) lowest
+   frequencies), with the quantile bins ``sketch_plan`` by frequency
+   (:func:`fastdpot.flows.directions.bins_by_frequency`);
 3. the flows: :meth:`fastdpot.flows.ClassConditionalFlow.from_release`, particles per class from the released
    counts, started from the release's own block-0 marginals, ``sketch_rounds`` passes over the blocks, kept in the
    public pixel range [0, 1]: post-processing, no privacy cost.
@@ -25,16 +27,15 @@ import torch
 __all__ = ["generate_oneshot", "parse_blocks", "parse_plan"]
 
 
-def parse_blocks(spec: str) -> Tuple[Tuple[int, int, int], ...]:
-    """``"default"`` (:data:`fastdpot.flows.directions.DEFAULT_PATCHES`) or ``"p/sy/sx,p/sy/sx,..."``.
+def parse_blocks(spec: str) -> Optional[Tuple[Tuple[int, int, int], ...]]:
+    """``"default"`` (None: :func:`fastdpot.flows.directions.default_patches` of the image size) or
+    ``"p/sy/sx,p/sy/sx,..."``.
 
     Raises:
         ValueError: a malformed entry.
     """
-    from ...flows.directions import DEFAULT_PATCHES
-
     if spec == "default":
-        return DEFAULT_PATCHES
+        return None
     out = []
     for item in str(spec).split(","):
         parts = item.strip().split("/")
@@ -83,7 +84,8 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     gen = torch.Generator().manual_seed(int(seed))  # public draws (flows); the releases' noise only when replayable
     noise_gen = None if secure else gen
     C, H, W = (image_shape[0], image_shape[1], image_shape[2])
-    theta, freq = image_blocks(H, W, C, parse_blocks(g.sketch_blocks))
+    per_block = g.sketch_block_directions or (D if D <= 4096 else 2048)
+    theta, freq = image_blocks(H, W, C, parse_blocks(g.sketch_blocks), per_block=per_block)
     bins = bins_by_frequency(freq, parse_plan(g.sketch_plan))
     half = torch.full((D,), 0.5, dtype=torch.float64)
     z = 0.0
@@ -92,7 +94,7 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
             if noise_multiplier is None else noise_multiplier
     share = g.sketch_mean_share if g.sketch_center == "mean" else 0.0
     info: Dict[str, Any] = dict(method="oneshot", private=ledger.private, noise_multiplier=z,
-                                blocks=list(parse_blocks(g.sketch_blocks)), plan=g.sketch_plan,
+                                blocks=g.sketch_blocks, plan=g.sketch_plan, block_directions=per_block,
                                 clip_radius=g.sketch_radius, center=g.sketch_center, mean_share=share,
                                 rounds=g.sketch_rounds, step_size=g.step_size, directions=int(theta.shape[0]),
                                 bins_histogram={int(b): int((bins == b).sum()) for b in bins.unique()})
@@ -109,7 +111,8 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     if ledger.private:
         ledger.record("sketch", z_s, 1, sampling="full", dataset_size=n_cal)
     release = class_quantile_sketch(codes, labels, theta, num_classes=num_classes, sketch_bins=bins,
-                                    noise_multiplier=z_s, clip_radius=g.sketch_radius, block_size=D, centers=centers,
+                                    noise_multiplier=z_s, clip_radius=g.sketch_radius, block_size=per_block,
+                                    centers=centers,
                                     generator=noise_gen, secure_mode=secure, noise_scale=scale)
     flows = ClassConditionalFlow.from_release(release, num_particles, step_size=g.step_size, domain=(0.0, 1.0),
                                               generator=gen, backend=cfg.backend)

@@ -134,6 +134,8 @@ def run_pipeline(cfg: MainJobConfig, run_dir: str, progress: bool = True, cache_
         t_gen = time.perf_counter() - t0
         t0 = time.perf_counter()
         images, sample_labels, scales = _decode(cfg, rep, run)
+        if data["private"].labels is None:  # unlabelled data: one class, no labels to publish
+            sample_labels = None
         t_dec = time.perf_counter() - t0
         t0 = time.perf_counter()
         met = evaluate(cfg, images, sample_labels, data, cache_dir=cache_dir, progress=progress)

@@ -28,11 +28,19 @@ import torch
 from ..data import load_dataset, public_private_split, to_float
 
 __all__ = ["load_data", "stage_representation", "private_split", "protocol_delta", "run_owner",
-           "representation_config", "NUM_CLASSES", "SPLIT_SEED"]
+           "representation_config", "num_classes_of", "NUM_CLASSES", "SPLIT_SEED"]
 
 NUM_CLASSES = 10  # the label domain of the private-only protocol's data sets (Fashion-MNIST): public
 #: the seed of THE private-only split: every run and every tuning job uses the same sensitive / validation split
 SPLIT_SEED = 0
+
+
+def num_classes_of(images) -> int:
+    """C of the private-only protocol: the data set's class names when it has them, else :data:`NUM_CLASSES` for
+    labelled data, 1 for unlabelled data (public properties of the data set, never its labels' values)."""
+    if images.labels is None:
+        return 1
+    return len(images.class_names) if images.class_names else NUM_CLASSES
 
 
 def protocol_delta(n: int) -> float:
@@ -149,7 +157,9 @@ def stage_representation(cfg, data, ledger=None, *, progress: bool = True, cache
     from .representation import train_dp_representation
 
     images = data["private"].images
-    labels = domain_labels(data["private"].labels, NUM_CLASSES)
+    num_classes = num_classes_of(data["private"])
+    labels = torch.zeros(images.shape[0], dtype=torch.int64) if data["private"].labels is None else \
+        domain_labels(data["private"].labels, num_classes)
     if cfg.representation.kind == "pixels":  # the one-shot flow's pixel space: public, nothing released
         from .representation import PixelRepresentation
 
@@ -157,7 +167,10 @@ def stage_representation(cfg, data, ledger=None, *, progress: bool = True, cache
         codes = model.encode(to_float(images))
         return dict(model=model, info=dict(kind="pixels", latent_dim=model.latent_dim, cached=False, steps=0),
                     codes=codes, labels=labels, public_codes=None, public_labels=None, normalize=False,
-                    num_classes=NUM_CLASSES, decode=model.decode, config=dict(kind="pixels"))
+                    num_classes=num_classes, decode=model.decode, config=dict(kind="pixels"))
+    if data["private"].labels is None:
+        raise ValueError(f"the private-only protocol's method {cfg.generation.method!r} needs labelled images; "
+                         f"unlabelled ones (a CelebA folder) run the one-shot method")
     rep_cfg = representation_config(cfg)
     model, info = train_dp_representation(images, labels, rep_cfg, ledger, num_classes=NUM_CLASSES, seed=cfg.seed,
                                           secure_mode=not cfg.replayable_noise, calibration_size=calibration_size,
