@@ -243,7 +243,38 @@ def test_flow_bar_is_not_redrawn_every_step_off_a_terminal(monkeypatch):
     flow.run(data, steps=300, progress=True)
     out = buf.getvalue()
     assert "SW flow" in out and "300/300" in out
-    assert out.count("\r") <= 4, f"{out.count(chr(13))} redraws for 300 steps"
+    assert out.count("\r") == 0 and len(out.splitlines()) <= 4, f"{len(out.splitlines())} lines for 300 steps"
+
+
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_in_a_log(monkeypatch):
+    import io
+
+    from fastdpot import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    log, tty = io.StringIO(), Terminal()
+    for stream in (log, tty):
+        with _progress.progress_bar(total=50, desc="demo", file=stream) as bar:
+            for _ in range(50):
+                bar.update(1)
+                bar.set_postfix(eps="1.5")
+    assert "\r" not in log.getvalue() and log.getvalue().endswith("\n")  # no bar redraws in a log file
+    assert log.getvalue().splitlines()[-1].startswith("demo: 50/50 [") and "eps=1.5" in log.getvalue()
+    assert "\r" in tty.getvalue() and "50/50" in tty.getvalue()  # tqdm's bar on a terminal
+    monkeypatch.setattr(_progress, "LOG_INTERVAL_S", 0.0)  # a line every few seconds: here, every update
+    many = io.StringIO()
+    with _progress.progress_bar(total=3, desc="lines", file=many) as bar:
+        for _ in range(3):
+            bar.update(1)
+    assert [ln.split(" [")[0] for ln in many.getvalue().splitlines()] == ["lines: 1/3", "lines: 2/3", "lines: 3/3",
+                                                                           "lines: 3/3"]
+    quiet = io.StringIO()
+    with _progress.progress_bar(total=3, desc="late", file=quiet, delay=60.0) as bar:  # over before the delay
+        bar.update(3)
+    assert quiet.getvalue() == ""
 
 
 def test_dpswgen_shows_progress(monkeypatch):
