@@ -114,13 +114,19 @@ def load_checkpoint(path, what: str) -> Any:
                               f"(truncated or overwritten?): {type(err).__name__}: {err}") from err
 
 
-def require_state(state, keys: Iterable[str], what: str) -> dict:
-    """``state`` must be a dict holding every key of ``keys``."""
+def require_state(state, keys: Iterable[str], what: str, *, exact: bool = False) -> dict:
+    """``state`` must be a dict holding every key of ``keys`` (and, with ``exact``, no other: an unknown key is a
+    state of another kind or version, or an edited one, refused rather than ignored)."""
     if not isinstance(state, dict):
         raise ValueError(f"state must be a dict from {what}.state_dict(), got {type(state).__name__}")
+    keys = list(keys)
     missing = [k for k in keys if k not in state]
     if missing:
         raise ValueError(f"state is missing key(s) {missing} of {what}.state_dict()")
+    unknown = sorted(str(k) for k in state if k not in keys)
+    if exact and unknown:
+        raise ValueError(f"state has unknown key(s) {unknown}: not keys of {what}.state_dict() (a state of another "
+                         f"kind or version, or an edited one)")
     return state
 
 

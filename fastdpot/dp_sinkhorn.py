@@ -46,7 +46,7 @@ from torch import nn
 from ._validate import (check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive,
                         check_probability, check_seed, check_tensor)
 from .generators import check_generator_model, check_generator_output, model_dtype_device
-from .privacy import BudgetExceededError, PoissonSampler, PrivacyBudget, PrivacyLedger
+from .privacy import BudgetExceededError, PoissonSampler, PrivacyAccountant, PrivacyBudget, PrivacyLedger
 from .privacy.accounting import ACCOUNTANTS
 from .privacy.randomness import PrivacyRandomness, privacy_randomness
 from .sinkhorn import class_conditional, semi_debiased_sinkhorn_loss, sinkhorn, squared_euclidean_l1
@@ -342,6 +342,9 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, model: nn.Modu
     B = cfg.generated_batch_size
     # deterministic sensitivity: all of δ to the accountant; "spent" tails: ε at the budget's δ minus any tails a
     # shared budget already holds. Without cfg.noise_multiplier, z is calibrated at bind for max_steps releases.
+    # a given z runs under a budget of the target ε (a new one unless shared): no calibration, the run stops at ε
+    if budget is None and cfg.noise_multiplier is not None:
+        budget = PrivacyBudget(cfg.target_epsilon, cfg.delta, PrivacyAccountant(cfg.accountant))
     ledger = PrivacyLedger(cfg.delta if budget is None else budget.delta, steps, delta_tail=0.0, tails="spent",
                            target_epsilon=cfg.target_epsilon if budget is None else None, budget=budget,
                            noise_multiplier=cfg.noise_multiplier, accountant=cfg.accountant)

@@ -158,7 +158,8 @@ def train_dpswgen(private_data: torch.Tensor, model: nn.Module, epsilon: Optiona
         TMLR (DPSWgen baseline, Table 1); dp-accounting ``SampledWithoutReplacementDpEvent``.
     """
     from ._progress import progress_bar
-    from .privacy import FixedSizeSampler, PrivacyLedger, sliced_sensitivity, split_delta
+    from .privacy import (FixedSizeSampler, PrivacyAccountant, PrivacyBudget, PrivacyLedger, sliced_sensitivity,
+                          split_delta)
     from .privacy.randomness import PrivacyRandomness
 
     # ---- every argument is checked here, before the ledger records anything
@@ -232,7 +233,9 @@ def train_dpswgen(private_data: torch.Tensor, model: nn.Module, epsilon: Optiona
                        num_projections=k, dim=d, clip_radius=clip_radius, bound=bound, epsilon=None,
                        delta=delta, accountant=accountant, calibrated=False)
     if private:  # ε is checked / reported at δ minus the tails of the releases recorded so far ("spent" tails)
-        ledger = PrivacyLedger(delta, T, delta_tail=details["delta_tail"], tails="spent", target_epsilon=epsilon,
+        # z is known (calibrated above, or the caller's σ/Δ); a calibrated run is capped at its target ε by a budget
+        budget = None if epsilon is None else PrivacyBudget(epsilon, delta, PrivacyAccountant(accountant))
+        ledger = PrivacyLedger(delta, T, delta_tail=details["delta_tail"], tails="spent", budget=budget,
                                noise_multiplier=details["noise_multiplier"], accountant=accountant)
         ledger.bind(B / n, "without_replacement", dataset_size=n, batch_size=B)
     else:

@@ -26,12 +26,13 @@ import numpy as np
 from .._validate import check_choice, check_delta, check_int, check_positive
 from .calibration import calibrate_noise_multiplier
 # the events live in .events, the calibration in .calibration; their names stay importable from here
-from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_STEPS, PLD_MIN_NOISE_MULTIPLIER, SAMPLINGS,  # noqa: F401
-                     _default_orders, _Event, _event_rdp, _make_event, _rdp_accountant, _relation, _relation_of,
-                     _RELATION_NAMES, dp_pld)
+from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_STEPS, PLD_MIN_DISCRETIZATION,  # noqa: F401
+                     PLD_MIN_NOISE_MULTIPLIER, SAMPLINGS, _default_orders, _Event, _event_rdp, _make_event,
+                     _rdp_accountant, _relation, _relation_of, _RELATION_NAMES, check_discretization, dp_pld, pld_min_noise_multiplier,
+                     quiet_dp_accounting)
 
 __all__ = ["PrivacyAccountant", "calibrate_noise_multiplier", "DEFAULT_ORDERS", "SAMPLINGS", "ACCOUNTANTS",
-           "PLD_MIN_NOISE_MULTIPLIER", "PLD_MAX_STEPS"]
+           "PLD_MIN_NOISE_MULTIPLIER", "PLD_MAX_STEPS", "PLD_MIN_DISCRETIZATION"]
 
 
 def __getattr__(name):  # PEP 562: DEFAULT_ORDERS without importing dp-accounting at import time
@@ -40,19 +41,22 @@ def __getattr__(name):  # PEP 562: DEFAULT_ORDERS without importing dp-accountin
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+_HISTORY_KEYS = ("noise_multiplier", "sample_rate", "sampling", "dataset_size", "batch_size", "num_steps")
+
+
 class PrivacyAccountant:
     """Accountant for compositions of (subsampled) Gaussian releases (Opacus-style interface).
 
     Args:
         accountant: ``"pld"`` (default; privacy-loss distributions, the tightest numerical bound, used for the
             reported ε whenever every event supports it and the history is within PLD's range,
-            :meth:`pld_in_range`: z >= :data:`PLD_MIN_NOISE_MULTIPLIER`, at most :data:`PLD_MAX_STEPS` releases;
-            RDP otherwise, so every evaluation is bounded) or ``"rdp"`` (Rényi DP). RDP is always available alongside
-            via ``get_epsilon(delta, accountant="rdp")``.
+            :meth:`pld_in_range`: z >= :data:`PLD_MIN_NOISE_MULTIPLIER` (more at intervals below 1e-3), at most
+            :data:`PLD_MAX_STEPS` releases; RDP otherwise, so every evaluation is bounded) or ``"rdp"`` (Rényi DP).
+            RDP is always available alongside via ``get_epsilon(delta, accountant="rdp")``.
         orders: RDP orders (default :data:`DEFAULT_ORDERS`).
-        value_discretization_interval: PLD discretisation of the privacy loss (dp-accounting's pessimistic
-            discretisation gives a valid upper bound for any interval; 1e-3 costs about 0.002 in ε against 1e-4 and
-            is about 10x faster).
+        value_discretization_interval: PLD discretisation of the privacy loss, >= :data:`PLD_MIN_DISCRETIZATION`
+            (1e-4: finer, one evaluation takes tens of seconds; dp-accounting's pessimistic discretisation gives a
+            valid upper bound for any interval; 1e-3 costs about 0.002 in ε against 1e-4 and is about 10x faster).
         neighboring_relation: ``None`` (fixed by the first subsampled event), ``"add_or_remove_one"`` or
             ``"replace_one"``.
 
@@ -84,8 +88,7 @@ class PrivacyAccountant:
         if not orders or min(orders) <= 1.0:
             raise ValueError(f"orders must be a non-empty list of RDP orders > 1, got {orders!r}")
         self.orders = tuple(orders)
-        self.value_discretization_interval = check_positive(value_discretization_interval,
-                                                            "value_discretization_interval")
+        self.value_discretization_interval = check_discretization(value_discretization_interval)
         if neighboring_relation is not None:
             check_choice(neighboring_relation, "neighboring_relation", _RELATION_NAMES)
         self._relation = neighboring_relation
@@ -172,10 +175,12 @@ class PrivacyAccountant:
 
     def pld_in_range(self) -> bool:
         """Whether the PLD method accounts this history in bounded time: every noise multiplier >=
-        :data:`PLD_MIN_NOISE_MULTIPLIER` and at most :data:`PLD_MAX_STEPS` releases (one evaluation then takes
-        well under a second; outside, :meth:`get_epsilon` reports RDP, also a valid bound)."""
-        return self.steps <= PLD_MAX_STEPS and all(e.noise_multiplier >= PLD_MIN_NOISE_MULTIPLIER
-                                                   for e, _ in self._history)
+        :data:`PLD_MIN_NOISE_MULTIPLIER` (``0.1·sqrt(1e-3/interval)`` at discretisation intervals below 1e-3:
+        :func:`~fastdpot.privacy.events.pld_min_noise_multiplier`) and at most :data:`PLD_MAX_STEPS` releases (one
+        evaluation then takes at most about a second; outside, :meth:`get_epsilon` reports RDP, also a valid
+        bound)."""
+        z_min = pld_min_noise_multiplier(self.value_discretization_interval)
+        return self.steps <= PLD_MAX_STEPS and all(e.noise_multiplier >= z_min for e, _ in self._history)
 
     def epsilon_method(self, accountant: Optional[str] = None) -> str:
         """The method :meth:`get_epsilon` uses: the requested one, or RDP when PLD does not support an event or
@@ -192,8 +197,10 @@ class PrivacyAccountant:
             raise ValueError("accountant='pld' does not support sampling='without_replacement' events "
                              "(dp-accounting has no PLD for them); use accountant='rdp'")
         if accountant == "pld" and not self.pld_in_range():
+            z_min = pld_min_noise_multiplier(self.value_discretization_interval)
             raise ValueError(f"accountant='pld' accounts at most PLD_MAX_STEPS = {PLD_MAX_STEPS} releases with noise "
-                             f"multipliers >= PLD_MIN_NOISE_MULTIPLIER = {PLD_MIN_NOISE_MULTIPLIER} (beyond, one "
+                             f"multipliers >= PLD_MIN_NOISE_MULTIPLIER = {PLD_MIN_NOISE_MULTIPLIER} ({z_min:.3g} at "
+                             f"value_discretization_interval={self.value_discretization_interval!r}; beyond, one "
                              f"evaluation takes minutes and its discretisation error exceeds the RDP bound); this "
                              f"history has {self.steps} releases and smallest z = "
                              f"{min(e.noise_multiplier for e, _ in self._history):.4g}: use accountant='rdp'")
@@ -241,9 +248,10 @@ class PrivacyAccountant:
             return float(_rdp_accountant.compute_epsilon(list(self.orders), vec, delta)[0])
         acc = dp_pld.PLDAccountant(neighboring_relation=self._rdp_relation(),
                                    value_discretization_interval=self.value_discretization_interval)
-        for e, n in history:
-            acc.compose(e.dp_event(), n)
-        return float(acc.get_epsilon(delta))
+        with quiet_dp_accounting():
+            for e, n in history:
+                acc.compose(e.dp_event(), n)
+            return float(acc.get_epsilon(delta))
 
     def copy(self) -> "PrivacyAccountant":
         """An independent deep copy (settings and history): what-if accounting without touching this one."""
@@ -269,11 +277,20 @@ class PrivacyAccountant:
         an empty history is refused once releases were recorded. (:meth:`from_state_dict` builds a new accountant:
         it has no history to compare with, see docs/privacy.md, "Checkpoints: threat model".)
 
+        The state must be of this accountant's kind (``"pld"`` or ``"rdp"``): a PLD state loaded into an RDP
+        accountant would report the PLD ε. Its RDP orders and discretisation interval replace this accountant's.
+        :meth:`from_state_dict` takes the state's kind too.
+
         Raises:
-            ValueError: not a dict, a key missing, a setting or a history entry invalid (the message names it), a
-                history that does not extend this accountant's.
+            ValueError: not a dict, a key missing or unknown, a setting or a history entry invalid (the message names
+                it), a state of another accountant kind, a history that does not extend this accountant's.
         """
         fresh = self._from_state(state)
+        if fresh.accountant != self.accountant:
+            raise ValueError(f"state['accountant']={fresh.accountant!r} is the state of another kind of accountant "
+                             f"than this {self.accountant!r} one (it would report the {fresh.accountant.upper()} ε); "
+                             f"load it into PrivacyAccountant({fresh.accountant!r}), or with "
+                             f"PrivacyAccountant.from_state_dict(state)")
         self.check_extended_by(fresh, "state['history']")
         self.__dict__.update(fresh.__dict__)
 
@@ -308,7 +325,7 @@ class PrivacyAccountant:
         from .._checkpoint import require_state, state_int
 
         require_state(state, ("accountant", "orders", "value_discretization_interval", "neighboring_relation",
-                              "history"), "PrivacyAccountant")
+                              "history"), "PrivacyAccountant", exact=True)
         if not isinstance(state["orders"], (list, tuple)):
             raise ValueError(f"state['orders'] must be a list of RDP orders, got {state['orders']!r}")
         if not isinstance(state["history"], (list, tuple)):
@@ -318,6 +335,10 @@ class PrivacyAccountant:
         for i, h in enumerate(state["history"]):
             if not isinstance(h, dict):
                 raise ValueError(f"state['history'][{i}] must be a dict, got {type(h).__name__}")
+            unknown = sorted(str(k) for k in h if k not in _HISTORY_KEYS)
+            if unknown:
+                raise ValueError(f"state['history'][{i}] has unknown key(s) {unknown} (an event has "
+                                 f"{list(_HISTORY_KEYS)})")
             n = state_int(h.get("num_steps"), f"history[{i}].num_steps", 1)
             fresh._record(_make_event(h.get("noise_multiplier"), h.get("sample_rate"), h.get("sampling"),
                                       h.get("dataset_size"), h.get("batch_size")), n)

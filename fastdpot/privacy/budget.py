@@ -265,7 +265,7 @@ class PrivacyBudget:
     def _check_state(state):
         from .._checkpoint import require_state
 
-        require_state(state, ("epsilon", "delta", "delta_tail_spent", "accountant"), "PrivacyBudget")
+        require_state(state, ("epsilon", "delta", "delta_tail_spent", "accountant"), "PrivacyBudget", exact=True)
         eps = check_epsilon(state["epsilon"], "state['epsilon']")
         delta = check_delta(state["delta"], "state['delta']")
         tail = check_nonnegative(state["delta_tail_spent"], "state['delta_tail_spent']")

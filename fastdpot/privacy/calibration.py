@@ -1,31 +1,140 @@
 """Noise calibration: the smallest noise multiplier z whose T releases stay within a target (ε, δ).
 
-:func:`calibrate_noise_multiplier` searches z with dp-accounting's calibration (Brent's method) on the events of
+:func:`calibrate_noise_multiplier` searches z in [:data:`Z_MIN`, :data:`Z_MAX`] on the events of
 :mod:`fastdpot.privacy.events`, so that an accountant (:class:`fastdpot.privacy.PrivacyAccountant`) recording those
 releases reports at most the target. Re-exported by :mod:`fastdpot.privacy.accounting` and :mod:`fastdpot.privacy`.
+
+Bounded by construction: a target outside the reachable range (the ε of :data:`Z_MAX` and :data:`Z_MIN`) is refused
+after at most three accountant evaluations, naming that range; a reachable one is found with a bounded number of
+evaluations (each one RDP or PLD computation of dp-accounting: 0.04 s for Poisson, 0.2 s for sampling without
+replacement on one core), and a search that lasts over a second shows a progress line (:mod:`fastdpot._progress`).
 """
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Callable, Dict, Optional
 
-from .._validate import check_choice, check_delta, check_epsilon, check_int, check_positive
+from .._validate import check_bool, check_choice, check_delta, check_epsilon, check_int, check_positive
 from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_STEPS, PLD_MIN_NOISE_MULTIPLIER, _calibration, _default_orders,
-                     _Event, _make_event, _relation, _relation_of, dp_accounting, dp_pld, dp_rdp)
+                     _Event, _make_event, _relation, _relation_of, check_discretization, dp_accounting, dp_pld, dp_rdp,
+                     pld_min_noise_multiplier, quiet_dp_accounting)
 
-__all__ = ["calibrate_noise_multiplier"]
+__all__ = ["calibrate_noise_multiplier", "calibration_tolerance", "Z_MIN", "Z_MAX"]
+
+#: The noise multipliers the calibration searches: a target met already at ``Z_MIN`` buys no privacy, one missed
+#: still at ``Z_MAX`` is unreachable; both are refused naming the reachable range of ε.
+Z_MIN, Z_MAX = 1e-2, 1e6
+#: Up to this z the search runs on the bracket [2^(k-1), 2^k] that doubling from 1 finds (hence z as in earlier
+#: versions; the power is guessed first); above, on (64, ``Z_MAX``] (a handful of evaluations, not one per doubling).
+_DOUBLING_END = 64.0
+#: Relative tolerance on large z: ``tol`` is absolute up to z = tol / _REL_TOL (100 for the default tol).
+_REL_TOL = 1e-5
+#: The progress line appears when a calibration runs longer than this (seconds).
+_PROGRESS_DELAY_S = 1.0
+
+
+def calibration_tolerance(z: float, tol: float = 1e-3) -> float:
+    """The precision of a calibrated z: ``max(tol, 1e-5·z)`` (``tol`` absolute below z = 100 with the default
+    1e-3, relative above). The returned z meets the target; z − ``calibration_tolerance(z, tol)`` may too."""
+    return max(float(tol), _REL_TOL * float(z))
+
+
+class _Evaluations:
+    """ε(z) of ``steps`` releases, each z computed once (dp-accounting's Brent asks for its bracket's ends and its
+    root again), counted and shown on a progress line once the search has run for a second."""
+
+    def __init__(self, fresh: Callable, event_of: Callable, delta: float, bar):
+        self.fresh, self.event_of, self.delta, self.bar = fresh, event_of, delta, bar
+        self.values: Dict[float, float] = {}
+
+    def __call__(self, z: float) -> float:
+        z = float(z)
+        if z not in self.values:
+            acc = self.fresh()
+            acc.compose(self.event_of(z))
+            self.values[z] = float(acc.get_epsilon(self.delta))
+            self.bar.update(1)
+            self.bar.set_postfix(z=f"{z:.6g}", eps=f"{self.values[z]:.4g}")
+        return self.values[z]
+
+    def accountant(self):
+        """A fresh-accountant stand-in for dp-accounting's ``calibrate_dp_mechanism`` (its events are the z)."""
+        return _MemoAccountant(self)
+
+
+class _MemoAccountant:
+    def __init__(self, evaluations: _Evaluations):
+        self.ledger = dp_accounting.NoOpDpEvent()  # what calibrate_dp_mechanism checks: a fresh accountant
+        self._evaluations, self._z = evaluations, None
+
+    def compose(self, z, count: int = 1):
+        self._z = z
+        return self
+
+    def get_epsilon(self, delta: float) -> float:
+        return self._evaluations(self._z)
+
+
+def _brent(evaluations: _Evaluations, eps: float, delta: float, lo: float, hi: float, tol: float) -> float:
+    """dp-accounting's calibration (Brent's method) of z in [lo, hi] to absolute ``tol``, on ``evaluations``."""
+    return float(_calibration.calibrate_dp_mechanism(evaluations.accountant, lambda z: z, eps, delta,
+                                                     bracket_interval=_calibration.ExplicitBracketInterval(lo, hi),
+                                                     tol=tol))
+
+
+def _large_z_search(ev: Callable[[float], float], eps: float, lo: float, hi: float, tol: float,
+                    zero_at: Callable[[float], bool]) -> float:
+    """The smallest z in (lo, hi] with ``ev(z) <= eps``, to within :func:`calibration_tolerance`, given
+    ``ev(lo) > eps >= ev(hi)``.
+
+    For large z the releases' ε falls as c/z, so Brent's method (scipy's ``brentq``) on log ε against log z, nearly
+    linear, takes a few evaluations. dp-accounting reports ε = 0 as soon as one RDP order is below δ² (the
+    KL bound: the releases are (0, δ)-DP), a jump from a small positive ε: a target below that jump is met first at
+    the jump, which ``zero_at`` (ε = 0 from the orders where the RDP is smallest: milliseconds) locates by
+    bisection; the full ε is then asked on either side of it (and Brent runs as above if the jump is elsewhere).
+    """
+    from scipy import optimize
+
+    if ev(hi) == 0:  # the target may be below the jump to ε = 0: find the jump first
+        a, b = lo, hi
+        while b - a > calibration_tolerance(b, tol):
+            mid = math.sqrt(a * b) if b / a > 2.0 else 0.5 * (a + b)
+            a, b = (a, mid) if zero_at(mid) else (mid, b)
+        below = max(b - calibration_tolerance(b, tol), lo)
+        if ev(b) <= eps and (below <= lo or ev(below) > eps):
+            return b
+        if ev(b) <= eps:
+            hi = below  # the target is met below the jump, where ε is continuous
+    ends = {math.log(lo): lo, math.log(hi): hi}  # the bracket's ends, known: not recomputed through exp(log z)
+
+    def gap(u):
+        return math.log(max(ev(ends.get(u, math.exp(u))), 1e-300) / eps)
+
+    root = ends.get(u := optimize.brentq(gap, math.log(lo), math.log(hi), xtol=_REL_TOL / 2), math.exp(u))
+    step = calibration_tolerance(root, tol)
+    for z in (root, min(root + step, hi)):
+        if ev(z) <= eps:
+            return z
+    lo = root + step  # the target is missed up to here: bisect to the feasible end
+    while hi - lo > calibration_tolerance(hi, tol):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ev(mid) > eps else (lo, mid)
+    return hi
 
 
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int,
                                sampling: str = "poisson", accountant: Optional[str] = None,
                                dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
-                               tol: float = 1e-3, value_discretization_interval: float = 1e-3) -> float:
-    """Smallest noise multiplier z (within ``tol``) such that ``steps`` releases stay within (ε, δ).
+                               tol: float = 1e-3, value_discretization_interval: float = 1e-3,
+                               progress: bool = True) -> float:
+    """Smallest noise multiplier z (within :func:`calibration_tolerance`) such that ``steps`` releases stay within
+    (ε, δ).
 
     The returned z always satisfies the target: ``get_epsilon(delta) <= target_epsilon`` for an accountant that
     records ``step(z, sample_rate, steps, sampling, ...)`` with the same ``accountant`` method (and, for PLD, the
-    same ``value_discretization_interval``). The search is dp-accounting's ``calibrate_dp_mechanism`` (Brent's
-    method on z); for PLD the bracket is first narrowed with the faster RDP calibration (RDP needs at least as much
-    noise as PLD).
+    same ``value_discretization_interval``). Up to z = 64 the search is dp-accounting's ``calibrate_dp_mechanism``
+    (Brent's method on z, bracketed by doubling from 1); above, regula falsi on log z up to :data:`Z_MAX`. For PLD
+    the bracket is first narrowed with the faster RDP calibration (RDP needs at least as much noise as PLD).
 
     Args:
         target_epsilon: ε > 0.
@@ -36,20 +145,26 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
         sampling: ``"poisson"`` or ``"without_replacement"`` (the latter only with ``accountant="rdp"``).
         accountant: ``"pld"``, ``"rdp"`` or ``None`` (what a default :class:`PrivacyAccountant` reports: PLD for
             Poisson / full-batch events, RDP for sampling without replacement).
-        tol: absolute tolerance on z.
+        tol: absolute tolerance on z (relative 1e-5 above z = tol/1e-5: :func:`calibration_tolerance`).
+        progress: show a progress line on stderr when the search runs over a second (a bar on a terminal, a line
+            every few seconds otherwise).
+
+    Cost: every evaluation is one dp-accounting RDP (PLD) computation of the event (about 0.04 s for Poisson and
+    0.2 s for sampling without replacement on one core); a target outside the reachable range is refused after at
+    most three, a reachable one takes about 10 (at most 60 for the large-z search).
 
     PLD is searched only within its range (:meth:`PrivacyAccountant.pld_in_range`): a target whose RDP-calibrated
     z is below :data:`PLD_MIN_NOISE_MULTIPLIER` (0.1; ε of several hundred and more for typical q and T), or more
     than :data:`PLD_MAX_STEPS` steps, is refused at once with ``accountant="pld"``; with ``accountant=None`` the RDP
     calibration is returned there (what a default accountant reports outside PLD's range). ``accountant="rdp"``
-    serves any target in seconds.
+    serves any reachable target.
 
     Raises:
         ValueError: any invalid argument; ``accountant="pld"`` with ``sampling="without_replacement"``; a PLD target
-            that needs z < :data:`PLD_MIN_NOISE_MULTIPLIER` or more than :data:`PLD_MAX_STEPS` steps; an unreachable
-            target, each named with the reason: no
-            z <= 1e6 reaching it, a target already met at z = 0.01 (the search's lower end: no privacy to speak of),
-            or a PLD target below what ``value_discretization_interval`` resolves.
+            that needs z < :data:`PLD_MIN_NOISE_MULTIPLIER` or more than :data:`PLD_MAX_STEPS` steps; a target
+            outside the reachable range, whose ends the message gives: already met at z = :data:`Z_MIN` (no privacy
+            to speak of), or missed still at z = :data:`Z_MAX`; a PLD target below what
+            ``value_discretization_interval`` resolves.
     """
     eps = check_epsilon(target_epsilon, "target_epsilon")
     delta = check_delta(delta)
@@ -58,7 +173,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
         check_choice(accountant, "accountant", ACCOUNTANTS)
     accountant_arg = accountant
     tol = check_positive(tol, "tol")
-    vdi = check_positive(value_discretization_interval, "value_discretization_interval")
+    vdi = check_discretization(value_discretization_interval)
+    check_bool(progress, "progress")
     # validate the event with a placeholder z
     proto = _make_event(1.0, sample_rate, sampling, dataset_size, batch_size)
     rel = _relation(_relation_of(proto) or ADD_REMOVE)
@@ -70,64 +186,87 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     if accountant == "pld" and steps > PLD_MAX_STEPS:
         raise ValueError(f"accountant='pld' accounts at most PLD_MAX_STEPS = {PLD_MAX_STEPS} steps, got steps={steps}; "
                          f"use accountant='rdp' (or None)")
+    from .._progress import progress_bar
 
+    what = (f"calibrating the noise multiplier for ε={eps:g}, δ={delta:g} over T={steps} releases (q={proto.sample_rate:.4g}"
+            f"{', ' + proto.sampling if proto.subsampled else ''}, {accountant.upper()})")
+    bar = progress_bar(total=None, desc=what, unit=" evaluations", disable=not progress, delay=_PROGRESS_DELAY_S)
+    with bar, quiet_dp_accounting():
+        return _calibrate(eps, delta, steps, proto, rel, accountant, accountant_arg, tol, vdi, bar)
+
+
+def _calibrate(eps, delta, steps, proto, rel, accountant, accountant_arg, tol, vdi, bar) -> float:
     def event_of(z):
         e = _Event(float(z), proto.sample_rate, proto.sampling, proto.dataset_size, proto.batch_size)
         return dp_accounting.SelfComposedDpEvent(e.dp_event(), steps)
 
-    def fresh_rdp():
-        return dp_rdp.RdpAccountant(orders=list(_default_orders()), neighboring_relation=rel)
+    rdp = _Evaluations(lambda: dp_rdp.RdpAccountant(orders=list(_default_orders()), neighboring_relation=rel),
+                       event_of, delta, bar)
+    where = f"at delta={delta!r} over {steps} steps"
 
-    def fresh_pld():
-        return dp_pld.PLDAccountant(neighboring_relation=rel, value_discretization_interval=vdi)
+    def reachable():
+        """The reachable range, for the refusals (two more evaluations at most: known values are reused)."""
+        return (f"the reachable targets for these settings are {rdp(Z_MAX):.4g} <= target_epsilon < {rdp(Z_MIN):.4g} "
+                f"(noise multipliers {Z_MIN} to {Z_MAX:g})")
 
-    def eps_of(fresh, z):
-        acc = fresh()
-        acc.compose(event_of(z))
-        return acc.get_epsilon(delta)
+    # bracket for RDP: [2^(k-1), 2^k] with ε(2^(k-1)) > target >= ε(2^k), z = 1 and below as [Z_MIN, 1] (Z_MIN is
+    # asked only when z = 1 meets the target); up to z = 64 Brent then runs on the bracket of doubling from 1
+    lo, hi = Z_MIN, 1.0
+    if rdp(hi) <= eps and rdp(lo) <= eps:
+        raise ValueError(f"target_epsilon={eps!r} is unreachable by the calibration: even the smallest noise "
+                         f"multiplier it searches, z = {Z_MIN}, spends only ε = {rdp(lo):.4g} <= target {where}, so "
+                         f"the target buys essentially no privacy; {reachable()}: use a smaller target_epsilon or "
+                         f"pass a noise multiplier directly")
+    if rdp(hi) > eps:  # z > 1: the power of 2 that brackets it, guessed from ε ∝ 1/z (an overestimate at small z)
+        hi = 2.0 ** min(max(math.ceil(math.log2(rdp(1.0) / eps)), 1), round(math.log2(_DOUBLING_END)))
+        while rdp(hi) > eps and hi < _DOUBLING_END:
+            hi *= 2.0
+        while rdp(hi) <= eps and hi > 2.0 and rdp(hi / 2.0) <= eps:
+            hi /= 2.0
+        lo = hi / 2.0  # ε(lo) > target >= ε(hi): the bracket of doubling from 1, with fewer evaluations
+    if rdp(hi) > eps:  # z > 64: is the target reachable at all, then a search on log z
+        if rdp(Z_MAX) > eps:
+            raise ValueError(f"target_epsilon={eps!r} is unreachable: no noise multiplier <= {Z_MAX:g} reaches it "
+                             f"{where} (ε shrinks with the noise but not below {rdp(Z_MAX):.4g} at z = {Z_MAX:g}); "
+                             f"{reachable()}: use a larger target_epsilon or fewer steps")
+        low_orders = [_default_orders()[0], 2.0]  # where dp-accounting's RDP is smallest at large z (order 2:
+        # the fractional orders' series stop at a floor there)
 
-    # bracket for RDP: grow the upper end until it satisfies the target
-    lo, hi = 1e-2, 1.0
-    eps_lo = eps_of(fresh_rdp, lo)
-    if eps_lo <= eps:
-        raise ValueError(f"target_epsilon={target_epsilon!r} is unreachable by the calibration: even the smallest "
-                         f"noise multiplier it searches, z = {lo}, spends only ε = {eps_lo:.4g} <= target over "
-                         f"{steps} steps at delta={delta!r}, so the target buys essentially no privacy; use a "
-                         f"smaller target_epsilon or pass a noise multiplier directly")
-    while eps_of(fresh_rdp, hi) > eps:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e6:
-            raise ValueError(f"target_epsilon={target_epsilon!r} is unreachable: no noise multiplier <= 1e6 "
-                             f"reaches it at delta={delta!r} over {steps} steps (ε grows without bound as the "
-                             f"target shrinks); use a larger target_epsilon")
-    z = _calibration.calibrate_dp_mechanism(fresh_rdp, event_of, eps, delta,
-                                            bracket_interval=_calibration.ExplicitBracketInterval(lo, hi), tol=tol / 4)
-    if eps_of(fresh_rdp, z) > eps:  # Brent returns a value within tol; make it feasible
-        z += tol / 4
+        def zero_at(z):  # ε = 0 from the low orders alone: where the jump to ε = 0 happens
+            acc = dp_rdp.RdpAccountant(orders=low_orders, neighboring_relation=rel)
+            return acc.compose(event_of(z)).get_epsilon(delta) == 0
+
+        z = _large_z_search(rdp, eps, hi, Z_MAX, tol, zero_at)
+    else:
+        z = _brent(rdp, eps, delta, lo, hi, tol / 4)
+        if rdp(z) > eps:  # Brent returns a value within tol; make it feasible
+            z += tol / 4
     if accountant == "rdp":
         return float(z)
-    z_rdp = float(z)
-    if z_rdp < PLD_MIN_NOISE_MULTIPLIER and accountant_arg is None:
+    z_rdp, z_min = float(z), pld_min_noise_multiplier(vdi)
+    if z_rdp < z_min and accountant_arg is None:
         return z_rdp  # a default accountant reports RDP for such an event (outside PLD's range)
-    if z_rdp < PLD_MIN_NOISE_MULTIPLIER:
+    if z_rdp < z_min:
         raise ValueError(
-            f"target_epsilon={target_epsilon!r} needs a noise multiplier below {PLD_MIN_NOISE_MULTIPLIER} (RDP gives "
-            f"z = {z_rdp:.4g}), where a PLD evaluation costs minutes; calibrate with accountant='rdp' (and account "
-            f"with PrivacyAccountant('rdp')) for such large targets")
-    eps_pld_hi = eps_of(fresh_pld, z_rdp)
-    if eps_pld_hi > eps:  # RDP's z is feasible for exact PLD; only the PLD discretisation can exceed the target
+            f"target_epsilon={eps!r} needs a noise multiplier below {z_min:.3g}, the smallest PLD accounts "
+            f"(PLD_MIN_NOISE_MULTIPLIER at value_discretization_interval={vdi!r}; RDP gives z = {z_rdp:.4g}), where a "
+            f"PLD evaluation costs minutes; calibrate with accountant='rdp' (and account with "
+            f"PrivacyAccountant('rdp')) for such large targets")
+    pld = _Evaluations(lambda: dp_pld.PLDAccountant(neighboring_relation=rel, value_discretization_interval=vdi),
+                       event_of, delta, bar)
+    if pld(z_rdp) > eps:  # RDP's z is feasible for exact PLD; only the PLD discretisation can exceed the target
         raise ValueError(
-            f"target_epsilon={target_epsilon!r} is unreachable with accountant='pld' and "
+            f"target_epsilon={eps!r} is unreachable with accountant='pld' and "
             f"value_discretization_interval={vdi!r}: even at the RDP-calibrated z = {z_rdp:.4g} the discretised PLD "
-            f"reports ε = {eps_pld_hi:.4g} (a target near or below the discretisation interval cannot be resolved); "
+            f"reports ε = {pld(z_rdp):.4g} (a target near or below the discretisation interval cannot be resolved); "
             f"pass a smaller value_discretization_interval or accountant='rdp'")
     lo = 0.8 * z_rdp
-    while eps_of(fresh_pld, lo) <= eps:
-        lo *= 0.8
-        if lo < 1e-3:
-            raise ValueError(f"could not bracket the PLD noise multiplier for target_epsilon={target_epsilon!r}")
-    zp = _calibration.calibrate_dp_mechanism(fresh_pld, event_of, eps, delta,
-                                             bracket_interval=_calibration.ExplicitBracketInterval(lo, z_rdp), tol=tol / 2)
-    if eps_of(fresh_pld, zp) > eps:
-        zp = min(zp + tol / 2, z_rdp)
+    while pld(lo) <= eps:  # never below PLD's range: an accountant would report RDP there
+        if lo <= z_min:
+            return z_min
+        lo = max(0.8 * lo, z_min)
+    step = max(tol, _REL_TOL * z_rdp) / 2  # tol/2 up to z = 100 (as before), relative above
+    zp = _brent(pld, eps, delta, lo, z_rdp, step)
+    if pld(zp) > eps:
+        zp = min(zp + step, z_rdp)
     return float(zp)

@@ -13,12 +13,13 @@ more release" into accounting. It holds, for the whole run,
 """
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
-from .._validate import check_choice, check_delta, check_epsilon, check_int, check_nonnegative, check_positive
+from .._validate import (check_bool, check_choice, check_delta, check_epsilon, check_int, check_nonnegative,
+                         check_positive)
 from .accounting import ACCOUNTANTS, PrivacyAccountant, _make_event, calibrate_noise_multiplier
 from .budget import BudgetExceededError, PrivacyBudget
+from .calibration import calibration_tolerance
 from .sensitivity import split_delta
 
 __all__ = ["PrivacyLedger", "TAIL_CHARGES"]
@@ -28,13 +29,20 @@ TAIL_CHARGES = ("planned", "spent")
 
 _EVENT_KEYS = ("sample_rate", "sampling", "dataset_size", "batch_size")
 _CALIBRATION_TOL = 1e-3  # calibrate_noise_multiplier's default tolerance on z, used by bind()
+_CALIBRATED: Dict[Tuple, float] = {}  # the calibrations done in this process (at most _MAX_CALIBRATED, oldest out)
+_MAX_CALIBRATED = 64
 
 
-@lru_cache(maxsize=64)
-def _calibrate(epsilon: float, delta: float, steps: int, accountant: str, event: tuple) -> float:
+def _calibrate(epsilon: float, delta: float, steps: int, accountant: str, event: tuple, progress: bool = True) -> float:
     """:func:`calibrate_noise_multiplier` (a deterministic function of its arguments) remembered, so that runs of
     the same settings (flow seeds, class flows of equal size, resumed runs) calibrate once."""
-    return float(calibrate_noise_multiplier(epsilon, delta, steps=steps, accountant=accountant, **dict(event)))
+    key = (epsilon, delta, steps, accountant, event)
+    if key not in _CALIBRATED:
+        if len(_CALIBRATED) >= _MAX_CALIBRATED:
+            _CALIBRATED.pop(next(iter(_CALIBRATED)))
+        _CALIBRATED[key] = float(calibrate_noise_multiplier(epsilon, delta, steps=steps, accountant=accountant,
+                                                            progress=progress, **dict(event)))
+    return _CALIBRATED[key]
 
 
 def _event_args(event: Dict[str, Any]):
@@ -71,13 +79,16 @@ class PrivacyLedger:
             the tails of the releases recorded so far are charged: the budget (at the total δ) is passed
             ``delta_tail=`` with every release and ε is the accountant's at ``δ − (tails recorded)``
             (:class:`~fastdpot.privacy.PrivacyBudget`), never a smaller δ for the accountant than ``"planned"``.
-        target_epsilon: ε > 0 of the budget, or None (no budget: only T limits the releases).
-        noise_multiplier: z = σ/Δ > 0, or None to calibrate it at :meth:`bind` (needs ``target_epsilon``).
+        target_epsilon: ε > 0: z is calibrated for it at :meth:`bind` and a budget of ε refuses releases beyond it;
+            or None (no calibration; no budget unless ``budget`` is given: only T limits the releases).
+        noise_multiplier: z = σ/Δ > 0 given (with no ``target_epsilon``: a fixed z whose ε a ``budget`` may cap),
+            or None to calibrate it at :meth:`bind` for ``target_epsilon`` (or the ``budget``'s ε).
         accountant: kind of the :class:`~fastdpot.privacy.PrivacyAccountant` (``"rdp"`` or ``"pld"``), also the
             method the calibration targets.
         budget: an existing :class:`~fastdpot.privacy.PrivacyBudget` to spend through (its accountant may already
-            hold releases, e.g. a budget shared by several runs); its ε is the target ε and its δ must be the one
-            the ledger checks the budget at (δ_acc with ``"planned"``, δ with ``"spent"``).
+            hold releases, e.g. a budget shared by several runs; or a new one that caps a fixed ``noise_multiplier``
+            at its ε); its ε is the target ε and its δ must be the one the ledger checks the budget at (δ_acc with
+            ``"planned"``, δ with ``"spent"``).
         name: how refusal messages name the run (``"the flow"``, ``"the run"``).
 
     Units: z is the noise standard deviation divided by the sensitivity of one release under the event's
@@ -85,7 +96,9 @@ class PrivacyLedger:
 
     Raises:
         ValueError: invalid δ, T, δ_tail (δ_acc <= 0), ``tails``, ε, z, accountant kind; a ``budget`` whose ε or
-            δ disagrees with the ledger's; neither ``noise_multiplier`` nor ``target_epsilon``.
+            δ disagrees with the ledger's; neither ``noise_multiplier`` nor ``target_epsilon`` (nor ``budget``); both
+            ``noise_multiplier`` and ``target_epsilon`` (a target ε calibrates z: give one; a fixed z capped at an ε
+            is ``noise_multiplier`` with ``budget=PrivacyBudget(ε, δ_checked)``).
 
     References:
         dp-accounting (Google's differential-privacy library: RDP and PLD accountants, used by
@@ -102,6 +115,10 @@ class PrivacyLedger:
         self.delta = check_delta(delta)
         self.steps = check_int(steps, "steps", 1)
         self.tails = check_choice(tails, "tails", TAIL_CHARGES)
+        if target_epsilon is not None and noise_multiplier is not None:
+            raise ValueError(f"give noise_multiplier or target_epsilon, not both (got noise_multiplier="
+                             f"{noise_multiplier!r}, target_epsilon={target_epsilon!r}): a target ε calibrates the noise "
+                             f"multiplier; to cap a fixed noise multiplier at an ε, pass budget=PrivacyBudget(ε, δ)")
         if delta_tail is None:
             self.delta_accountant, self.delta_tail = split_delta(self.delta, self.steps)
         else:
@@ -195,17 +212,19 @@ class PrivacyLedger:
 
     # ------------------------------------------------------------------ binding
     def bind(self, sample_rate: float = 1.0, sampling: str = "poisson", dataset_size: Optional[int] = None,
-             batch_size: Optional[int] = None) -> float:
+             batch_size: Optional[int] = None, *, progress: bool = True) -> float:
         """Fix the sampling event of every release (arguments as :meth:`PrivacyAccountant.step`) and return z.
 
         The first call calibrates z = σ/Δ for the target ε when none was given
-        (:func:`~fastdpot.privacy.calibrate_noise_multiplier` at δ_acc over T releases) and creates the accountant
-        and the budget. Binding again with the same event does nothing.
+        (:func:`~fastdpot.privacy.calibrate_noise_multiplier` at δ_acc over T releases, bounded: an unreachable
+        target is refused naming the reachable range; ``progress``: its progress line when it takes over a second)
+        and creates the accountant and the budget. Binding again with the same event does nothing.
 
         Raises:
             ValueError: an invalid event, or another event than the bound one (one ledger accounts one kind of
                 release); the calibration's errors (an unreachable target ε).
         """
+        check_bool(progress, "progress")
         event = dict(sample_rate=sample_rate, sampling=sampling, dataset_size=dataset_size, batch_size=batch_size)
         event = {k: v for k, v in event.items() if v is not None}
         if self._event is not None:
@@ -217,7 +236,7 @@ class PrivacyLedger:
         z = self._z
         if z is None:
             z = _calibrate(self.target_epsilon, self.delta_accountant, self.steps, self.accountant_kind,
-                           tuple(sorted(event.items())))
+                           tuple(sorted(event.items())), progress)
         if self._given_budget is not None:
             acc, budget = self._given_budget.accountant, self._given_budget
         else:
@@ -379,7 +398,7 @@ class PrivacyLedger:
 
         What a state must satisfy (anything else is an inconsistent checkpoint, refused naming the field): the
         noise multiplier is the configured one, or, with a target ε, the one the calibration gives (:meth:`bind`:
-        the target is met at z and missed at z − 0.002, twice the calibration's tolerance); every event of the
+        the target is met at z and missed at z − 2·tol, twice the calibration's tolerance); every event of the
         accountant's history is the bound mechanism's (z, n, B, sampling, hence the neighbouring relation) and the
         accountant is of the configured kind; at most T releases; a budget with the ledger's (ε, δ) and the same
         history. A ledger that has counted releases never moves backwards: the state must extend its history.
@@ -393,7 +412,7 @@ class PrivacyLedger:
         """
         from .._checkpoint import require_state, state_float
 
-        require_state(state, ("noise_multiplier", "event", "accountant", "budget"), "PrivacyLedger")
+        require_state(state, ("noise_multiplier", "event", "accountant", "budget"), "PrivacyLedger", exact=True)
         z = state["noise_multiplier"]
         if z is not None:
             z = state_float(z, "noise_multiplier", positive=True)
@@ -455,7 +474,8 @@ class PrivacyLedger:
             self._check_calibrated(z, event)
 
     def _check_calibrated(self, z: float, event: Dict[str, Any]) -> None:
-        """z must be what :meth:`bind` calibrates for the target ε: T releases meet it at z, not at z − 0.002."""
+        """z must be what :meth:`bind` calibrates for the target ε: T releases meet it at z, not at z − 2·tol
+        (tol = :func:`~fastdpot.privacy.calibration.calibration_tolerance` (z), 0.001 up to z = 100)."""
         def eps(zz):
             a = PrivacyAccountant(accountant=self.accountant_kind)
             a.step(zz, num_steps=self.steps, **event)
@@ -464,7 +484,7 @@ class PrivacyLedger:
         if eps(z) > self.target_epsilon:
             raise ValueError(f"state['noise_multiplier']={z!r} does not meet target_epsilon={self.target_epsilon!r} "
                              f"over T = {self.steps} releases: not the calibrated noise multiplier")
-        lower = z - 2 * _CALIBRATION_TOL
+        lower = z - 2 * calibration_tolerance(z, _CALIBRATION_TOL)
         if lower > 0 and eps(lower) <= self.target_epsilon:
             raise ValueError(f"state['noise_multiplier']={z!r} is above the calibrated noise multiplier for "
                              f"target_epsilon={self.target_epsilon!r} (z = {lower!r} already meets it): an "

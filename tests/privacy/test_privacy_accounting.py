@@ -187,12 +187,48 @@ def test_state_dict_round_trip_json():
     acc.step(1.0, 0.01, 100)
     acc.step(0.8, 0.02, 10)
     state = json.loads(json.dumps(acc.state_dict()))
-    other = PrivacyAccountant("rdp")
+    other = PrivacyAccountant("pld", orders=[2.0, 3.0])  # the state's orders replace these
     other.load_state_dict(state)
     assert other.accountant == "pld" and other.steps == 110 and other.history == acc.history
     assert other.get_epsilon(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
     other.step(1.0, 0.01, 5)  # keeps accounting after a reload
     assert other.get_epsilon(1e-5) > acc.get_epsilon(1e-5)
+
+
+@pytest.mark.parametrize("saved,into", [("pld", "rdp"), ("rdp", "pld")])
+def test_a_state_of_another_accountant_kind_is_refused_on_load(saved, into):
+    # issue 37: a PLD accountant's state loaded into PrivacyAccountant("rdp") then reported the PLD ε
+    acc = PrivacyAccountant(saved)
+    acc.step(1.0, 0.01, 100)
+    other = PrivacyAccountant(into)
+    other.step(2.0, 0.01, 1)
+    before = other.state_dict()
+    with pytest.raises(ValueError, match=f"state\\['accountant'\\]='{saved}' is the state of another kind"):
+        other.load_state_dict(acc.state_dict())
+    assert other.state_dict() == before and other.accountant == into  # unchanged
+    assert PrivacyAccountant.from_state_dict(acc.state_dict()).accountant == saved  # a new one takes its kind
+
+
+@pytest.mark.parametrize("where", ["top", "history"])
+def test_a_state_with_an_unknown_key_is_refused(where):
+    acc = PrivacyAccountant()
+    acc.step(1.0, 0.01, 100)
+    state = acc.state_dict()
+    (state if where == "top" else state["history"][0])["noise_std"] = 3.0
+    with pytest.raises(ValueError, match="unknown key.*noise_std"):
+        PrivacyAccountant.from_state_dict(state)
+
+
+def test_a_discretisation_finer_than_pld_evaluates_in_bounded_time_is_refused():
+    from fastdpot.privacy.accounting import PLD_MIN_DISCRETIZATION
+
+    with pytest.raises(ValueError, match=r"value_discretization_interval=1e-06 is finer than.*>= 0.0001"):
+        PrivacyAccountant(value_discretization_interval=1e-6)
+    with pytest.raises(ValueError, match="PLD_MIN_DISCRETIZATION"):
+        calibrate_noise_multiplier(3.0, 1e-5, 0.01, 100, value_discretization_interval=1e-6)
+    acc = PrivacyAccountant(value_discretization_interval=PLD_MIN_DISCRETIZATION)
+    acc.step(0.2, 0.01, 1000)  # z = 0.2 is within PLD's range at 1e-3, not at 1e-4 (0.1·sqrt(10) = 0.32)
+    assert not acc.pld_in_range() and acc.epsilon_method() == "rdp"
 
 
 def test_empty_accountant_is_zero():
@@ -297,7 +333,7 @@ def test_incremental_rdp_equals_dp_accounting_composed_directly():
     eps, order = acc.get_epsilon_and_order(1e-5)
     assert (eps, order) == pytest.approx(ref.get_epsilon_and_optimal_order(1e-5), rel=1e-10)
     assert order in orders
-    reloaded = PrivacyAccountant()
+    reloaded = PrivacyAccountant("rdp")
     reloaded.load_state_dict(acc.state_dict())
     assert reloaded.get_epsilon(1e-5) == pytest.approx(eps, rel=1e-10)
 

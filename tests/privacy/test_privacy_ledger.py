@@ -14,8 +14,16 @@ EVENT = dict(sample_rate=B / N, sampling="without_replacement", dataset_size=N, 
 
 
 def _ledger(**kw):
+    """A ledger of z = 1.2; ``target_epsilon=`` caps that z with a budget of ε (a target ε with a given z is refused:
+    it would calibrate z)."""
     args = dict(noise_multiplier=1.2, accountant="rdp")
     args.update(kw)
+    eps = args.pop("target_epsilon", None)
+    if eps is not None and args["noise_multiplier"] is not None:
+        checked_at = DELTA if args.get("tails") == "spent" else split_delta(DELTA, T)[0]
+        args["budget"] = PrivacyBudget(eps, checked_at, PrivacyAccountant(args["accountant"]))
+    elif eps is not None:
+        args["target_epsilon"] = eps
     return PrivacyLedger(DELTA, T, **args)
 
 
