@@ -6,6 +6,10 @@
   (the ``sampling="without_replacement"`` events, substitution neighbours).
 
 Neither ever replays an epoch or cycles over a DataLoader (the ``itertools.cycle`` bug of the DPSWflow authors' code).
+
+Every ``sample()`` is bounded (about a second at most on one core): the sizes whose draw would take longer are
+refused when the sampler is built, naming the range (:data:`MAX_POISSON_ROWS`, :data:`MAX_FIXED_BATCH`,
+:data:`MAX_REPLAYABLE_ROWS`).
 """
 from __future__ import annotations
 
@@ -17,9 +21,24 @@ import torch
 from .._validate import check_int, check_probability
 from .randomness import PrivacyRandomness, privacy_randomness
 
-__all__ = ["PoissonSampler", "FixedSizeSampler"]
+__all__ = ["PoissonSampler", "FixedSizeSampler", "MAX_POISSON_ROWS", "MAX_FIXED_BATCH", "MAX_REPLAYABLE_ROWS"]
 
 _BITS = 53
+#: Most rows a Poisson batch is drawn from: one 53-bit inclusion test per row and per call (2^24 rows: about 1 s
+#: from the OS, 0.15 s replayable, 128 MiB of draws).
+MAX_POISSON_ROWS = 2 ** 24
+#: Largest fixed-size batch in secure mode: a partial Fisher--Yates shuffle, one ``secrets.randbelow`` per row
+#: (2^20 rows: about 1.5 s).
+MAX_FIXED_BATCH = 2 ** 20
+#: Most rows of a replayable fixed-size sampler: ``randperm(n)`` draws a permutation of all n rows per call.
+MAX_REPLAYABLE_ROWS = 2 ** 24
+
+
+def _check_size(v: int, limit: int, name: str, why: str) -> int:
+    if v > limit:
+        raise ValueError(f"{name}={v} is beyond what one sample() draws in bounded time ({why}): {name} must be in "
+                         f"[1, {limit}] (2^{limit.bit_length() - 1}); subsample the data set first, or split it")
+    return v
 
 
 def _source(generator, secure_mode) -> PrivacyRandomness:
@@ -49,12 +68,14 @@ class PoissonSampler:
         ``sample()`` -> LongTensor (|B|,) of sorted row indices, |B| ~ Binomial(n, q) (possibly empty).
 
     Raises:
-        ValueError: n < 1, q outside (0, 1], generator not a torch.Generator, a generator with secure_mode=True.
+        ValueError: n < 1 or n > :data:`MAX_POISSON_ROWS` (2^24), q outside (0, 1], generator not a torch.Generator,
+            a generator with secure_mode=True.
     """
 
     def __init__(self, num_samples: int, sample_rate: float, generator: Optional[torch.Generator] = None, *,
                  secure_mode: bool = True):
-        self.num_samples = check_int(num_samples, "num_samples", 1)
+        self.num_samples = _check_size(check_int(num_samples, "num_samples", 1), MAX_POISSON_ROWS, "num_samples",
+                                       "one inclusion test per row")
         self.sample_rate = check_probability(sample_rate, "sample_rate")
         self._rng = _source(generator, secure_mode)
         self._threshold = math.floor(self.sample_rate * 2 ** _BITS)
@@ -96,7 +117,9 @@ class FixedSizeSampler:
         ``sample()`` -> LongTensor (B,) of distinct row indices in random order.
 
     Raises:
-        ValueError: n < 1, B outside [1, n], generator not a torch.Generator, a generator with secure_mode=True.
+        ValueError: n < 1, B outside [1, n], B > :data:`MAX_FIXED_BATCH` (2^20) in secure mode, n >
+            :data:`MAX_REPLAYABLE_ROWS` (2^24) in replayable mode, generator not a torch.Generator, a generator with
+            secure_mode=True.
     """
 
     def __init__(self, num_samples: int, batch_size: int, generator: Optional[torch.Generator] = None, *,
@@ -106,6 +129,11 @@ class FixedSizeSampler:
         if self.batch_size > self.num_samples:
             raise ValueError(f"batch_size must be <= num_samples = {self.num_samples}, got {batch_size!r}")
         self._rng = _source(generator, secure_mode)
+        if self._rng.secure_mode:
+            _check_size(self.batch_size, MAX_FIXED_BATCH, "batch_size", "one secret draw per batch row")
+        else:
+            _check_size(self.num_samples, MAX_REPLAYABLE_ROWS, "num_samples",
+                        "a replayable batch is a prefix of a permutation of every row")
 
     @property
     def sample_rate(self) -> float:

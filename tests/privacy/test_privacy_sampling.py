@@ -100,3 +100,19 @@ def test_generators_make_samplers_reproducible():
 def test_sampler_validation(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_sizes_a_sample_cannot_draw_in_bounded_time_are_refused_at_construction():
+    # issue 40: PoissonSampler(10**9, 1e-9).sample() printed nothing in 100 s (10^9 inclusion tests of 8 bytes)
+    from fastdpot.privacy.sampling import MAX_FIXED_BATCH, MAX_POISSON_ROWS, MAX_REPLAYABLE_ROWS
+
+    with pytest.raises(ValueError, match=r"num_samples=1000000000 is beyond.*must be in \[1, 16777216\]"):
+        PoissonSampler(10 ** 9, 1e-9)
+    with pytest.raises(ValueError, match=r"batch_size=1048577 is beyond.*\[1, 1048576\]"):
+        FixedSizeSampler(10 ** 9, MAX_FIXED_BATCH + 1)
+    with pytest.raises(ValueError, match=r"num_samples=16777217 is beyond.*permutation"):
+        FixedSizeSampler(MAX_REPLAYABLE_ROWS + 1, 10, secure_mode=False, generator=_gen(0))
+    # at the limits a draw is bounded (a second at most on one core)
+    assert FixedSizeSampler(10 ** 9, 10).sample().shape == (10,)  # secure: O(B), n is free
+    big = PoissonSampler(MAX_POISSON_ROWS, 1e-6, secure_mode=False, generator=_gen(1)).sample()
+    assert big.numel() < 200 and (big < MAX_POISSON_ROWS).all()
