@@ -11,7 +11,11 @@ cases clip the private rows to :data:`CLIP`, which changes none of them (the anc
 DP-SWD loss with the sliced quantile sketch release (``release="sketch"``, L = 10 bins, σ = 0.5 on each bin sum):
 impl ``fastdpot`` the fused C++ kernel, ``reference`` the torch reference
 (:func:`fastdpot.reference.sliced.sketch_sliced_wasserstein`); compare it with ``dp``/``fastdpot`` (the points
-release) of the same run.
+release) of the same run. The ``step`` case is a generator's training step with both losses, forward + backward
+w.r.t. its weights: impl ``eager`` (the functions as called) and ``compiled`` (the same loss function under
+``torch.compile(fullgraph=True)``, the default inductor backend, compiled in the untimed setup: the losses are the
+custom ops of :mod:`fastdpot.ops.library` in one graph); ``eager`` is the anchor of its group, so the ``compiled``
+row's ratio is "× eager".
 
     pytest bench/test_sliced.py --benchmark-only -k quick      # tiny sizes, checks that every case runs
     pytest bench/test_sliced.py --benchmark-only -k "not quick" --benchmark-json=bench/results/cpu-<rev>.json
@@ -24,7 +28,7 @@ SUITE = "sliced"
 #: the DP cases' clipping bound: above every row's norm, so the clipping pass runs (as in a user's call) and the
 #: anchors, which do not clip, compute the same loss
 CLIP = 1e6
-ANCHORS = ["pot", "reference"]
+ANCHORS = ["pot", "reference", "eager"]
 
 #: size id -> sizes; the id "quick" is what ``-k quick`` selects
 SIZES = {"quick": dict(n=2_000, m=1_500, d=8, k=20), "1e5": dict(n=100_000, m=100_000, d=48, k=500),
@@ -123,8 +127,48 @@ def sketch_case(impl, n, m, d, k, p=2, noise_std=0.5, sketch_bins=10):
     return Case(setup=setup, forward=forward, backward=_backward)
 
 
-CASES = {"sw": sw_case, "dp": dp_case, "sketch": sketch_case}
-IMPLS = {"sw": ("fastdpot", "pot", "reference"), "dp": ("fastdpot", "reference"), "sketch": ("fastdpot", "reference")}
+def step_case(impl, n, m, d, k, p=2, noise_std=0.5):
+    """One training step of a generator G (a linear layer d -> d on M latent rows): SW_p^p(G(z), x) with k fresh
+    uniform directions plus DP-SW_p^p(G(z), private=x, σ, clipped to :data:`CLIP`, secure mode: k fresh secret
+    directions and a fresh key), forward + backward w.r.t. G's weights; ``eager`` calls the functions, ``compiled``
+    their ``torch.compile(fullgraph=True)`` (inductor), compiled and run once in the setup."""
+    import torch
+
+    if impl not in ("eager", "compiled"):
+        raise ValueError(f"impl must be eager or compiled for the step case, got {impl!r}")
+
+    def setup():
+        from fastdpot import dp_sliced_wasserstein, sliced_wasserstein
+
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(n, d, generator=g)
+        z = torch.randn(m, d, generator=g)
+        torch.manual_seed(0)
+        gen = torch.nn.Linear(d, d)
+
+        def loss_fn(z, x):
+            y = gen(z)
+            return (sliced_wasserstein(y, x, num_projections=k, p=p)
+                    + dp_sliced_wasserstein(y, private=x, noise_std=noise_std, clip_radius=CLIP, num_projections=k,
+                                            p=p))
+
+        fn = torch.compile(loss_fn, fullgraph=True) if impl == "compiled" else loss_fn
+        fn(z, x).backward()  # compiles (compiled) and warms up; not timed
+        return dict(fn=fn, z=z, x=x, gen=gen)
+
+    def forward(s):
+        return s["fn"](s["z"], s["x"])
+
+    def backward(s, out):
+        s["gen"].zero_grad(set_to_none=True)
+        out.backward()
+
+    return Case(setup=setup, forward=forward, backward=backward)
+
+
+CASES = {"sw": sw_case, "dp": dp_case, "sketch": sketch_case, "step": step_case}
+IMPLS = {"sw": ("fastdpot", "pot", "reference"), "dp": ("fastdpot", "reference"), "sketch": ("fastdpot", "reference"),
+         "step": ("eager", "compiled")}
 
 
 def main(argv=None):

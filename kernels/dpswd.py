@@ -133,6 +133,36 @@ def _w1d_chunk(px, py, p, need_gx, need_gy, prims=None):
     return part.sum(dtype=torch.float64)
 
 
+def _triton_points(x, y, projections, p, noise_std, seed, need_gx, need_gy, return_noise, prims=None):
+    """The points release chunk by chunk: ``(loss, dloss/dx or None, dloss/dy or None, noise_x or None, noise_y or
+    None)``, the gradients computed in the forward pass."""
+    xd, yd, th = x.detach(), y.detach(), projections.detach()
+    n, d = xd.shape
+    m, k = yd.shape[0], th.shape[0]
+    dev, dt = xd.device, xd.dtype
+    grad_x = torch.empty((n, d), dtype=dt, device=dev) if need_gx else None
+    grad_y = torch.empty((m, d), dtype=dt, device=dev) if need_gy else None
+    noise_x = torch.zeros((n, k), dtype=dt, device=dev) if return_noise else None
+    noise_y = torch.zeros((m, k), dtype=dt, device=dev) if return_noise else None
+    seed_x, seed_y = stream_seed(seed, STREAM_PRIVATE), stream_seed(seed, STREAM_PARTICLES)
+    kc = direction_chunk(max(n, m), k)
+    bx = torch.empty((kc, n), dtype=dt, device=dev)
+    by = torch.empty((kc, m), dtype=dt, device=dev)
+    total = torch.zeros((), dtype=torch.float64, device=dev)
+    for j0 in range(0, k, kc):
+        c = min(kc, k - j0)
+        px = project_noise(xd, th, j0, c, seed_x, noise_std, noise_x, out=bx[:c])
+        py = project_noise(yd, th, j0, c, seed_y, noise_std, noise_y, out=by[:c],
+                           fast_noise=fast_noise_stream(STREAM_PARTICLES))
+        total += _w1d_chunk(px, py, p, need_gx, need_gy, prims)
+        last = j0 + c >= k
+        if need_gx:
+            accumulate_drift(px, th, j0, grad_x, 1.0 / k, first=j0 == 0, last=last)
+        if need_gy:
+            accumulate_drift(py, th, j0, grad_y, 1.0 / k, first=j0 == 0, last=last)
+    return (total / k).to(dt), grad_x, grad_y, noise_x, noise_y
+
+
 class SlicedWassersteinTriton(GradientInForward):
     """Autograd wrapper of the Triton DP-SW_p^p (``triton`` backend of op ``"sliced_wasserstein"``).
 
@@ -142,38 +172,14 @@ class SlicedWassersteinTriton(GradientInForward):
 
     @staticmethod
     def forward(ctx, x, y, projections, p, noise_std, seed, return_noise, prims=None):
-        xd, yd, th = x.detach(), y.detach(), projections.detach()
-        n, d = xd.shape
-        m, k = yd.shape[0], th.shape[0]
-        need_gx, need_gy = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dev, dt = xd.device, xd.dtype
-        grad_x = torch.empty((n, d), dtype=dt, device=dev) if need_gx else None
-        grad_y = torch.empty((m, d), dtype=dt, device=dev) if need_gy else None
-        noise_x = torch.zeros((n, k), dtype=dt, device=dev) if return_noise else None
-        noise_y = torch.zeros((m, k), dtype=dt, device=dev) if return_noise else None
-        seed_x, seed_y = stream_seed(seed, STREAM_PRIVATE), stream_seed(seed, STREAM_PARTICLES)
-        kc = direction_chunk(max(n, m), k)
-        bx = torch.empty((kc, n), dtype=dt, device=dev)
-        by = torch.empty((kc, m), dtype=dt, device=dev)
-        total = torch.zeros((), dtype=torch.float64, device=dev)
-        for j0 in range(0, k, kc):
-            c = min(kc, k - j0)
-            px = project_noise(xd, th, j0, c, seed_x, noise_std, noise_x, out=bx[:c])
-            py = project_noise(yd, th, j0, c, seed_y, noise_std, noise_y, out=by[:c],
-                               fast_noise=fast_noise_stream(STREAM_PARTICLES))
-            total += _w1d_chunk(px, py, p, need_gx, need_gy, prims)
-            last = j0 + c >= k
-            if need_gx:
-                accumulate_drift(px, th, j0, grad_x, 1.0 / k, first=j0 == 0, last=last)
-            if need_gy:
-                accumulate_drift(py, th, j0, grad_y, 1.0 / k, first=j0 == 0, last=last)
+        loss, grad_x, grad_y, noise_x, noise_y = _triton_points(x, y, projections, p, noise_std, seed,
+                                                                ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                                                                return_noise, prims)
         ctx.save_for_backward(grad_x, grad_y)
-        loss = (total / k).to(dt)
         if return_noise:
             ctx.mark_non_differentiable(noise_x, noise_y)
             return loss, noise_x, noise_y
         return loss
-
 
 
 @triton.jit
@@ -282,6 +288,47 @@ def _sketch_tables(m, n, sketch_bins, device):
     return [t.to(device) for t in (sx.to(torch.float64), lv, u, seg)]
 
 
+def _triton_sketch(x, y, projections, p, noise_std, seed, need_gy, return_noise, sketch_bins, prims=None):
+    """The sketch release chunk by chunk (x private, y generated): ``(loss, dloss/dy or None, noise (k, L) float64
+    or None)``."""
+    xd, yd, th = x.detach(), y.detach(), projections.detach()
+    m, d = xd.shape
+    n, k = yd.shape[0], th.shape[0]
+    L = int(sketch_bins)
+    dev, dt = xd.device, xd.dtype
+    noise = sketch_noise(k, L, noise_std, seed, dev)  # (k, L) float64, the release's keyed normals
+    wts, lv, u, seg = _sketch_tables(m, n, L, dev)
+    grad_y = torch.empty((n, d), dtype=dt, device=dev) if need_gy else None
+    kc = direction_chunk(max(n, m), k)
+    bx = torch.empty((kc, m), dtype=dt, device=dev)
+    by = torch.empty((kc, n), dtype=dt, device=dev)
+    f64 = dict(dtype=torch.float64, device=dev)
+    means, gmeans, table = (torch.empty((kc, L), **f64) for _ in range(3))
+    bv, bw = torch.empty((kc, L), **f64), torch.empty((kc, L), **f64)
+    bn = torch.empty((kc, L), dtype=torch.int32, device=dev)
+    part = torch.empty((kc, L), **f64)
+    prm = torch.tensor([float(p), 1.0 / n], **f64)
+    p_mode = 1 if p == 1 else (2 if p == 2 else 0)
+    block = 1024 if xd.is_cuda else 64
+    total = torch.zeros((), **f64)
+    for j0 in range(0, k, kc):
+        c = min(kc, k - j0)
+        px = project_noise(xd, th, j0, c, 0, 0.0, out=bx[:c])
+        py = project_noise(yd, th, j0, c, 0, 0.0, out=by[:c])
+        sx, _ = _argsort_rows(px, prims)
+        sy, iy = _argsort_rows(py, prims)
+        nz = noise[j0:j0 + c] if noise_std > 0 else means
+        _bin_means_kernel[(L, c)](sx, nz, means, m, L, HAS_NOISE=noise_std > 0, BLOCK=block)
+        _bin_means_kernel[(L, c)](sy, means, gmeans, n, L, HAS_NOISE=False, BLOCK=block)
+        _isotonic_kernel[(c,)](means, wts, bv, bw, bn, table, L, num_warps=1)
+        _sketch_loss_kernel[(L, c)](gmeans, table, seg, u, lv, iy, py, part, prm, n, L, ONE_BIN=L == 1,
+                                    P_MODE=p_mode, NEED_G=need_gy, BLOCK=block)
+        total += part[:c].sum()
+        if need_gy:
+            accumulate_drift(py, th, j0, grad_y, 1.0 / k, first=j0 == 0, last=j0 + c >= k)
+    return (total / k).to(dt), grad_y, (noise if return_noise else None)
+
+
 class SketchSlicedWassersteinTriton(GradientInForward):
     """Autograd wrapper of the Triton sketch-release loss (``triton``/``cuda`` backends with ``sketch_bins``).
 
@@ -292,51 +339,17 @@ class SketchSlicedWassersteinTriton(GradientInForward):
 
     @staticmethod
     def forward(ctx, x, y, projections, p, noise_std, seed, return_noise, sketch_bins, prims=None):
-        xd, yd, th = x.detach(), y.detach(), projections.detach()
-        m, d = xd.shape
-        n, k = yd.shape[0], th.shape[0]
-        L = int(sketch_bins)
-        need_gy = ctx.needs_input_grad[1]
-        dev, dt = xd.device, xd.dtype
-        noise = sketch_noise(k, L, noise_std, seed, dev)  # (k, L) float64, the release's keyed normals
-        wts, lv, u, seg = _sketch_tables(m, n, L, dev)
-        grad_y = torch.empty((n, d), dtype=dt, device=dev) if need_gy else None
-        kc = direction_chunk(max(n, m), k)
-        bx = torch.empty((kc, m), dtype=dt, device=dev)
-        by = torch.empty((kc, n), dtype=dt, device=dev)
-        f64 = dict(dtype=torch.float64, device=dev)
-        means, gmeans, table = (torch.empty((kc, L), **f64) for _ in range(3))
-        bv, bw = torch.empty((kc, L), **f64), torch.empty((kc, L), **f64)
-        bn = torch.empty((kc, L), dtype=torch.int32, device=dev)
-        part = torch.empty((kc, L), **f64)
-        prm = torch.tensor([float(p), 1.0 / n], **f64)
-        p_mode = 1 if p == 1 else (2 if p == 2 else 0)
-        block = 1024 if xd.is_cuda else 64
-        total = torch.zeros((), **f64)
-        for j0 in range(0, k, kc):
-            c = min(kc, k - j0)
-            px = project_noise(xd, th, j0, c, 0, 0.0, out=bx[:c])
-            py = project_noise(yd, th, j0, c, 0, 0.0, out=by[:c])
-            sx, _ = _argsort_rows(px, prims)
-            sy, iy = _argsort_rows(py, prims)
-            nz = noise[j0:j0 + c] if noise_std > 0 else means
-            _bin_means_kernel[(L, c)](sx, nz, means, m, L, HAS_NOISE=noise_std > 0, BLOCK=block)
-            _bin_means_kernel[(L, c)](sy, means, gmeans, n, L, HAS_NOISE=False, BLOCK=block)
-            _isotonic_kernel[(c,)](means, wts, bv, bw, bn, table, L, num_warps=1)
-            _sketch_loss_kernel[(L, c)](gmeans, table, seg, u, lv, iy, py, part, prm, n, L, ONE_BIN=L == 1,
-                                        P_MODE=p_mode, NEED_G=need_gy, BLOCK=block)
-            total += part[:c].sum()
-            if need_gy:
-                accumulate_drift(py, th, j0, grad_y, 1.0 / k, first=j0 == 0, last=j0 + c >= k)
+        loss, grad_y, noise = _triton_sketch(x, y, projections, p, noise_std, seed, ctx.needs_input_grad[1],
+                                             return_noise, sketch_bins, prims)
         ctx.save_for_backward(None, grad_y)
-        loss = (total / k).to(dt)
         if return_noise:
             ctx.mark_non_differentiable(noise)
             return loss, noise
         return loss
 
 
-def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise, prims=None, *, sketch_bins=None):
+def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise, prims=None, *, sketch_bins=None,
+                              grads=None):
     """Backend function of op ``"sliced_wasserstein"`` (dispatch contract signature).
 
     Shape: x (N, d) private side (already clipped by the public function), y (M, d), projections (k, d);
@@ -352,7 +365,8 @@ def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_nois
         BackendUnavailableError: CPU tensors without TRITON_INTERPRET=1.
 
     Autograd: gradient w.r.t. x and y (sketch: y only), computed in the forward pass; none w.r.t. projections; no
-    double backward.
+    double backward. ``grads=(need_x, need_y)`` (the custom op ``torch.ops.fastdpot.sliced_wasserstein``, below
+    autograd) returns ``(loss, dloss/dx or None, dloss/dy or None)`` as values instead, without autograd.
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021;
@@ -360,7 +374,7 @@ def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_nois
     """
     if isinstance(p, bool) or not float(p) >= 1.0:
         raise ValueError(f"p must be >= 1, got {p!r}")
-    if projections.requires_grad and torch.is_grad_enabled():
+    if projections.requires_grad and torch.is_grad_enabled() and grads is None:
         raise ValueError("the triton backend gives no gradient w.r.t. projections; got projections with "
                          "requires_grad=True (use backend='reference' to differentiate w.r.t. the directions)")
     y = y.to(x.dtype)
@@ -373,15 +387,23 @@ def sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_nois
             if not 1 <= int(sketch_bins) <= min(x.shape[0], y.shape[0]):
                 raise ValueError(f"sketch_bins must be in [1, min(N, M)] = [1, {min(x.shape[0], y.shape[0])}], got "
                                  f"{sketch_bins!r}")
+            if grads is not None:
+                loss, grad_y, _ = _triton_sketch(x, y, projections, p, float(noise_std), int(seed), grads[1], False,
+                                                 int(sketch_bins), prims)
+                return loss, None, grad_y
             out = SketchSlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed),
                                                       bool(return_noise), int(sketch_bins), prims)
             return (out[0], out[1], None) if return_noise else out
+        if grads is not None:
+            return _triton_points(x, y, projections, p, float(noise_std), int(seed), grads[0], grads[1], False,
+                                  prims)[:3]
         out = SlicedWassersteinTriton.apply(x, y, projections, p, float(noise_std), int(seed), bool(return_noise),
                                             prims)
     return tuple(out) if return_noise else out
 
 
-def sliced_wasserstein_cuda(x, y, projections, p, noise_std, seed, return_noise, prims=None, *, sketch_bins=None):
+def sliced_wasserstein_cuda(x, y, projections, p, noise_std, seed, return_noise, prims=None, *, sketch_bins=None,
+                            grads=None):
     """Backend function of op ``"sliced_wasserstein"``, backend ``cuda``: :func:`sliced_wasserstein_triton` with the
     projections of float32 inputs sorted by CUB radix sorts carrying 32-bit indices (``fastdpot._C_cuda_flow``)
     instead of ``torch.sort``'s int64 indices; same loss, noise and gradients (float64: ``torch.sort``), both
@@ -390,4 +412,4 @@ def sliced_wasserstein_cuda(x, y, projections, p, noise_std, seed, return_noise,
     from fastdpot._cuda_prims import CUB
 
     return sliced_wasserstein_triton(x, y, projections, p, noise_std, seed, return_noise,
-                                     CUB if prims is None else prims, sketch_bins=sketch_bins)
+                                     CUB if prims is None else prims, sketch_bins=sketch_bins, grads=grads)

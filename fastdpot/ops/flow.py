@@ -272,7 +272,9 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         particles, private, projections: see Shape; ``projections`` rows must be unit vectors.
         noise_std: σ >= 0, the noise standard deviation on every projected value (particles and private rows).
         step_size: h > 0. diffusion: λ >= 0, the Brownian term ``sqrt(2λh)·ξ``.
-        seed: integer in [0, 2**63) keying every draw of the step (all 64 bits of the Philox key are used).
+        seed: integer in [0, 2**63) keying every draw of the step (all 64 bits of the Philox key are used), or a
+            0-d integer tensor holding it (the key input of the custom op ``torch.ops.fastdpot.flow_step``: under
+            ``torch.compile`` a tensor key changes without recompiling, a Python integer is a constant of the graph).
         quantiles: one of :data:`QUANTILE_MODES`. num_quantiles: Q >= 2, the ``"grid"`` mode's grid (default N).
         histogram_bins: B >= 1, the ``"histogram"`` mode's bins per direction (required there).
         return_noise: also return the draws (below).
@@ -295,11 +297,23 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         BackendUnavailableError: an explicitly requested backend is missing or lacks what the call needs (a shard,
             a sketch outside exact mode).
 
+    Under ``torch.compile`` the step is the custom op ``torch.ops.fastdpot.flow_step``
+    (:mod:`fastdpot.ops.library`): one node of the graph, its checks run when the graph runs; ``shard`` and
+    ``return_noise`` are eager features there (ValueError).
+
     References:
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
         (DPSWflow-r's step; the ``"grid"`` mode is the authors' procedure).
     """
     from .._validate import check_seed, check_unit_rows
+
+    if torch.compiler.is_compiling():
+        return _compiled_step(particles, private, projections, noise_std, step_size, diffusion, seed, quantiles,
+                              num_quantiles, histogram_bins, return_noise, backend, sketch, shard)
+    if isinstance(seed, torch.Tensor):
+        if seed.numel() != 1 or seed.dtype.is_floating_point or seed.dtype.is_complex:
+            raise ValueError(f"seed must be an integer or a one-element integer tensor, got {seed!r}")
+        seed = int(seed.reshape(()).item())
 
     check_tensor(particles, "particles", 2)
     check_tensor(projections, "projections", 2)
@@ -335,3 +349,20 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
               diffusion=float(diffusion), seed=int(seed), quantiles=quantiles, num_quantiles=num_quantiles,
               histogram_bins=histogram_bins, return_noise=return_noise, sketch=sketch, shard=shard)
+
+
+def _compiled_step(particles, private, projections, noise_std, step_size, diffusion, seed, quantiles, num_quantiles,
+                   histogram_bins, return_noise, backend, sketch, shard):
+    """:func:`flow_step` while Dynamo traces it: the custom op ``torch.ops.fastdpot.flow_step`` (registered by
+    :mod:`fastdpot.ops.library`, whose kernel is :func:`flow_step` itself), the seed as a 0-d int64 key tensor."""
+    if shard is not None or return_noise:
+        raise ValueError("flow_step: shard and return_noise are not supported under torch.compile; call the step "
+                         "outside the compiled function")
+    if sketch is not None and (not isinstance(sketch, (tuple, list)) or len(sketch) != 2):
+        raise ValueError(f"sketch must be a pair (table (k, L), levels (L,)), got {type(sketch).__name__}")
+    table, levels = (None, None) if sketch is None else sketch
+    key = seed if isinstance(seed, torch.Tensor) else torch.tensor(seed, dtype=torch.int64)
+    new, drift = torch.ops.fastdpot.flow_step(particles, private, projections, table, levels, float(noise_std),
+                                              float(step_size), float(diffusion), key, quantiles, num_quantiles,
+                                              histogram_bins, backend)
+    return new, drift, None

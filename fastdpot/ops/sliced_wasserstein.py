@@ -6,9 +6,12 @@ modules) call :func:`sliced_wasserstein_op`; it checks its arguments (:func:`che
 draws the directions when none are given (:func:`fastdpot._random.random_projections`) and dispatches
 (:mod:`fastdpot._dispatch`).
 
-Backends (signature ``fn(x, y, projections, p, noise_std, seed, return_noise, *, sketch_bins=None)``; every row
-implements both releases: the points release, noise on every projected value, and with ``sketch_bins`` the sketch
-release, noise on the bin sums of the private side's sorted projections):
+Backends (signature ``fn(x, y, projections, p, noise_std, seed, return_noise, *, sketch_bins=None)``;
+every row implements both releases: the points release, noise on every projected value, and with ``sketch_bins`` the
+sketch release, noise on the bin sums of the private side's sorted projections; the fused rows (cpu, triton, cuda)
+also take ``grads=(need_x, need_y)`` and then return ``(loss, dloss/dx or None, dloss/dy or None)`` as values,
+without autograd: the kernel of the PyTorch custom op ``torch.ops.fastdpot.sliced_wasserstein``,
+:mod:`fastdpot.ops.library`):
 
 * ``reference`` — :func:`fastdpot.reference.sliced.sliced_wasserstein` and
   :func:`~fastdpot.reference.sliced.sketch_sliced_wasserstein` (pure torch, autograd), with the C++ kernel's keyed
@@ -39,14 +42,15 @@ import torch
 
 from .. import _dispatch
 from .._ext import cpp_status, load_cpp
-from .._validate import (check_choice, check_int, check_nonnegative, check_num_projections, check_same_dim,
-                         check_seed, check_tensor, check_unit_rows, unit_norm_tolerance)
+from .._validate import (check_choice, check_finite_tensor, check_int, check_nonnegative, check_num_projections,
+                         check_same_dim, check_seed, check_tensor, check_unit_rows, unit_norm_tolerance)
 from ..reference import sliced as _ref
 from .._random import random_projections
 from ._sliced_shared import GradientInForward, reference_noise, sketch_noise
 from ._triton import register_cuda, register_triton
 
-__all__ = ["sliced_wasserstein_op", "check_inputs", "check_weights", "select_backend", "GradientInForward",
+__all__ = ["sliced_wasserstein_op", "check_inputs", "check_static", "check_values", "check_weights", "select_backend",
+           "GradientInForward",
            "SlicedWassersteinCPU", "SketchSlicedWassersteinCPU", "reference_noise", "sketch_noise"]
 
 OP = "sliced_wasserstein"
@@ -78,6 +82,73 @@ def _chunk_size(n, m, k, itemsize, buffers):
     return max(1, min(k, _CHUNK_BYTES // per_dir))
 
 
+def _cpu_points(x, y, projections, p, noise_std, seed, need_gx, need_gy, return_noise):
+    """The fused C++ points release, chunk by chunk: ``(loss, dloss/dx or None, dloss/dy or None, noise_x or None,
+    noise_y or None)`` (the gradients of the sorts' permutations, computed during the forward)."""
+    mod = load_cpp("sliced")
+    kern = mod.sw_chunk_f32 if x.dtype == torch.float32 else mod.sw_chunk_f64
+    n, m, d = x.shape[0], y.shape[0], x.shape[1]
+    k = projections.shape[0]
+    xd, yd, th = x.detach(), y.detach(), projections.detach()
+    kc = _chunk_size(n, m, k, x.element_size(), 2 + int(need_gx or need_gy) + 2 * int(bool(return_noise)))
+    grad_x = torch.zeros(n, d, dtype=x.dtype) if need_gx else None
+    grad_y = torch.zeros(m, d, dtype=x.dtype) if need_gy else None
+    noise_x = torch.empty(n, k, dtype=x.dtype) if return_noise else None
+    noise_y = torch.empty(m, k, dtype=x.dtype) if return_noise else None
+    total = 0.0
+    gxb = gyb = nxb = nyb = None
+    for j0 in range(0, k, kc):
+        th_c = th[j0:j0 + kc]
+        c = th_c.shape[0]
+        px = torch.mm(th_c, xd.T)  # (c, N) contiguous, torch BLAS
+        pyv = torch.mm(th_c, yd.T)
+        if need_gx and (gxb is None or gxb.shape[0] != c):
+            gxb = torch.empty(c, n, dtype=x.dtype)
+        if need_gy and (gyb is None or gyb.shape[0] != c):
+            gyb = torch.empty(c, m, dtype=x.dtype)
+        if return_noise and (nxb is None or nxb.shape[0] != c):
+            nxb = torch.empty(c, n, dtype=x.dtype)
+            nyb = torch.empty(c, m, dtype=x.dtype)
+        losses = kern(px.numpy(), pyv.numpy(), int(p), float(noise_std), int(seed), int(j0), 1.0 / k,
+                      gxb.numpy() if need_gx else None, gyb.numpy() if need_gy else None,
+                      nxb.numpy() if return_noise else None, nyb.numpy() if return_noise else None)
+        total += float(losses.sum())
+        if need_gx:
+            grad_x.addmm_(gxb.T, th_c)
+        if need_gy:
+            grad_y.addmm_(gyb.T, th_c)
+        if return_noise:
+            noise_x[:, j0:j0 + c] = nxb.T
+            noise_y[:, j0:j0 + c] = nyb.T
+    return torch.tensor(total / k, dtype=x.dtype), grad_x, grad_y, noise_x, noise_y
+
+
+def _cpu_sketch(x, y, projections, p, noise_std, seed, need_gy, return_noise, sketch_bins):
+    """The fused C++ sketch release (x private, y generated): ``(loss, dloss/dy or None, noise (k, L) float64 or
+    None)``."""
+    mod = load_cpp("sliced")
+    kern = mod.sketch_chunk_f32 if x.dtype == torch.float32 else mod.sketch_chunk_f64
+    m, n, d = x.shape[0], y.shape[0], x.shape[1]
+    k = projections.shape[0]
+    xd, yd, th = x.detach(), y.detach(), projections.detach()
+    kc = _chunk_size(m, n, k, x.element_size(), 2 + int(need_gy))
+    grad_y = torch.zeros(n, d, dtype=x.dtype) if need_gy else None
+    noise = torch.zeros(k, sketch_bins, dtype=torch.float64) if return_noise else None
+    total, gyb = 0.0, None
+    for j0 in range(0, k, kc):
+        th_c = th[j0:j0 + kc]
+        c = th_c.shape[0]
+        if need_gy and (gyb is None or gyb.shape[0] != c):
+            gyb = torch.empty(c, n, dtype=x.dtype)
+        losses = kern(torch.mm(th_c, xd.T).numpy(), torch.mm(th_c, yd.T).numpy(), int(p), int(sketch_bins),
+                      float(noise_std), int(seed), int(j0), 1.0 / k, gyb.numpy() if need_gy else None,
+                      noise[j0:j0 + c].numpy() if return_noise else None)
+        total += float(losses.sum())
+        if need_gy:
+            grad_y.addmm_(gyb.T, th_c)
+    return torch.tensor(total / k, dtype=x.dtype), grad_y, noise
+
+
 class SlicedWassersteinCPU(GradientInForward):
     """Autograd wrapper of the fused C++ kernel (``cpu`` backend).
 
@@ -89,46 +160,10 @@ class SlicedWassersteinCPU(GradientInForward):
 
     @staticmethod
     def forward(ctx, x, y, projections, p, noise_std, seed, return_noise):
-        mod = load_cpp("sliced")
-        kern = mod.sw_chunk_f32 if x.dtype == torch.float32 else mod.sw_chunk_f64
-        n, m, d = x.shape[0], y.shape[0], x.shape[1]
-        k = projections.shape[0]
-        gx_needed, gy_needed = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        need_grad = gx_needed or gy_needed
-        xd, yd, th = x.detach(), y.detach(), projections.detach()
-        itemsize = x.element_size()
-        kc = _chunk_size(n, m, k, itemsize, 2 + int(need_grad) + 2 * int(bool(return_noise)))
-        grad_x = torch.zeros(n, d, dtype=x.dtype) if gx_needed else None
-        grad_y = torch.zeros(m, d, dtype=x.dtype) if gy_needed else None
-        noise_x = torch.empty(n, k, dtype=x.dtype) if return_noise else None
-        noise_y = torch.empty(m, k, dtype=x.dtype) if return_noise else None
-        total = 0.0
-        gxb = gyb = nxb = nyb = None
-        for j0 in range(0, k, kc):
-            th_c = th[j0:j0 + kc]
-            c = th_c.shape[0]
-            px = torch.mm(th_c, xd.T)  # (c, N) contiguous, torch BLAS
-            pyv = torch.mm(th_c, yd.T)
-            if gx_needed and (gxb is None or gxb.shape[0] != c):
-                gxb = torch.empty(c, n, dtype=x.dtype)
-            if gy_needed and (gyb is None or gyb.shape[0] != c):
-                gyb = torch.empty(c, m, dtype=x.dtype)
-            if return_noise and (nxb is None or nxb.shape[0] != c):
-                nxb = torch.empty(c, n, dtype=x.dtype)
-                nyb = torch.empty(c, m, dtype=x.dtype)
-            losses = kern(px.numpy(), pyv.numpy(), int(p), float(noise_std), int(seed), int(j0), 1.0 / k,
-                          gxb.numpy() if gx_needed else None, gyb.numpy() if gy_needed else None,
-                          nxb.numpy() if return_noise else None, nyb.numpy() if return_noise else None)
-            total += float(losses.sum())
-            if gx_needed:
-                grad_x.addmm_(gxb.T, th_c)
-            if gy_needed:
-                grad_y.addmm_(gyb.T, th_c)
-            if return_noise:
-                noise_x[:, j0:j0 + c] = nxb.T
-                noise_y[:, j0:j0 + c] = nyb.T
+        loss, grad_x, grad_y, noise_x, noise_y = _cpu_points(x, y, projections, p, noise_std, seed,
+                                                             ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                                                             return_noise)
         ctx.save_for_backward(grad_x, grad_y)
-        loss = torch.tensor(total / k, dtype=x.dtype)
         if return_noise:
             ctx.mark_non_differentiable(noise_x, noise_y)
             return loss, noise_x, noise_y
@@ -145,29 +180,9 @@ class SketchSlicedWassersteinCPU(GradientInForward):
 
     @staticmethod
     def forward(ctx, x, y, projections, p, noise_std, seed, return_noise, sketch_bins):
-        mod = load_cpp("sliced")
-        kern = mod.sketch_chunk_f32 if x.dtype == torch.float32 else mod.sketch_chunk_f64
-        m, n, d = x.shape[0], y.shape[0], x.shape[1]
-        k = projections.shape[0]
-        need_gy = ctx.needs_input_grad[1]
-        xd, yd, th = x.detach(), y.detach(), projections.detach()
-        kc = _chunk_size(m, n, k, x.element_size(), 2 + int(need_gy))
-        grad_y = torch.zeros(n, d, dtype=x.dtype) if need_gy else None
-        noise = torch.zeros(k, sketch_bins, dtype=torch.float64) if return_noise else None
-        total, gyb = 0.0, None
-        for j0 in range(0, k, kc):
-            th_c = th[j0:j0 + kc]
-            c = th_c.shape[0]
-            if need_gy and (gyb is None or gyb.shape[0] != c):
-                gyb = torch.empty(c, n, dtype=x.dtype)
-            losses = kern(torch.mm(th_c, xd.T).numpy(), torch.mm(th_c, yd.T).numpy(), int(p), int(sketch_bins),
-                          float(noise_std), int(seed), int(j0), 1.0 / k, gyb.numpy() if need_gy else None,
-                          noise[j0:j0 + c].numpy() if return_noise else None)
-            total += float(losses.sum())
-            if need_gy:
-                grad_y.addmm_(gyb.T, th_c)
+        loss, grad_y, noise = _cpu_sketch(x, y, projections, p, noise_std, seed, ctx.needs_input_grad[1],
+                                          return_noise, sketch_bins)
         ctx.save_for_backward(None, grad_y)
-        loss = torch.tensor(total / k, dtype=x.dtype)
         if return_noise:
             ctx.mark_non_differentiable(noise)
             return loss, noise
@@ -183,13 +198,18 @@ def _cpu_available():
 
 
 @_dispatch.register(OP, "cpu", available=_cpu_available)
-def _sw_cpu(x, y, projections, p, noise_std, seed, return_noise, *, sketch_bins=None):
+def _sw_cpu(x, y, projections, p, noise_std, seed, return_noise, *, sketch_bins=None, grads=None):
     if x.device.type != "cpu" or y.device.type != "cpu" or projections.device.type != "cpu":
         raise ValueError(f"backend 'cpu' needs CPU tensors, got x on {x.device}, y on {y.device}")
-    if projections.requires_grad:
+    if projections.requires_grad and grads is None:
         raise ValueError("backend 'cpu' gives no gradient w.r.t. projections; use backend='reference' "
                          "or pass projections.detach()")
     args = (x.contiguous(), y.contiguous(), projections.contiguous(), p, noise_std, seed, return_noise)
+    if grads is not None:  # the custom op's kernel: the gradients as values, no autograd
+        if sketch_bins is not None:
+            loss, grad_y, _ = _cpu_sketch(*args[:6], grads[1], False, sketch_bins)
+            return loss, None, grad_y
+        return _cpu_points(*args[:6], grads[0], grads[1], False)[:3]
     if sketch_bins is not None:
         out = SketchSlicedWassersteinCPU.apply(*args, sketch_bins)
         return (out[0], out[1], None) if return_noise else out
@@ -213,10 +233,29 @@ def check_inputs(x: torch.Tensor, y: torch.Tensor, p: int = 2, num_projections: 
     (``orthogonal``: blocks of d orthonormal rows; given ``projections`` must then be such blocks).
 
     ``names`` are the names of x and y in the error messages. Raises ValueError as :func:`sliced_wasserstein_op`.
+    The checks are :func:`check_static` (what a compiled graph's guards fix) then :func:`check_values` (what the
+    custom op checks when it runs).
+    """
+    k = check_static(x, y, p, num_projections, projections, names)
+    if projections is None:
+        check_values(x, y, None, names)
+        return random_projections(k, x.shape[1], generator=generator, dtype=x.dtype, device=x.device,
+                                  orthogonal=orthogonal)
+    check_values(x, y, projections, names, orthogonal=orthogonal)
+    return projections.to(x.dtype)
+
+
+def check_static(x: torch.Tensor, y: torch.Tensor, p: int = 2, num_projections: Optional[int] = None,
+                 projections: Optional[torch.Tensor] = None, names: Sequence[str] = ("x", "y")) -> int:
+    """The checks of :func:`check_inputs` that read no tensor values (types, shapes, dtypes, devices, p, k): under
+    ``torch.compile`` they run while tracing; returns k (``projections``' rows, else ``num_projections``).
+
+    Raises:
+        ValueError / TypeError: as :func:`sliced_wasserstein_op`, for what they check.
     """
     xname, yname = names
-    check_tensor(x, xname, ndim=2, dtypes=_DTYPES)
-    check_tensor(y, yname, ndim=2, dtypes=_DTYPES)
+    check_tensor(x, xname, ndim=2, dtypes=_DTYPES, finite=False)
+    check_tensor(y, yname, ndim=2, dtypes=_DTYPES, finite=False)
     if x.dtype != y.dtype:
         raise ValueError(f"{xname} and {yname} must have the same dtype, got {x.dtype} and {y.dtype}")
     if x.device != y.device:
@@ -229,22 +268,36 @@ def check_inputs(x: torch.Tensor, y: torch.Tensor, p: int = 2, num_projections: 
         if num_projections is None:
             raise ValueError("one of num_projections or projections must be given (num_projections has the alias "
                              "n_projections), got neither")
-        k = check_num_projections(num_projections, d)
-        return random_projections(k, d, generator=generator, dtype=x.dtype, device=x.device,
-                                  orthogonal=orthogonal)
-    check_tensor(projections, "projections", ndim=2, dtypes=_DTYPES)
+        return check_num_projections(num_projections, d)
+    check_tensor(projections, "projections", ndim=2, dtypes=_DTYPES, finite=False)
     if projections.shape[1] != d:
         raise ValueError(f"projections must have shape (k, d) = (k, {d}): one unit direction per row, got "
                          f"{tuple(projections.shape)} (POT's projections are (d, k) columns: pass their transpose)")
     if num_projections is not None and num_projections != projections.shape[0]:
         raise ValueError(f"num_projections={num_projections!r} disagrees with projections of shape "
                          f"{tuple(projections.shape)}")
-    check_unit_rows(projections, "projections")
-    if orthogonal:
-        _check_orthogonal_blocks(projections)
     if projections.device != x.device:
         raise ValueError(f"projections must be on {x.device}, got {projections.device}")
-    return projections.to(x.dtype)
+    return projections.shape[0]
+
+
+def check_values(x: torch.Tensor, y: torch.Tensor, projections: Optional[torch.Tensor] = None,
+                 names: Sequence[str] = ("x", "y"), *, orthogonal: bool = False) -> None:
+    """The checks of :func:`check_inputs` that read tensor values: x and y finite, ``projections`` (when given)
+    finite with unit rows, and with ``orthogonal`` blocks of d orthonormal rows. The custom op runs them in its
+    kernel, so a compiled call checks them too, when it runs.
+
+    Raises:
+        ValueError: a non-finite value (the message names the tensor and counts them), rows that are not unit
+            vectors or not orthonormal blocks.
+    """
+    check_finite_tensor(x, names[0])
+    check_finite_tensor(y, names[1])
+    if projections is not None:
+        check_finite_tensor(projections, "projections")
+        check_unit_rows(projections, "projections")
+        if orthogonal:
+            _check_orthogonal_blocks(projections)
 
 
 def _check_orthogonal_blocks(theta):

@@ -16,6 +16,7 @@ from .._validate import (check_bool, check_choice, check_generator, check_int, c
 from ..ops import sliced_wasserstein as _op
 from ..ops.sliced_wasserstein import _DTYPES
 from ..reference import sliced as _ref
+from . import _compiled
 
 __all__ = ["sliced_wasserstein", "dp_sliced_wasserstein", "DEFAULT_NUM_PROJECTIONS", "DIRECTIONS", "RELEASES",
            "check_clip_radius"]
@@ -95,9 +96,16 @@ def sliced_wasserstein(x, y, a=None, b=None, num_projections: Optional[int] = No
     generator = resolve_alias(generator, _seed_generator(seed), "generator", "seed")
     check_generator(generator, allow_privacy=False)
     check_bool(log, "log")
-    x, y, a, b, projections, as_numpy = _torch_inputs(x, y, a, b, projections)
     if projections is None and num_projections is None:
         num_projections = DEFAULT_NUM_PROJECTIONS
+    if torch.compiler.is_compiling():  # a custom op in the graph, or eager at a graph break (sliced._compiled)
+        fused = _compiled.supported(x, y, backend, projections=projections,
+                                    eager_only=log or a is not None or b is not None or generator is not None)
+        if fused:
+            return _compiled.compiled_sliced_wasserstein(x, y, num_projections, p, projections, fused)
+        return _eager(sliced_wasserstein)(x, y, a, b, num_projections, p, projections, None, log,
+                                          generator=generator, backend=backend)
+    x, y, a, b, projections, as_numpy = _torch_inputs(x, y, a, b, projections)
     if not log:
         out = _op.sliced_wasserstein_op(x, y, projections, p, backend=backend, num_projections=num_projections,
                                         generator=generator, a=a, b=b)
@@ -242,20 +250,34 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
         Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021 (mechanism
         M(X) = XΘᵀ + V, Lemma 2 and Proposition 2).
     """
-    x_private, y = _private_generated("dp_sliced_wasserstein", generated, legacy, private)
+    compiling = torch.compiler.is_compiling()
+    x_private, y = _private_generated("dp_sliced_wasserstein", generated, legacy, private, finite=not compiling)
     if noise_std is None:
         raise TypeError("dp_sliced_wasserstein() needs noise_std= (σ >= 0, keyword-only)")
     noise_std = check_nonnegative(noise_std, "noise_std")
     check_release(release, sketch_bins)
     check_choice(directions, "directions", DIRECTIONS)
     clip_radius = check_clip_radius(clip_radius, noise_std, "dp_sliced_wasserstein")
+    from ..privacy.randomness import PrivacyRandomness, privacy_randomness
+
+    rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
+    if compiling:  # the custom ops in the graph, the secret draws when it runs, or eager at a graph break
+        fused = _compiled.supported(x_private, y, backend, projections=projections,
+                                    eager_only=return_noise or not rng.secure_mode)
+        if not fused:
+            return _eager(dp_sliced_wasserstein)(
+                generated, private=private, noise_std=noise_std, num_projections=num_projections, p=p,
+                projections=projections, generator=generator, backend=backend, return_noise=return_noise,
+                clip_radius=clip_radius, secure_mode=secure_mode, release=release, sketch_bins=sketch_bins,
+                directions=directions)
+        return _compiled.compiled_dp_sliced_wasserstein(
+            x_private, y, noise_std=noise_std, clip_radius=clip_radius, num_projections=num_projections, p=p,
+            projections=projections, fused=fused, sketch_bins=sketch_bins if release == "sketch" else None,
+            orthogonal=directions == "orthogonal")
     if clip_radius is not None and not math.isinf(clip_radius):
         from ..privacy import clip_rows
 
         x_private = clip_rows(x_private, clip_radius)
-    from ..privacy.randomness import PrivacyRandomness, privacy_randomness
-
-    rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
     # the noise key is drawn from rng after the directions (seed=None)
     return _op.sliced_wasserstein_op(x_private, y, projections, p, noise_std, None, return_noise, backend,
                                      num_projections=num_projections, generator=rng, names=("private", "generated"),
@@ -263,12 +285,26 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
                                      sketch_bins=sketch_bins if release == "sketch" else None)
 
 
-def _private_generated(fname, generated, legacy, private):
+_EAGER = {}
+
+
+def _eager(fn):
+    """``torch.compiler.disable(fn)``: what a compiled function runs eagerly, at a graph break (generators, weights,
+    log, the reference backend: :mod:`fastdpot.sliced._compiled`). Made on first use, under ``torch.compile``, where
+    Dynamo is imported already (importing it for ``import fastdpot`` would cost 1.7 s)."""
+    wrapped = _EAGER.get(fn.__qualname__)
+    if wrapped is None:
+        wrapped = _EAGER[fn.__qualname__] = torch.compiler.disable(fn)
+    return wrapped
+
+
+def _private_generated(fname, generated, legacy, private, finite: bool = True):
     """Check the (generated, private=) call form of a private entry point; return ``(private, generated)``.
 
     The call form: the private rows must come by keyword, never by position (a positional order can be swapped
     without anyone noticing). Both sides are checked as (rows, d) tensors under their names; the private rows'
-    finiteness here, before any clipping renames them.
+    finiteness here, before any clipping renames them (``finite=False``: under ``torch.compile``, where the
+    custom ops check it when the graph runs).
     """
     if legacy:
         raise TypeError(
@@ -280,7 +316,7 @@ def _private_generated(fname, generated, legacy, private):
         raise TypeError(f"{fname}() needs the private rows as private= (keyword-only); the positional argument is "
                         f"the generated / public side")
     check_tensor(generated, "generated", ndim=2, dtypes=_DTYPES, finite=False)
-    check_tensor(private, "private", ndim=2, dtypes=_DTYPES)
+    check_tensor(private, "private", ndim=2, dtypes=_DTYPES, finite=finite)
     if private is generated:
         raise ValueError("private and generated are the same tensor; pass the private rows as private= and the "
                          "generated rows as the positional argument")

@@ -13,7 +13,7 @@ from torch import nn
 from .. import _dispatch
 from .._validate import (check_choice, check_delta, check_generator, check_int, check_nonnegative,
                          check_num_projections, check_positive, resolve_alias)
-from .functional import (DEFAULT_NUM_PROJECTIONS, DIRECTIONS, _private_generated, _seed_generator,
+from .functional import (DEFAULT_NUM_PROJECTIONS, DIRECTIONS, _eager, _private_generated, _seed_generator,
                          check_clip_radius, check_release, dp_sliced_wasserstein, sliced_wasserstein)
 
 __all__ = ["SlicedWassersteinLoss", "DPSlicedWassersteinLoss", "dp_sliced_wasserstein_noise_std"]
@@ -293,25 +293,39 @@ class DPSlicedWassersteinLoss(nn.Module):
             fastdpot.privacy.BudgetExceededError: all ``steps`` calibrated releases are used (nothing is
                 released).
         """
-        x_private, y = _private_generated(f"{type(self).__name__}.forward", generated, legacy, private)
+        compiling = torch.compiler.is_compiling()
+        x_private, y = _private_generated(f"{type(self).__name__}.forward", generated, legacy, private,
+                                          finite=not compiling)
+        if compiling:  # the counter is Python state: checked and counted eagerly, at a graph break, before the release
+            _eager(type(self)._admit)(self, tuple(x_private.shape), True)
+        else:
+            self._admit(tuple(x_private.shape), False)
+        out = dp_sliced_wasserstein(y, private=x_private, noise_std=self._noise_std,
+                                    num_projections=self._num_projections, p=self.p, generator=self._rng,
+                                    backend=self.backend, clip_radius=self._clip_radius, release=self._release,
+                                    sketch_bins=self._sketch_bins, directions=self._directions)
+        if not compiling:
+            self._releases += 1
+        return out
+
+    def _admit(self, shape, count: bool) -> None:
+        """Refuse a release the calibration does not cover (a batch of another size or dimension, a budget used up);
+        with ``count``, count it now (under ``torch.compile``, where it runs eagerly before the graph's release: a
+        release that then fails is counted, an over-count)."""
         det = self._privacy
         if det is not None:
-            if x_private.shape[0] != det["batch_size"]:
+            if shape[0] != det["batch_size"]:
                 raise ValueError(f"private must hold batch_size={det['batch_size']} rows (the accountant's "
-                                 f"assumption), got {x_private.shape[0]}")
-            if x_private.shape[1] != det["dim"]:
-                raise ValueError(f"private must have dim={det['dim']} columns, got {x_private.shape[1]}")
+                                 f"assumption), got {shape[0]}")
+            if shape[1] != det["dim"]:
+                raise ValueError(f"private must have dim={det['dim']} columns, got {shape[1]}")
             if self._releases >= det["steps"]:
                 from ..privacy import BudgetExceededError
 
                 raise BudgetExceededError(f"privacy budget exhausted: noise_std was calibrated for steps="
                                           f"{det['steps']} releases, all of them used; nothing was released")
-        out = dp_sliced_wasserstein(y, private=x_private, noise_std=self._noise_std,
-                                    num_projections=self._num_projections, p=self.p, generator=self._rng,
-                                    backend=self.backend, clip_radius=self._clip_radius, release=self._release,
-                                    sketch_bins=self._sketch_bins, directions=self._directions)
-        self._releases += 1
-        return out
+        if count:
+            self._releases += 1
 
     # -- state ------------------------------------------------------------------------------------------------
     def get_extra_state(self) -> Dict[str, Any]:

@@ -155,3 +155,20 @@ def test_pytest_bench_collects_the_suites_and_writes_the_stored_format(tmp_path)
     with open(os.path.join(harness.ROOT, "pyproject.toml"), "rb") as f:
         ini = tomllib.load(f)["tool"]["pytest"]["ini_options"]
     assert ini["testpaths"] == ["tests"]  # the default run never benchmarks: the suites live in bench/
+
+
+def test_the_compiled_training_step_is_a_row_beside_the_eager_one(tmp_path):
+    """Issue 40.7: suite ``sliced`` case ``step`` times a generator's training step with both losses eagerly and
+    under torch.compile(fullgraph=True) (inductor); the renderer shows the compiled row with its ratio to the eager
+    anchor, in one group."""
+    out = tmp_path / "step.json"
+    cmd = [sys.executable, "-m", "pytest", "bench/test_sliced.py", "--benchmark-only", "-q", "-p", "no:cacheprovider",
+           "-k", "quick-step", f"--benchmark-json={out}"]
+    env = dict(os.environ, FASTDPOT_TREE_COMMIT="feedbee", FASTDPOT_BENCH_THREADS="1")
+    proc = subprocess.run(cmd, cwd=harness.ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = store.load_rows([str(out)])
+    assert sorted((r["case"], r["impl"]) for r in rows) == [("step", "compiled"), ("step", "eager")]
+    lines = [ln for ln in render.table(rows).splitlines() if ln.startswith("| sliced | step |")]
+    compiled = [ln for ln in lines if "| compiled |" in ln]
+    assert len(lines) == 2 and len(compiled) == 1 and "× eager" in compiled[0]
