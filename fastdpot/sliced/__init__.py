@@ -2,7 +2,8 @@
 
 Public API: :func:`sliced_wasserstein` (POT's conventions), :func:`dp_sliced_wasserstein`,
 :class:`SlicedWassersteinLoss`, :class:`DPSlicedWassersteinLoss`, :func:`dp_sliced_wasserstein_noise_std`.
-Under ``torch.compile`` the functions are PyTorch custom ops (:mod:`fastdpot.sliced._compiled`, :mod:`fastdpot.ops.library`).
+Under ``torch.compile`` the functions are PyTorch custom ops (:mod:`fastdpot.sliced._compiled`,
+:mod:`fastdpot.ops.library`).
 
 The losses add their conventions (POT's positional order, argument aliases and numpy in and out, the privacy
 randomness, clipping, the release kinds, the calibration, the modules and their state) to op
