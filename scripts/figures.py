@@ -2,6 +2,7 @@
 
     python scripts/figures.py                  # writes docs/gallery/*.png (about 6 min of CPU time on 2 cores)
     python scripts/figures.py --quick --out /tmp/figures   # the same code on tiny sizes, in seconds (a check)
+    python scripts/figures.py --only epsilon_steps,audit_bounds   # some of them
 
 1. ``flow_strip.png``: a private 2-D DP sliced-Wasserstein flow (ε = 10) as strips of frames, per-point release
    vs the sliced quantile sketch (:class:`fastdpot.DPSlicedWassersteinFlow`).
@@ -10,6 +11,14 @@
 3. ``ldp_half_circle.png``: clean points on a half circle, their locally privatised release (Gaussian local
    mechanism, ε = 5), and samples of a generator trained on the release with the entropic loss W_{2,2σ²}
    (:func:`fastdpot.ldp.train_generator` on :class:`fastdpot.experiments.papers.ldp.MLPGenerator2D`).
+
+4. ``particles_vs_data.png``: :func:`fastdpot.plot.particles`: the particles of a private 8-D flow against the data in
+   two chosen directions (two coordinates; the plane the data lie near).
+5. ``epsilon_steps.png``: :func:`fastdpot.plot.epsilon`: ε against steps for a
+   :class:`fastdpot.privacy.PrivacyAccountant` (PLD and RDP), a flow and a
+   :class:`fastdpot.DPSlicedWassersteinLoss` part-way through its plan.
+6. ``audit_bounds.png``: :func:`fastdpot.plot.audit`: the audit's empirical lower bounds against the claimed ε, the
+   local mechanisms correct and with their clipping removed (:func:`fastdpot.audit.run_case`).
 
 Public draws (data, initial particles and weights, latents) are seeded; every privacy draw (batches, directions,
 mechanism noise) is secret operating-system randomness, so two runs give figures that differ in their noise only.
@@ -29,6 +38,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 import fastdpot  # noqa: E402
+import fastdpot.plot  # noqa: E402,F401  (the optional extra's pictures)
 from fastdpot.dpswgen import train_dpswgen  # noqa: E402
 from fastdpot.experiments.papers.dpswgen import MLPGenerator  # noqa: E402
 from fastdpot.experiments.papers.ldp import MLPGenerator2D, half_circle  # noqa: E402
@@ -37,9 +47,9 @@ from fastdpot.privacy import gaussian_local_mechanism  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL = dict(points=4000, particles=1500, flow_steps=120, frames=(0, 20, 60, 120), gen_steps=300, gen_batch=500,
-            ldp_points=3000, ldp_steps=200)
+            ldp_points=3000, ldp_steps=200, audit_trials=100_000)
 QUICK = dict(points=200, particles=60, flow_steps=6, frames=(0, 2, 4, 6), gen_steps=4, gen_batch=50, ldp_points=60,
-             ldp_steps=3)
+             ldp_steps=3, audit_trials=2_000)
 
 
 def _two_moons(n, g):
@@ -149,16 +159,89 @@ def ldp_half_circle(out, s):
     plt.close(fig)
 
 
-FIGURES = (flow_strip, dpswgen_curve, ldp_half_circle)
+def _moons_in(d, n, g):
+    """Two moons in a plane of R^d (a seeded public orthonormal pair ``plane`` (2, d)), with a little noise off it."""
+    q, _ = torch.linalg.qr(torch.randn(d, d, generator=g))
+    plane = q[:, :2].T.contiguous()
+    return _two_moons(n, g) @ plane + 0.05 * torch.randn(n, d, generator=g), plane
+
+
+def particles_vs_data(out, s):
+    g = torch.Generator().manual_seed(8)
+    d = 8
+    private, plane = _moons_in(d, s["points"], g)
+    flow = fastdpot.DPSlicedWassersteinFlow(num_particles=s["particles"], dim=d, num_projections=d, step_size=1.0,
+                                            target_epsilon=10.0, delta=1e-5, clip_radius=1.5,
+                                            batch_size=min(400, s["points"]), steps=s["flow_steps"],
+                                            directions="orthogonal", release="sketch", sketch_bins=20,
+                                            init="gaussian_scaled", init_scale=0.3,
+                                            generator=torch.Generator().manual_seed(9))
+    flow.run(private, progress=False)
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.8))
+    fastdpot.plot.particles(flow, private, (0, 1), ax=axes[0], title="coordinates 0 and 1")
+    fastdpot.plot.particles(flow, private, plane, ax=axes[1], title="the plane of the moons (two chosen directions)")
+    fig.suptitle(f"particles of a private 8-D flow (sketch release, ε = {flow.epsilon():.2f}, δ = 1e-5) against the "
+                 f"data", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "particles_vs_data.png"), dpi=80)
+    plt.close(fig)
+
+
+def epsilon_steps(out, s):
+    from fastdpot.privacy import PrivacyAccountant
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for kind in ("pld", "rdp"):  # Opacus' example: z = 1, q = 250/29999, 4199 steps
+        acc = PrivacyAccountant(kind)
+        acc.step(1.0, 250 / 29999, num_steps=4199 if s is FULL else 50)
+        fastdpot.plot.epsilon(acc, 1e-5, ax=axes[0], label=f"accountant ({kind})")
+    axes[0].set_title("PrivacyAccountant: z = 1, q = 250/29999", fontsize=9)
+    g = torch.Generator().manual_seed(10)
+    private = _two_moons(s["points"], g)
+    flow = fastdpot.DPSlicedWassersteinFlow(num_particles=s["particles"], dim=2, num_projections=2, step_size=1.0,
+                                            target_epsilon=10.0, delta=1e-5, clip_radius=1.0,
+                                            batch_size=min(400, s["points"]), steps=s["flow_steps"],
+                                            directions="orthogonal", generator=torch.Generator().manual_seed(11))
+    flow.run(private, steps=s["flow_steps"] // 2, progress=False)  # half of its plan
+    fastdpot.plot.epsilon(flow, ax=axes[1], label="flow")
+    axes[1].set_title(f"DPSlicedWassersteinFlow: {flow.steps_taken} of {s['flow_steps']} steps", fontsize=9)
+    crit = fastdpot.DPSlicedWassersteinLoss.from_privacy(5.0, 1e-5, batch_size=100, dataset_size=s["points"],
+                                                         steps=40, num_projections=20, dim=2, clip_radius=1.0)
+    for _ in range(10):
+        crit(torch.randn(100, 2, generator=g), private=private[torch.randperm(s["points"], generator=g)[:100]])
+    fastdpot.plot.epsilon(crit, ax=axes[2], label="loss")
+    axes[2].set_title(f"DPSlicedWassersteinLoss: {crit.releases} of 40 releases", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "epsilon_steps.png"), dpi=80)
+    plt.close(fig)
+
+
+def audit_bounds(out, s):
+    from fastdpot.audit import run_case
+
+    results = [(f"{name}, {variant}", run_case(name, "reference", variant, trials=s["audit_trials"], seed=12))
+               for name in ("laplace_local", "gaussian_local") for variant in ("correct", "no_clip")]
+    fastdpot.plot.audit(results, path=os.path.join(out, "audit_bounds.png"))
+
+
+FIGURES = (flow_strip, dpswgen_curve, ldp_half_circle, particles_vs_data, epsilon_steps, audit_bounds)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "gallery"), help="output folder")
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks that the code runs (figures meaningless)")
+    p.add_argument("--only", default=None, help="comma-separated figure names (default: all): "
+                   + ", ".join(f.__name__ for f in FIGURES))
     a = p.parse_args(argv)
+    names = None if a.only is None else a.only.split(",")
+    unknown = sorted(set(names or ()) - {f.__name__ for f in FIGURES})
+    if unknown:
+        p.error(f"unknown figures {unknown}")
     os.makedirs(a.out, exist_ok=True)
     for make in FIGURES:
+        if names is not None and make.__name__ not in names:
+            continue
         make(a.out, QUICK if a.quick else FULL)
         print(f"wrote {os.path.join(a.out, make.__name__ + '.png')}")
     return 0

@@ -2,7 +2,10 @@
 noise source, and print both tables and what the audit cannot detect.
 
 Exits with status 1 when any audited lower bound exceeds the claimed ε (a refuted claim) or a noise source is
-flagged by the tail test, 0 otherwise. Progress goes to stderr (tqdm), the tables to stdout.
+flagged by the tail test, 0 otherwise. Progress goes to stderr (tqdm), the tables to stdout, and the picture of the
+audited lower bounds against the claimed ε (:func:`fastdpot.plot.audit`) to ``--plot`` (``python -m fastdpot.audit``
+writes ``audit.png`` in the working directory unless ``--plot ''``; it needs matplotlib, the ``plot`` extra, and
+says so on stderr when it is missing).
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ What this audit cannot detect (an "ok" is a lower bound that stayed below the cl
 """
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(plot_default: Optional[str] = None) -> argparse.ArgumentParser:
     from .cases import CASES, VARIANTS
 
     p = argparse.ArgumentParser(prog="python -m fastdpot.audit", description=__doc__.splitlines()[0])
@@ -46,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tail-draws", type=int, default=10 ** 6,
                    help="normals drawn per noise source by the tail test (0: skip it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--plot", default=plot_default, metavar="PATH",
+                   help="write the picture of the audited lower bounds against the claimed ε there (PNG; '' for "
+                        f"none; default: {plot_default!r})")
     return p
 
 
@@ -86,17 +92,35 @@ def _tail_rows(args, bar) -> tuple:
     return rows, flagged
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def _write_plot(path: str, results) -> None:
+    """The audited cases' picture at ``path`` (:func:`fastdpot.plot.audit`); a note on stderr when nothing to draw
+    or matplotlib is missing."""
+    if not results:
+        print(f"no audited case to draw: {path} not written", file=sys.stderr)
+        return
+    try:
+        from ..plot import audit as plot_audit
+
+        plot_audit(results, path=path)
+    except ImportError as err:
+        print(f"no picture: {err}", file=sys.stderr)
+        return
+    print(f"wrote {path}")
+
+
+def main(argv: Optional[List[str]] = None, *, plot_default: Optional[str] = None) -> int:
+    """The command line (module docstring); ``plot_default`` is ``--plot``'s default (``python -m fastdpot.audit``:
+    ``audit.png``; a call from Python: None, no picture unless ``--plot`` is given). Returns the exit status."""
     from .._progress import progress_bar
     from .cases import CASES
     from .tails import NOISE_SOURCES, TAIL_THRESHOLDS
 
-    args = _parser().parse_args(argv)
+    args = _parser(plot_default).parse_args(argv)
     jobs = _jobs(args, CASES)
     tails = args.tail_draws > 0 and args.variant in ("correct", "truncated")
     bar = progress_bar(total=len(jobs) + (len(NOISE_SOURCES) if tails else 0), desc="audit",
                        disable=args.no_progress, file=sys.stderr)
-    rows, violated = [], False
+    rows, violated, audited = [], False, []
     for name, backend in jobs:
         bar.set_description(f"{name} [{backend}]")
         ok, reason = backend_status(name, backend)
@@ -107,6 +131,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         t0 = time.perf_counter()
         r = run_case(name, backend, args.variant, trials=args.trials, seed=args.seed, confidence=args.confidence)
         violated |= r.violated
+        audited.append((f"{name} [{backend}]", r))
         verdict = "VIOLATED" if r.violated else "ok"
         rows.append((name, backend, f"({r.epsilon:.3g}, {r.delta:.0e})", f"{r.epsilon_lower:.3f}", str(r.trials),
                      f"{verdict} ({time.perf_counter() - t0:.1f} s)"))
@@ -123,8 +148,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("\n".join(_table(("noise source", "draws", "observed/expected", "p-value", "verdict"), tail_rows)))
     print()
     print(CANNOT_DETECT, end="")
+    if args.plot:
+        _write_plot(args.plot, audited)
     return 1 if violated or flagged else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(plot_default="audit.png"))

@@ -1,0 +1,164 @@
+"""Pictures (issue 40.6, :mod:`fastdpot.plot`, matplotlib as an optional extra): particles against data in two chosen
+directions, ε against steps for an accountant, a ledger, a flow and the DP loss (the curve's numbers replayed from
+their public state and pinned to their own ``epsilon``), the audit's lower bounds against the claimed ε (also written
+by ``python -m fastdpot.audit``), and the gallery's quick mode (``scripts/figures.py --quick``). Pictures are checked
+for existence, size and non-blankness, not pixel by pixel; ``import fastdpot`` never imports matplotlib."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import fastdpot
+from fastdpot import plot
+from fastdpot.privacy import PrivacyAccountant, PrivacyLedger
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _picture_ok(path, min_bytes=5_000):
+    """A PNG that exists, has some size, and is not blank: more than a handful of distinct colours, and its
+    pixels vary."""
+    import matplotlib.image as mpimg
+
+    assert os.path.isfile(path), path
+    assert os.path.getsize(path) >= min_bytes, (path, os.path.getsize(path))
+    img = mpimg.imread(path)[..., :3]
+    assert img.shape[0] >= 100 and img.shape[1] >= 100
+    colours = np.unique((img.reshape(-1, 3) * 255).round().astype(np.uint8), axis=0).shape[0]
+    assert colours >= 8 and float(img.std()) > 0.02, (path, colours, float(img.std()))
+
+
+def test_importing_fastdpot_does_not_import_matplotlib():
+    code = "import sys, fastdpot, fastdpot.plot; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
+
+
+def test_without_matplotlib_the_first_picture_says_how_to_install_it():
+    code = ("import sys; sys.modules['matplotlib'] = None; sys.modules['matplotlib.pyplot'] = None\n"
+            "import torch, fastdpot.plot as P\n"
+            "try:\n    P.particles(torch.randn(5, 2))\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "fastdpot[plot]" in out
+
+
+def test_particles_against_data_in_two_chosen_directions(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    data, parts = torch.randn(500, 4, generator=g), torch.randn(200, 4, generator=g) * 0.5
+    for i, directions in enumerate((None, (1, 3), torch.tensor([[1.0, 1.0, 0, 0], [0, 0, 2.0, 0]]))):
+        path = str(tmp_path / f"p{i}.png")
+        ax = plot.particles(parts, data, directions, path=path)
+        _picture_ok(path)
+        assert ax.get_xlabel() in ("coordinate 0", "coordinate 1", "θ₁ᵀx")
+    # the picture's points are the projections on the normalised directions
+    fig, ax = matplotlib.pyplot.subplots()
+    plot.particles(parts, None, np.array([[3.0, 0, 0, 0], [0, 0, 0, -1.0]]), ax=ax)
+    xy = ax.collections[-1].get_offsets()
+    np.testing.assert_allclose(np.asarray(xy), parts.double().numpy()[:, [0, 3]] * [1, -1], rtol=1e-12)
+    matplotlib.pyplot.close(fig)
+    with pytest.raises(ValueError, match="share d"):
+        plot.particles(parts, data[:, :3])
+    with pytest.raises(ValueError, match="out of range"):
+        plot.particles(parts, None, (0, 4))
+    with pytest.raises(ValueError, match="d < 2|d = 1"):
+        plot.particles(parts[:, :1])
+
+
+def test_epsilon_curve_of_an_accountant_is_its_epsilon_after_t_releases():
+    acc = PrivacyAccountant("rdp")
+    acc.step(1.1, 0.01, num_steps=30)
+    acc.step(0.9, 0.02, num_steps=20)
+    t, eps, spent = plot.epsilon_curve(acc, 1e-5, points=6)
+    assert spent == 50 and t[0] == 1 and t[-1] == 50 and np.all(np.diff(eps) > 0)
+    assert eps[-1] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+    i = int(np.flatnonzero(t > 30)[0])  # a grid point inside the second event
+    part = PrivacyAccountant("rdp")
+    part.step(1.1, 0.01, num_steps=30)
+    part.step(0.9, 0.02, num_steps=int(t[i]) - 30)
+    assert t[i] < 50 and eps[i] == pytest.approx(part.get_epsilon(1e-5), rel=1e-12)
+    with pytest.raises(ValueError, match="delta"):
+        plot.epsilon_curve(acc)
+
+
+def test_epsilon_curve_of_a_ledger_flow_and_loss_ends_at_their_own_epsilon(tmp_path):
+    ledger = PrivacyLedger(1e-5, 12, noise_multiplier=1.3, delta_tail=1e-8)
+    with pytest.raises(ValueError, match="not bound"):
+        plot.epsilon_curve(ledger)
+    ledger.bind(0.1, "poisson")
+    ledger.record(5)
+    t, eps, spent = plot.epsilon_curve(ledger, points=12)
+    assert spent == 5 and list(t) == list(range(1, 13))
+    assert eps[4] == pytest.approx(ledger.epsilon(), rel=1e-12)  # planned tails: all 12 charged up front
+    data = torch.randn(200, 2, generator=torch.Generator().manual_seed(1))
+    flow = fastdpot.DPSlicedWassersteinFlow(40, 2, 2, 0.5, noise_multiplier=2.0, batch_size=50, steps=8,
+                                            secure_mode=False, generator=torch.Generator().manual_seed(2))
+    flow.run(data, steps=3, progress=False)
+    t, eps, spent = plot.epsilon_curve(flow)
+    assert spent == 3 and t[-1] == 8 and eps[t == 3][0] == pytest.approx(flow.epsilon(), rel=1e-12)
+    crit = fastdpot.DPSlicedWassersteinLoss.from_privacy(5.0, 1e-5, 20, 200, 6, 4, 2, clip_radius=1.0,
+                                                         secure_mode=False, generator=torch.Generator())
+    for _ in range(2):
+        crit(torch.randn(20, 2), private=torch.randn(20, 2))
+    t, eps, spent = plot.epsilon_curve(crit)
+    assert spent == 2 and eps[t == 2][0] == pytest.approx(crit.epsilon(), rel=1e-12)
+    assert eps[-1] <= 5.0 + 1e-9  # the calibrated target
+    fig, ax = matplotlib.pyplot.subplots()
+    for source, label in ((flow, "flow"), (crit, "loss"), (ledger, "ledger")):
+        plot.epsilon(source, ax=ax, label=label)
+    path = str(tmp_path / "eps.png")
+    fig.savefig(path, dpi=100)
+    matplotlib.pyplot.close(fig)
+    _picture_ok(path)
+    with pytest.raises(ValueError, match="non-private"):
+        plot.epsilon_curve(fastdpot.DPSlicedWassersteinFlow(10, 2, 2, 0.5))
+    with pytest.raises(ValueError, match="from_privacy"):
+        plot.epsilon_curve(fastdpot.DPSlicedWassersteinLoss(0.5, 4, clip_radius=1.0))
+
+
+def test_audit_picture_and_the_cli_writes_it(tmp_path, capsys):
+    from fastdpot.audit import run_case
+    from fastdpot.audit.__main__ import main as audit_main
+
+    results = {"gaussian_local": run_case("gaussian_local", trials=2000, seed=1),
+               "gaussian_local, no_clip": run_case("gaussian_local", variant="no_clip", trials=2000, seed=1)}
+    path = str(tmp_path / "a.png")
+    ax = plot.audit(results, path=path)
+    _picture_ok(path)
+    assert [p.get_facecolor()[:3] for p in ax.patches][0] != [p.get_facecolor()[:3] for p in ax.patches][1]
+    with pytest.raises(ValueError, match="no audit results"):
+        plot.audit({})
+    cli = str(tmp_path / "cli.png")
+    rc = audit_main(["--cases", "laplace_local", "gaussian_local", "--trials", "2000", "--tail-draws", "0",
+                     "--no-progress", "--plot", cli])
+    assert rc == 0 and f"wrote {cli}" in capsys.readouterr().out
+    _picture_ok(cli)
+    # `python -m fastdpot.audit` writes audit.png in the working directory by default
+    proc = subprocess.run([sys.executable, "-m", "fastdpot.audit", "--cases", "laplace_local", "--trials", "2000",
+                           "--tail-draws", "0", "--no-progress"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and "wrote audit.png" in proc.stdout, proc.stderr[-2000:]
+    _picture_ok(str(tmp_path / "audit.png"))
+
+
+def test_the_gallerys_quick_mode_draws_every_picture(tmp_path):
+    spec = importlib.util.spec_from_file_location("figures", os.path.join(ROOT, "scripts", "figures.py"))
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    assert figures.main(["--quick", "--out", str(tmp_path)]) == 0
+    names = [f.__name__ for f in figures.FIGURES]
+    assert {"particles_vs_data", "epsilon_steps", "audit_bounds"} <= set(names)
+    for name in names:
+        _picture_ok(str(tmp_path / f"{name}.png"))
+        assert os.path.isfile(os.path.join(ROOT, "docs", "gallery", f"{name}.png")), f"docs/gallery lacks {name}"
+    with open(os.path.join(ROOT, "docs", "gallery.md")) as f:
+        page = f.read()
+    for name in names:
+        assert f"gallery/{name}.png" in page, f"docs/gallery.md does not show {name}"
