@@ -4,8 +4,8 @@
   :data:`TERMINAL_INTERVAL_S` seconds. ``set_postfix`` does not force a redraw (tqdm's default does, which bypasses
   ``mininterval``): the postfix shows at the next timed refresh.
 * anything else (a file, a pipe, a CI log): no bar and no carriage return. A :class:`LogLines` writes one ordinary
-  line (``desc: n/total [elapsed, rate, postfix]``) at most every :data:`LOG_INTERVAL_S` seconds and a last one when
-  it closes, so a long run writes a few readable lines instead of one redraw per step.
+  line (``desc: n/total [elapsed, rate, postfix]``) when it starts, then at most every :data:`LOG_INTERVAL_S` seconds
+  and a last one when it closes, so a long run writes a few readable lines instead of one redraw per step.
 
 Both honour ``delay=`` (nothing is shown before that many seconds: a calibration that answers at once prints
 nothing) and ``disable=``.
@@ -60,6 +60,8 @@ class LogLines:
         self._postfix = ""
         self._written = False
         self._closed = False
+        if not self.disable and self._delay <= 0:
+            self._write()  # what the run is about, at once (a delayed one first shows after its delay)
 
     def __enter__(self):
         return self

@@ -15,13 +15,16 @@ __all__ = [
     "check_tensor", "check_positive", "check_nonnegative", "check_probability", "check_delta",
     "check_epsilon", "check_int", "check_choice", "check_same_dim", "check_finite_tensor", "check_device",
     "check_seed", "check_generator", "check_unit_rows", "unit_norm_tolerance", "resolve_alias", "check_bool",
-    "check_num_projections", "MAX_PROJECTION_ENTRIES",
+    "check_num_projections", "MAX_PROJECTION_ENTRIES", "check_memory", "available_memory", "COMPUTE_DTYPES",
 ]
 
 #: device types whose tensors fastdpot computes on (a meta tensor has no values to check or transport)
 SUPPORTED_DEVICES = ("cpu", "cuda")
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: The dtypes fastdpot computes in (the losses, Sinkhorn, the flows): float16 and bfloat16 are refused, naming the
+#: argument (their 11 and 8 bits of mantissa break the sorts' ties, the log-sum-exp and the noise's tails).
+COMPUTE_DTYPES = (torch.float32, torch.float64)
 
 
 def check_tensor(x, name: str, ndim: Optional[int] = None, *, floating: bool = True, finite: bool = True,
@@ -135,9 +138,51 @@ def check_num_projections(v, dim: Optional[int], name: str = "num_projections") 
 
 
 def check_choice(v, name: str, choices: Sequence) -> object:
+    """``v`` must be one of ``choices``, with the rule of :func:`check_int` and :func:`check_bool` for numbers: a
+    bool is not a number (``p=True`` is not p = 1) and a float is not an integer choice (``p=2.0``)."""
+    numeric = [c for c in choices if isinstance(c, Real) and not isinstance(c, bool)]
+    if isinstance(v, bool) and not any(isinstance(c, bool) for c in choices):
+        raise ValueError(f"{name} must be one of {list(choices)}, got the bool {v!r}")
+    if numeric and all(isinstance(c, Integral) for c in numeric) and isinstance(v, Real) and \
+            not isinstance(v, (Integral, bool)):
+        raise ValueError(f"{name} must be one of the integers {list(choices)}, got {v!r}")
     if v not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {v!r}")
     return v
+
+
+def available_memory(device) -> Optional[int]:
+    """Bytes that can still be allocated on ``device``: the free memory of a CUDA device, ``MemAvailable`` of
+    /proc/meminfo (or the free physical pages) on the CPU; None where the system does not say."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_memory(nbytes: int, name: str, value, device="cpu", what: str = "its tensors") -> None:
+    """Refuse a size whose tensors would not fit in the memory available on ``device``, before anything is
+    allocated (a raw allocator error names no argument).
+
+    Raises:
+        ValueError: ``nbytes`` > :func:`available_memory` (the message names ``name=value`` and both sizes).
+    """
+    avail = available_memory(device)
+    if avail is not None and nbytes > avail:
+        raise ValueError(f"{name}={value!r} needs about {nbytes / 2 ** 30:.3g} GiB for {what}, more than the "
+                         f"{avail / 2 ** 30:.3g} GiB available on {str(torch.device(device))!r}; use a smaller {name}")
 
 
 def check_same_dim(x: torch.Tensor, y: torch.Tensor, xname: str, yname: str) -> int:

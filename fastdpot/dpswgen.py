@@ -223,8 +223,9 @@ def train_dpswgen(private_data: torch.Tensor, model: nn.Module, epsilon: Optiona
 
     # ---- noise and ledger (the calibration may still refuse an unreachable ε: nothing released yet)
     if private and noise_std is None:
-        sigma, details = dp_sliced_wasserstein_noise_std(epsilon, delta, B, n, T, k, d, clip_radius,
-                                                         bound=bound, accountant=accountant)
+        sigma, details = dp_sliced_wasserstein_noise_std(  # its errors name ε and δ as the caller spelled them
+            **{eps_name: epsilon, delta_name: delta}, batch_size=B, dataset_size=n, steps=T, num_projections=k, dim=d,
+            clip_radius=clip_radius, bound=bound, accountant=accountant)
     elif private:  # the caller's σ: same δ split and sensitivity, multiplier σ/Δ; all T steps run
         delta_acc, delta_tail = split_delta(delta, T)
         sens = sliced_sensitivity(k, d, delta_tail, bound=bound, diameter=2.0 * clip_radius)

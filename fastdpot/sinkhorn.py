@@ -50,22 +50,46 @@ def class_conditional(x: torch.Tensor, labels: torch.Tensor, num_classes: int, s
     return torch.cat([x, check_nonnegative(scale, "scale") * onehot], dim=1)
 
 
-class SinkhornLoss(torch.nn.Module):
-    """Module form of :func:`sinkhorn` with GeomLoss' interface: ``SinkhornLoss(p=, blur=, reach=, scaling=,
-    debias=, backend=, diameter=)(x, y)`` or ``(a, x, b, y)`` with weights, batched (B, N, d) inputs included.
+#: The loss names of GeomLoss' ``SamplesLoss`` that SinkhornLoss does not compute (kernel norms and Hausdorff).
+_GEOMLOSS_OTHER_LOSSES = ("energy", "gaussian", "laplacian", "hausdorff")
 
-    Replacing ``geomloss.SamplesLoss("sinkhorn", p=2, blur=0.05, ...)`` by ``SinkhornLoss(p=2, blur=0.05, ...)``
-    (same keywords; backend names "auto", "tensorized", "online"; "multiscale" is refused) gives the same values
-    and gradients (tested against GeomLoss, balanced and unbalanced, batched).
+
+class SinkhornLoss(torch.nn.Module):
+    """Module form of :func:`sinkhorn` with GeomLoss' interface: ``SinkhornLoss("sinkhorn", p=, blur=, reach=,
+    scaling=, debias=, backend=, diameter=)(x, y)`` or ``(a, x, b, y)`` with weights, batched (B, N, d) inputs
+    included.
+
+    Replacing ``geomloss.SamplesLoss("sinkhorn", p=2, blur=0.05, ...)`` by ``SinkhornLoss("sinkhorn", p=2,
+    blur=0.05, ...)`` (the same call: GeomLoss' leading loss name, then the same keywords; backend names "auto",
+    "tensorized", "online"; "multiscale" is refused) gives the same values and gradients (tested against GeomLoss,
+    balanced and unbalanced, batched). The loss name may be left out: ``SinkhornLoss(p=2, blur=0.05)``.
+
+    Args:
+        loss: ``"sinkhorn"`` (GeomLoss' name of the Sinkhorn divergence; the only one computed here). ``p`` and
+            ``blur`` may follow it positionally, as in GeomLoss; every other argument is a keyword.
+        p, blur, scaling, cost, debias, backend, final_iters, reach, diameter: as :func:`sinkhorn`.
 
     Shape: x (N, d), y (M, d), a (N,), b (M,) -> 0-dim tensor; x (B, N, d), y (B, M, d), a (B, N), b (B, M) ->
-    (B,). See :func:`sinkhorn` for arguments, autograd (envelope theorem through the last step) and Raises.
+    (B,); float32 or float64. See :func:`sinkhorn` for arguments, autograd (envelope theorem through the last step)
+    and Raises.
+
+    Raises:
+        ValueError: ``loss`` other than ``"sinkhorn"`` (GeomLoss' other losses are named as not implemented; a
+            number there is the former positional ``p``: pass it as ``p=``), and every argument check of
+            :func:`sinkhorn`, at construction.
     """
 
-    def __init__(self, p: int = 2, blur: float = 0.05, scaling: float = 0.5, cost: Optional[Cost] = None,
-                 debias: bool = True, backend: str = "auto", final_iters: int = 0, *,
+    def __init__(self, loss: str = "sinkhorn", p: int = 2, blur: float = 0.05, *, scaling: float = 0.5,
+                 cost: Optional[Cost] = None, debias: bool = True, backend: str = "auto", final_iters: int = 0,
                  reach: Optional[float] = None, diameter: Optional[float] = None):
         super().__init__()
+        if not isinstance(loss, str):
+            raise ValueError(f"SinkhornLoss's first argument is the loss name 'sinkhorn' (GeomLoss' SamplesLoss "
+                             f"habit), got {loss!r}; pass the exponent as p={loss!r}")
+        if loss in _GEOMLOSS_OTHER_LOSSES:
+            raise ValueError(f"loss={loss!r} is one of GeomLoss' kernel or Hausdorff losses, which SinkhornLoss does "
+                             f"not compute; it computes loss='sinkhorn' only")
+        check_choice(loss, "loss", ("sinkhorn",))
         self.kw = dict(p=p, blur=blur, scaling=scaling, cost=cost, debias=debias, backend=backend,
                        final_iters=final_iters, reach=reach, diameter=diameter)
         # validate at construction (a wrong argument fails here, not at the first training step)

@@ -219,6 +219,46 @@ def test_sinkhorn_loss_batched_matches_geomloss(reach):
     assert torch.allclose(v1, v2, rtol=1e-10, atol=1e-12)
 
 
+def test_sinkhorn_loss_takes_geomlosss_leading_loss_name():
+    # issue 40: SinkhornLoss("sinkhorn", p=2, blur=0.05), GeomLoss' SamplesLoss habit, raised "multiple values for p"
+    x, y, _, _ = _pair()
+    theirs = geomloss.SamplesLoss("sinkhorn", p=2, blur=0.1, backend="tensorized")
+    for ours in (F.SinkhornLoss("sinkhorn", p=2, blur=0.1, backend="tensorized"),
+                 F.SinkhornLoss("sinkhorn", 2, 0.1, backend="tensorized"),  # GeomLoss' positional order
+                 F.SinkhornLoss(loss="sinkhorn", p=2, blur=0.1, backend="tensorized")):
+        assert torch.allclose(ours(x, y), theirs(x, y), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="'energy' is one of GeomLoss' kernel or Hausdorff losses.*'sinkhorn' only"):
+        F.SinkhornLoss("energy", blur=0.1)
+    with pytest.raises(ValueError, match=r"loss must be one of \['sinkhorn'\], got 'sinkhon'"):
+        F.SinkhornLoss("sinkhon")
+    with pytest.raises(ValueError, match="first argument is the loss name 'sinkhorn'.*pass the exponent as p=2"):
+        F.SinkhornLoss(2)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: F.SinkhornLoss(p=True),  # p = 1 by truthiness before
+    lambda: F.SinkhornLoss("sinkhorn", p=2.0),
+    lambda: F.sinkhorn.sinkhorn(torch.randn(4, 2), torch.randn(3, 2), p=True),
+    lambda: F.dp_sliced_wasserstein(torch.randn(4, 2), private=torch.randn(3, 2), noise_std=0.0, num_projections=3,
+                                    p=True),
+])
+def test_a_bool_or_a_float_is_not_an_integer_choice(call):
+    with pytest.raises(ValueError, match=r"p must be one of (the integers )?\[1, 2\]"):
+        call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sinkhorn_has_the_dtype_policy_of_the_losses_and_flows(dtype):
+    # float16 was refused by the sliced losses but accepted by Sinkhorn and the flows: float32/float64 everywhere
+    x = torch.randn(5, 2).to(dtype)
+    with pytest.raises(ValueError, match=r"x must have dtype in \['torch.float32', 'torch.float64'\]"):
+        F.sinkhorn.sinkhorn(x, x)
+    with pytest.raises(ValueError, match="x must have dtype in"):
+        F.SinkhornLoss("sinkhorn", blur=0.5)(x[None], x[None])  # batched
+    with pytest.raises(ValueError, match="dtype in"):
+        F.sliced_wasserstein(x, x, num_projections=3)
+
+
 def test_sinkhorn_backend_names_of_geomloss():
     assert select_backend(10, 10, 2, backend="online") == "keops"
     assert select_backend(10, 10, 2, backend="tensorized") == "reference"
@@ -269,8 +309,8 @@ def test_progress_is_a_bar_on_a_terminal_and_plain_lines_in_a_log(monkeypatch):
     with _progress.progress_bar(total=3, desc="lines", file=many) as bar:
         for _ in range(3):
             bar.update(1)
-    assert [ln.split(" [")[0] for ln in many.getvalue().splitlines()] == ["lines: 1/3", "lines: 2/3", "lines: 3/3",
-                                                                           "lines: 3/3"]
+    assert [ln.split(" [")[0] for ln in many.getvalue().splitlines()] == ["lines: 0/3", "lines: 1/3", "lines: 2/3",
+                                                                           "lines: 3/3", "lines: 3/3"]
     quiet = io.StringIO()
     with _progress.progress_bar(total=3, desc="late", file=quiet, delay=60.0) as bar:  # over before the delay
         bar.update(3)
@@ -472,3 +512,14 @@ def test_train_dpswgen_errors_name_the_budget_argument_the_caller_used():
         train_dpswgen(x, m, -1.0, 1e-5, steps=1, batch_size=20, progress=False)
     with pytest.raises(ValueError, match="^target_delta must be in"):
         train_dpswgen(x, m, 1.0, target_delta=2.0, steps=1, batch_size=20, progress=False)
+
+
+@pytest.mark.parametrize("spelled", ["epsilon", "target_epsilon"])
+def test_dpswgen_errors_name_the_target_as_the_caller_spelled_it(spelled):
+    from fastdpot.dpswgen import train_dpswgen
+    from fastdpot.experiments.papers.dpswgen import MLPGenerator
+
+    data = torch.randn(30, 2, generator=torch.Generator().manual_seed(6))
+    with pytest.raises(ValueError, match=rf"^{spelled}=1000000000.0 is unreachable"):
+        train_dpswgen(data, MLPGenerator(4, 2), delta=1e-5, steps=3, batch_size=10, num_projections=4,
+                      progress=False, **{spelled: 1e9})

@@ -35,8 +35,8 @@ from typing import Callable, Optional
 import torch
 
 from .._dispatch import dispatch, register, set_auto
-from .._validate import (check_bool, check_choice, check_int, check_nonnegative, check_positive, check_same_dim,
-                         check_tensor)
+from .._validate import (COMPUTE_DTYPES, check_bool, check_choice, check_int, check_nonnegative, check_positive,
+                         check_same_dim, check_tensor)
 from ..reference.sinkhorn import epsilon_schedule, sinkhorn_loop, sinkhorn_tensorized, sqdist_dense
 
 __all__ = ["sinkhorn", "select_backend", "Cost", "squared_euclidean", "euclidean", "l1", "squared_euclidean_l1",
@@ -394,7 +394,8 @@ def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None,
         0-dim tensor (or ``(value, f, g)``); (B,) for batched inputs.
 
     Raises:
-        ValueError: bad shapes, non-finite values, a tensor on an unsupported device (meta), negative or
+        ValueError: bad shapes, non-finite values, a dtype other than float32/float64 (float16 and bfloat16 are
+            refused, as by every fastdpot op), a tensor on an unsupported device (meta), negative or
             (balanced) unequal-mass weights, p not in {1, 2}, blur <= 0, reach <= 0, scaling outside (0, 1),
             ``debias`` or ``return_potentials`` not a bool,
             unknown backend name or "multiscale", data whose cost over their diameter overflows the dtype (e.g.
@@ -411,8 +412,8 @@ def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None,
         return _sinkhorn_batched(x, y, a, b, p=p, blur=blur, scaling=scaling, cost=cost, debias=debias,
                                  backend=backend, diameter=diameter, final_iters=final_iters,
                                  return_potentials=return_potentials, reach=reach)
-    check_tensor(x, "x", ndim=2)
-    check_tensor(y, "y", ndim=2)
+    check_tensor(x, "x", ndim=2, dtypes=COMPUTE_DTYPES)  # float32/float64 (docs/api.md, "Dtypes")
+    check_tensor(y, "y", ndim=2, dtypes=COMPUTE_DTYPES)
     d = check_same_dim(x, y, "x", "y")
     if x.device != y.device:
         raise ValueError(f"x and y must be on the same device, got {x.device} and {y.device}")
@@ -475,8 +476,8 @@ def sinkhorn(x: torch.Tensor, y: torch.Tensor, a: Optional[torch.Tensor] = None,
 def _sinkhorn_batched(x, y, a, b, *, diameter, return_potentials, **kw):
     """GeomLoss' batched convention: x (B, N, d), y (B, M, d), a (B, N), b (B, M) -> (B,), one problem per batch
     element, all on the ε-schedule of the common diameter (as GeomLoss computes it over the whole batch)."""
-    check_tensor(x, "x", ndim=3)
-    check_tensor(y, "y", ndim=3)
+    check_tensor(x, "x", ndim=3, dtypes=COMPUTE_DTYPES)
+    check_tensor(y, "y", ndim=3, dtypes=COMPUTE_DTYPES)
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x and y must have the same batch size B, got shapes {tuple(x.shape)} and "
                          f"{tuple(y.shape)}")
