@@ -26,12 +26,13 @@ class CheckpointError(ValueError):
 def check_checkpoint_path(path, name: str = "checkpoint_path") -> str:
     """Check that a checkpoint can be written at ``path`` *before* any work (or privacy) is spent on it.
 
-    Returns the path as ``str``. The parent folder may not exist yet (it is created when saving), but its nearest
-    existing ancestor must be a writable folder.
+    Returns the path as ``str``. Its folder must exist and be writable: a missing folder is an error (a mistyped
+    path would otherwise create folders wherever it points, e.g. at the root), never created here or when saving.
 
     Raises:
         TypeError: ``path`` not a str or ``os.PathLike``.
-        ValueError: ``path`` empty, an existing directory, or in a folder that cannot be written.
+        ValueError: ``path`` empty, an existing directory, in a folder that does not exist, or in a folder that
+            cannot be written.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
@@ -43,23 +44,17 @@ def check_checkpoint_path(path, name: str = "checkpoint_path") -> str:
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise ValueError(f"{name}={path!r} exists and is not writable")
     folder = os.path.dirname(os.path.abspath(path))
-    probe = folder
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe):
-        raise ValueError(f"{name}={path!r} cannot be created: {probe!r} is not a directory")
-    if probe == folder:
-        try:  # the check that counts: can a file be created here (permissions, read-only mounts)?
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_probe_")
-        except OSError as err:
-            raise ValueError(f"{name}={path!r} is not writable: cannot create a file in {folder!r} ({err})") from None
-        os.close(fd)
-        os.remove(tmp)
-    elif not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"{name}={path!r} is not writable: cannot create folders in {probe!r}")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{name}={path!r} cannot be created: {folder!r} is not a directory")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{name}={path!r} is in a folder that does not exist ({folder!r}); create it first (a "
+                         f"checkpoint never creates folders)")
+    try:  # the check that counts: can a file be created here (permissions, read-only mounts)?
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_probe_")
+    except OSError as err:
+        raise ValueError(f"{name}={path!r} is not writable: cannot create a file in {folder!r} ({err})") from None
+    os.close(fd)
+    os.remove(tmp)
     return path
 
 
@@ -69,11 +64,10 @@ def atomic_save(obj, path) -> None:
     until the new one is complete (a crash never corrupts it).
 
     Raises:
-        TypeError, ValueError: as :func:`check_checkpoint_path` (checked before writing).
+        TypeError, ValueError: as :func:`check_checkpoint_path` (checked before writing: the folder must exist).
     """
     path = check_checkpoint_path(path, "path")
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_ckpt_", suffix=".pt")
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -277,7 +277,7 @@ def _check_header(state, kind: str) -> None:
     if state["format"] != STATE_FORMAT:
         raise ValueError(f"state['format']={state['format']!r}: this fastdpot reads flow states of format "
                          f"{STATE_FORMAT} (a checkpoint of another version; re-run the flow)")
-    require_state(state, _KEYS, kind)
+    require_state(state, _KEYS, kind, exact=True)
     if not isinstance(state["config"], dict):
         raise ValueError(f"state['config'] must be a dict, got {type(state['config']).__name__}")
 
@@ -292,13 +292,14 @@ class ShardedCheckpointing:
     :meth:`~FlowCheckpointing.load_state_dict`). A checkpoint is a FOLDER."""
 
     def _check_checkpoint_path(self, path):
-        """The folder must be creatable and writable (checked before any step is spent)."""
+        """The folder must exist and be writable, or be creatable in an existing writable folder (checked before
+        any step is spent; :meth:`save` creates it, never its parents)."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"checkpoint_path must be a str or os.PathLike, got {type(path).__name__}")
         path = os.fspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise ValueError(f"checkpoint_path={path!r} of a sharded flow is a folder; a file is there")
-        check_checkpoint_path(os.path.join(path, "main.pt"))
+        check_checkpoint_path(os.path.join(path, "main.pt") if os.path.isdir(path) else path.rstrip(os.sep) or path)
         return path
 
     def save(self, path: str) -> None:
@@ -309,6 +310,7 @@ class ShardedCheckpointing:
         the last checkpoint intact. Replayable mode: the files are private artefacts."""
         main, prefix = _ckpt_files(path, self.rank, self.world_size)
         S = self._step
+        os.makedirs(path, exist_ok=True)  # the checkpoint's own folder (its parent exists: _check_checkpoint_path)
         atomic_save(dict(rank=self.rank, world_size=self.world_size, step=S, shard=self._shard,
                          particles=self._particles.detach().cpu().clone(), last_drift_norm=self._last_drift_norm),
                     f"{prefix}{S:09d}.pt")

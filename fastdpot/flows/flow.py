@@ -61,7 +61,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from .._random import make_generator
-from .._validate import check_tensor
+from .._validate import COMPUTE_DTYPES, check_memory, check_tensor
 from ..ops import flow_step, step_needs
 from .checkpoint import FlowCheckpointing
 from .config import FlowConfig
@@ -118,7 +118,10 @@ class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
         ValueError: every check of :class:`fastdpot.flows.FlowConfig` (step_size <= 0, diffusion < 0, k < 1, N < 2,
             both or inconsistent privacy arguments, a private flow without ``steps`` or without
             ``batch_size``/``sample_rate``, ``sketch_bins`` / ``histogram_bins`` / ``num_quantiles`` / ``pool_size``
-            missing where required or given where unused), non-finite ``init`` or of the wrong shape, an ``init``
+            missing where required or given where unused), non-finite ``init`` or of the wrong shape or dtype
+            (float32 and float64 only: :data:`fastdpot._validate.COMPUTE_DTYPES`), a ``num_particles`` whose particles
+            and per-step projections do not fit in the memory available on ``device`` (before anything is
+            allocated), an ``init``
             string not in :data:`fastdpot.flows.INIT_KINDS`, ``init_scale`` <= 0 (or != 1 with a tensor ``init``),
             a device that is not available; :class:`fastdpot._dispatch.MissingFeatureError` (a ValueError): a
             ``backend`` whose row of op ``flow_step`` lacks a feature the settings need (e.g. ``"sketch"`` with
@@ -208,6 +211,11 @@ class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
         self.secure_mode = secure_mode and self.private
         # every privacy draw goes through self._rng (OS randomness in secure mode, `generator` otherwise)
         self._rng = PrivacyRandomness(True) if self.secure_mode else PrivacyRandomness(False, generator)
+        itemsize = init.element_size() if isinstance(init, torch.Tensor) else 4  # a drawn init is float32
+        # particles (N, d) and the step's new particles and drift, projections (N, k), their sort and its indices
+        check_memory(self._state_rows() * (3 * c.dim * itemsize + c.num_projections * (3 * itemsize + 8)),
+                     "num_particles", c.num_particles, self.device, f"the particles and their {c.num_projections} "
+                     f"projections per step")
         self._init_record = self._record_init(init, generator, init_scale)  # before the draw (checkpoints)
         self._particles = self._initial_particles(init, generator, init_scale).to(self.device)
         self._pool = None
@@ -239,7 +247,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
         n, d = self.config.num_particles, self.config.dim
         if init is None or isinstance(init, str):
             return draw_init("gaussian" if init is None else init, n, d, generator, init_scale)
-        check_tensor(init, "init", 2)
+        check_tensor(init, "init", 2, dtypes=COMPUTE_DTYPES)
         if tuple(init.shape) != (n, d):
             raise ValueError(f"init must have shape ({n}, {d}), got {tuple(init.shape)}")
         return init.detach().clone()
@@ -323,7 +331,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
 
     # -- stepping (the release: fastdpot.flows.release) ---------------------------------------------------
     def _check_batch(self, x, name):
-        check_tensor(x, name, 2)
+        check_tensor(x, name, 2, dtypes=COMPUTE_DTYPES)
         if x.shape[1] != self.config.dim:
             raise ValueError(f"{name} must have d={self.config.dim} columns, got shape {tuple(x.shape)}")
 
@@ -394,7 +402,7 @@ class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
         if steps is None:
             if c.steps is None:
                 raise ValueError("steps is required: this flow has no planned number of steps")
-            steps = c.steps - (self._ledger.steps_spent if self.private else self._step)  # releases left
+            steps = c.steps - self._step  # the steps left to the plan (releases lost to a crash stop it earlier)
         else:
             steps = check_int(steps, "steps", 0)
         if checkpoint_path is not None:  # before any step is spent
@@ -421,6 +429,9 @@ class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
         if self.private:
             self._ledger.flush()
 
+    def _save_after_callback_error(self, path):
+        self.save(path)
+
     def run(self, private_data: torch.Tensor, steps: Optional[int] = None, progress: bool = True,
             checkpoint_path: Optional[str] = None, checkpoint_every: Optional[int] = None,
             callback: Optional[Callable[["DPSlicedWassersteinFlow"], None]] = None,
@@ -431,24 +442,35 @@ class DPSlicedWassersteinFlow(FlowCheckpointing, PrivateSteps):
         Args:
             private_data: the private data set (n, d).
             steps: number of steps to run in this call (default: until the planned T steps are done).
-            progress: show a tqdm bar (step, ε spent, mean drift norm).
-            checkpoint_path: where :meth:`save` writes (atomically) every ``checkpoint_every`` steps and at the end.
-            checkpoint_every: checkpoint period in steps (default: only at the end).
-            callback: called with the flow after every step.
-            progress_epsilon: show the ε spent in the bar.
+            progress: a bool: show the progress (step, ε spent, mean drift norm; a tqdm bar on a terminal, a line
+                every 10 s otherwise; the calibration of a target ε shows its own line when it takes over a second).
+            checkpoint_path: where :meth:`save` writes (atomically) every ``checkpoint_every`` steps and at the end;
+                its folder must exist.
+            checkpoint_every: checkpoint period in steps (default: only at the end); needs ``checkpoint_path`` (or a
+                ``callback`` that checkpoints at that period: a crash then counts that many releases in flight).
+            callback: called with the flow after every step. If it raises (``KeyboardInterrupt`` included), the step
+                it saw is checkpointed first (with ``checkpoint_path``), then its exception propagates: resuming
+                from that checkpoint takes the steps left.
+            progress_epsilon: a bool: show the ε spent in the bar.
 
         Returns the particles (N, d). Stops early, without error, when the next step would exceed the ε budget or
-        the planned T private steps: it then logs a warning (logger ``fastdpot.flow``) saying which, and
+        the planned T private releases (a run resumed after a crash, whose releases in flight were counted as spent,
+        reaches them with fewer steps): it then logs a warning (logger ``fastdpot.flow``) saying which, and
         :attr:`last_run` (a :class:`fastdpot.flows.FlowRunResult`) / :attr:`stop_reason` hold the reason, the steps
         run and the ε spent. Every argument is checked before the first release.
 
         Raises:
-            ValueError: bad data, ``steps`` missing for a non-private flow without planned steps, n changed,
-                ``checkpoint_path`` a directory or not writable, ``checkpoint_every`` < 1.
+            ValueError: bad data (not a finite float32/float64 (n, d) tensor), ``steps`` missing for a non-private
+                flow without planned steps, n changed, ``checkpoint_path`` a directory, in a folder that does not
+                exist or is not writable, ``checkpoint_every`` < 1 or without ``checkpoint_path``, ``progress`` or
+                ``progress_epsilon`` not a bool; an unreachable ``target_epsilon`` for this n (the calibration's
+                message names the reachable range).
             TypeError: ``checkpoint_path`` not a str or os.PathLike, ``callback`` not callable.
             NonFiniteParticlesError: see :meth:`step` (the last checkpoint written stays intact).
         """
-        self._calibration_progress = bool(progress)  # the first run's calibration shows a line (_calibration_notice)
+        from .._validate import check_bool
+
+        self._calibration_progress = check_bool(progress, "progress")  # the first run's calibration (_bind)
         try:
             return run_flow(self, private_data, steps, progress, checkpoint_path, checkpoint_every, callback,
                             progress_epsilon)

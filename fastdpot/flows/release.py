@@ -73,7 +73,9 @@ class PrivateSteps:
             bound = (n, self.config.resolve_batch(n)) if mode == "sampled" else (self._bound_n, self._bound_batch)
             if self.private:
                 with _calibration_notice(self, bound):
-                    self._ledger.bind(**self.config.accounting_event(mode, *bound))
+                    show = getattr(self, "_calibration_progress", False) and self._shows_progress()
+                    self._ledger.bind(**self.config.accounting_event(mode, *bound), progress=show,
+                                      progress_delay=0.0)  # the run's first line: what it waits for
             self._mode = mode
             self._bound_n, self._bound_batch = bound
         elif mode != self._mode:
@@ -136,26 +138,19 @@ class PrivateSteps:
 
 @contextlib.contextmanager
 def _calibration_notice(flow, bound):
-    """While the ledger binds: when it calibrates z for a target ε (3-25 s at the first :meth:`run`), say so -- a
-    status line on the run's progress stream (when the run shows progress) and an INFO record of logger
-    ``fastdpot.flow`` with the z found and the time taken."""
+    """While the ledger binds: when it calibrates z for a target ε (bounded: :mod:`fastdpot.privacy.calibration`;
+    its own progress line shows when it takes over a second and the run shows progress), an INFO record of logger
+    ``fastdpot.flow`` with what was calibrated, the z found and the time taken."""
     if flow._ledger.noise_multiplier is not None:  # z given or already calibrated: nothing to wait for
         yield
         return
     import logging
     import time
 
-    from .._progress import progress_bar
-
     c = flow.config
-    what = (f"calibrating the noise multiplier for ε={c.target_epsilon:g}, δ={c.delta:g} over T={c.steps} steps"
+    what = (f"calibrated the noise multiplier for ε={c.target_epsilon:g}, δ={c.delta:g} over T={c.steps} steps"
             + (f" (batches of {bound[1]} of n={bound[0]} rows)" if bound[0] is not None else ""))
-    show = getattr(flow, "_calibration_progress", False) and flow._shows_progress()
-    bar = progress_bar(total=None, desc=f"DP-SW flow: {what}", disable=not show, bar_format="{desc} [{elapsed}]")
     t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        bar.close()
+    yield
     logging.getLogger("fastdpot.flow").info("%s: z = %.6g (%.1f s)", what, flow._ledger.noise_multiplier,
                                             time.perf_counter() - t0)

@@ -8,7 +8,15 @@ sharded flow overrides them: the data rank decides and releases, every rank move
 * ``_stop_reason()``: None while one more step may be taken, else ``"budget"`` / ``"planned_steps"``;
 * ``_run_step(private_data, sampler)``: count the release, sample the batch, take the step;
 * ``save(path)``: the checkpoint; ``_finish_run()``: record pending releases, share ε with every rank;
+* ``_save_after_callback_error(path)``: the checkpoint of the step a raising callback saw (one process; a sharded
+  group cannot run a collective from one rank's exception, so it writes none);
 * ``_shows_progress()``: whether this process draws the progress bar.
+
+A callback that raises (a ``KeyboardInterrupt`` included) after a step leaves a checkpoint of that step: the step
+and its release are complete, so the checkpoint and the releases charged agree, and a resumed run takes the steps
+left. A crash inside a step (or of the process) leaves the last checkpoint, whose releases in flight a resumed run
+counts as spent (:mod:`fastdpot.flows.checkpoint`); such a run then stops at the planned T releases with fewer steps,
+and says so (``stop_reason="planned_steps"``).
 """
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from .._progress import progress_bar
-from .._validate import check_int
+from .._validate import check_bool, check_int
 
 __all__ = ["STOP_REASONS", "FlowRunResult", "run_flow"]
 
@@ -75,9 +83,12 @@ def _report(flow, requested: int, ran: int, stop: str, with_epsilon: bool) -> Fl
                      "exceed target_epsilon=%g%s; nothing more was released", ran, requested, flow.steps_taken,
                      c.target_epsilon, spent)
     elif stop == "planned_steps":
-        _log.warning("DP-SW flow stopped after %d of %d requested steps: the planned steps=%d private steps "
-                     "are used up (the δ split δ = δ_acc + T·δ_tail covers no more)%s", ran, requested,
-                     c.steps, spent)
+        lost = getattr(flow, "_releases_lost", 0)
+        lost = (f"; {lost} of them were made by a run that stopped before its next checkpoint (counted as spent, "
+                f"their steps lost)") if lost else ""
+        _log.warning("DP-SW flow stopped after %d of %d requested steps (%d in total): the planned steps=%d "
+                     "private releases are used up (the δ split δ = δ_acc + T·δ_tail covers no more)%s%s", ran,
+                     requested, flow.steps_taken, c.steps, lost, spent)
     else:
         _log.info("DP-SW flow ran %d steps (%d in total)%s", ran, flow.steps_taken, spent)
     return FlowRunResult(requested, ran, flow.steps_taken, stop, eps)
@@ -95,13 +106,27 @@ def _reserve(flow, left: int, every: Optional[int]) -> None:
     flow._in_flight = max(0, min(n, led.limit - led.steps_spent))
 
 
+def _save_after_callback_error(flow, path) -> None:
+    """The checkpoint of the step a raising callback saw (its own error is the one that propagates)."""
+    try:
+        flow._save_after_callback_error(path)
+    except Exception as err:  # noqa: BLE001 - reported, and the callback's exception is raised by the caller
+        _log.warning("DP-SW flow: the checkpoint of step %d could not be written after the callback raised: %s",
+                     flow.steps_taken, err)
+
+
 def run_flow(flow, private_data, steps, progress, checkpoint_path, checkpoint_every, callback, progress_epsilon):
     """The loop of ``run()`` (arguments, returns and errors there): validate everything and bind the sampling,
     then per step count the release in the flow's ledger, sample a fresh batch, take the step, checkpoint."""
+    check_bool(progress, "progress")
+    check_bool(progress_epsilon, "progress_epsilon")
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable(flow) or None, got {type(callback).__name__}")
     if checkpoint_every is not None:
         checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
+        if checkpoint_path is None and callback is None:
+            raise ValueError(f"checkpoint_every={checkpoint_every} needs checkpoint_path (where the checkpoints are "
+                             f"written); without one nothing would be saved")
     steps, sampler = flow._prepare_run(private_data, steps, checkpoint_path)
     bar = progress_bar(total=steps, disable=not (progress and flow._shows_progress()),
                        desc="DP-SW flow" if flow.private else "SW flow")
@@ -118,7 +143,13 @@ def run_flow(flow, private_data, steps, progress, checkpoint_path, checkpoint_ev
             flow._run_step(private_data, sampler)
             _reserve(flow, steps - i - 1, checkpoint_every)  # what a checkpoint written now leaves in flight
             if callback is not None:
-                callback(flow)
+                try:
+                    callback(flow)
+                except BaseException:  # the step is complete: checkpoint it, so that the releases charged agree
+                    flow._in_flight = 0
+                    if checkpoint_path is not None:
+                        _save_after_callback_error(flow, checkpoint_path)
+                    raise
             if checkpoint_path is not None and checkpoint_every is not None and \
                     flow.steps_taken % checkpoint_every == 0:
                 flow.save(checkpoint_path)

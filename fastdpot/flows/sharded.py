@@ -350,6 +350,10 @@ class DistributedSlicedWassersteinFlow(ShardedCheckpointing, DPSlicedWasserstein
         eps = self.epsilon() if self._is_data() and self.private else 0.0
         self._eps_cache = float(self._broadcast(torch.tensor([eps], dtype=torch.float64))[0])
 
+    def _save_after_callback_error(self, path):
+        """Nothing: a checkpoint is a collective, which one rank's exception cannot start (the last checkpoint and
+        its releases in flight stand, as after a crash)."""
+
     def epsilon(self, delta: Optional[float] = None) -> float:
         """ε spent so far (data rank: the ledger; other ranks: the value broadcast at the end of the last
         :meth:`run`, only for the configured δ; ``inf`` for a non-private flow).

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Dict, Optional
 
-from .._validate import check_bool, check_choice, check_delta, check_epsilon, check_int, check_positive
+from .._validate import (check_bool, check_choice, check_delta, check_epsilon, check_int, check_nonnegative,
+                         check_positive)
 from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_STEPS, PLD_MIN_NOISE_MULTIPLIER, _calibration, _default_orders,
                      _Event, _make_event, _relation, _relation_of, check_discretization, dp_accounting, dp_pld, dp_rdp,
                      pld_min_noise_multiplier, quiet_dp_accounting)
@@ -126,7 +127,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
                                sampling: str = "poisson", accountant: Optional[str] = None,
                                dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
                                tol: float = 1e-3, value_discretization_interval: float = 1e-3,
-                               progress: bool = True) -> float:
+                               progress: bool = True, progress_delay: float = _PROGRESS_DELAY_S) -> float:
     """Smallest noise multiplier z (within :func:`calibration_tolerance`) such that ``steps`` releases stay within
     (ε, δ).
 
@@ -146,8 +147,9 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
         accountant: ``"pld"``, ``"rdp"`` or ``None`` (what a default :class:`PrivacyAccountant` reports: PLD for
             Poisson / full-batch events, RDP for sampling without replacement).
         tol: absolute tolerance on z (relative 1e-5 above z = tol/1e-5: :func:`calibration_tolerance`).
-        progress: show a progress line on stderr when the search runs over a second (a bar on a terminal, a line
-            every few seconds otherwise).
+        progress: show the search's progress on stderr (a bar on a terminal, plain lines otherwise:
+            :mod:`fastdpot._progress`), from ``progress_delay`` seconds on (default 1: a calibration that answers
+            within a second shows nothing; the flows pass 0 when their run shows progress).
 
     Cost: every evaluation is one dp-accounting RDP (PLD) computation of the event (about 0.04 s for Poisson and
     0.2 s for sampling without replacement on one core); a target outside the reachable range is refused after at
@@ -175,6 +177,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     tol = check_positive(tol, "tol")
     vdi = check_discretization(value_discretization_interval)
     check_bool(progress, "progress")
+    delay = check_nonnegative(progress_delay, "progress_delay")
     # validate the event with a placeholder z
     proto = _make_event(1.0, sample_rate, sampling, dataset_size, batch_size)
     rel = _relation(_relation_of(proto) or ADD_REMOVE)
@@ -188,9 +191,10 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
                          f"use accountant='rdp' (or None)")
     from .._progress import progress_bar
 
-    what = (f"calibrating the noise multiplier for ε={eps:g}, δ={delta:g} over T={steps} releases (q={proto.sample_rate:.4g}"
+    what = (f"calibrating the noise multiplier for ε={eps:g}, δ={delta:g} over T={steps} releases "
+            f"(q={proto.sample_rate:.4g}"
             f"{', ' + proto.sampling if proto.subsampled else ''}, {accountant.upper()})")
-    bar = progress_bar(total=None, desc=what, unit=" evaluations", disable=not progress, delay=_PROGRESS_DELAY_S)
+    bar = progress_bar(total=None, desc=what, unit=" evaluations", disable=not progress, delay=delay)
     with bar, quiet_dp_accounting():
         return _calibrate(eps, delta, steps, proto, rel, accountant, accountant_arg, tol, vdi, bar)
 

@@ -33,7 +33,8 @@ _CALIBRATED: Dict[Tuple, float] = {}  # the calibrations done in this process (a
 _MAX_CALIBRATED = 64
 
 
-def _calibrate(epsilon: float, delta: float, steps: int, accountant: str, event: tuple, progress: bool = True) -> float:
+def _calibrate(epsilon: float, delta: float, steps: int, accountant: str, event: tuple, progress: bool = True,
+               progress_delay: float = 1.0) -> float:
     """:func:`calibrate_noise_multiplier` (a deterministic function of its arguments) remembered, so that runs of
     the same settings (flow seeds, class flows of equal size, resumed runs) calibrate once."""
     key = (epsilon, delta, steps, accountant, event)
@@ -41,7 +42,8 @@ def _calibrate(epsilon: float, delta: float, steps: int, accountant: str, event:
         if len(_CALIBRATED) >= _MAX_CALIBRATED:
             _CALIBRATED.pop(next(iter(_CALIBRATED)))
         _CALIBRATED[key] = float(calibrate_noise_multiplier(epsilon, delta, steps=steps, accountant=accountant,
-                                                            progress=progress, **dict(event)))
+                                                            progress=progress, progress_delay=progress_delay,
+                                                            **dict(event)))
     return _CALIBRATED[key]
 
 
@@ -117,8 +119,8 @@ class PrivacyLedger:
         self.tails = check_choice(tails, "tails", TAIL_CHARGES)
         if target_epsilon is not None and noise_multiplier is not None:
             raise ValueError(f"give noise_multiplier or target_epsilon, not both (got noise_multiplier="
-                             f"{noise_multiplier!r}, target_epsilon={target_epsilon!r}): a target ε calibrates the noise "
-                             f"multiplier; to cap a fixed noise multiplier at an ε, pass budget=PrivacyBudget(ε, δ)")
+                             f"{noise_multiplier!r}, target_epsilon={target_epsilon!r}): a target ε calibrates the "
+                             f"noise multiplier; to cap a fixed noise multiplier at an ε, pass budget=PrivacyBudget(ε, δ)")
         if delta_tail is None:
             self.delta_accountant, self.delta_tail = split_delta(self.delta, self.steps)
         else:
@@ -212,12 +214,12 @@ class PrivacyLedger:
 
     # ------------------------------------------------------------------ binding
     def bind(self, sample_rate: float = 1.0, sampling: str = "poisson", dataset_size: Optional[int] = None,
-             batch_size: Optional[int] = None, *, progress: bool = True) -> float:
+             batch_size: Optional[int] = None, *, progress: bool = True, progress_delay: float = 1.0) -> float:
         """Fix the sampling event of every release (arguments as :meth:`PrivacyAccountant.step`) and return z.
 
         The first call calibrates z = σ/Δ for the target ε when none was given
         (:func:`~fastdpot.privacy.calibrate_noise_multiplier` at δ_acc over T releases, bounded: an unreachable
-        target is refused naming the reachable range; ``progress``: its progress line when it takes over a second)
+        target is refused naming the reachable range; ``progress``: its progress line, from ``progress_delay`` s on)
         and creates the accountant and the budget. Binding again with the same event does nothing.
 
         Raises:
@@ -236,7 +238,7 @@ class PrivacyLedger:
         z = self._z
         if z is None:
             z = _calibrate(self.target_epsilon, self.delta_accountant, self.steps, self.accountant_kind,
-                           tuple(sorted(event.items())), progress)
+                           tuple(sorted(event.items())), progress, progress_delay)
         if self._given_budget is not None:
             acc, budget = self._given_budget.accountant, self._given_budget
         else:

@@ -231,6 +231,19 @@ class _Kill(Exception):
     pass
 
 
+def _crash_in_step(flow, step):
+    """The run dies inside step ``step`` after its release (as a killed process would, before any checkpoint of
+    it): the step's exception is not a callback's, so no checkpoint is written for it."""
+    accept = flow._accept
+
+    def crashing(new, drift):
+        accept(new, drift)
+        if flow.steps_taken == step:
+            raise _Kill()
+
+    flow._accept = crashing
+
+
 @pytest.mark.parametrize("variant,reg", [("resample", 0.0), ("presampled", 0.05)])
 def test_checkpoint_resume_equals_uninterrupted(tmp_path, variant, reg):
     n, T = 300, 12
@@ -242,25 +255,87 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path, variant, reg):
     path = str(tmp_path / "flow.pt")
     part = DPSlicedWassersteinFlow(64, 8, 40, 0.5, secure_mode=False, generator=_gen(17), **kw)
 
-    def kill(flow):
-        if flow.steps_taken == 7:
-            raise _Kill()
-
+    _crash_in_step(part, 7)
     with pytest.raises(_Kill):
-        part.run(data, progress=False, checkpoint_path=path, checkpoint_every=4, callback=kill)
-    # the killed run made (and its callback saw) releases 5..7 after the step-4 checkpoint, which reserved the 4
-    # releases up to its next checkpoint: the resumed flow counts them as spent (conservative: they may have been
-    # published) and redoes the lost steps with fresh draws, within the planned T releases
+        part.run(data, progress=False, checkpoint_path=path, checkpoint_every=4)
+    # the killed run made releases 5..7 after the step-4 checkpoint, which reserved the 4 releases up to its next
+    # checkpoint: the resumed flow counts them as spent (conservative: they may have been published) and redoes the
+    # lost steps with fresh draws, within the planned T releases; it says it stopped at the plan, 4 of 8 steps short
     resumed = DPSlicedWassersteinFlow.load(path)
     assert resumed.steps_taken == 4 and resumed.ledger.steps_spent == 8
     resumed.run(data, progress=False, checkpoint_path=path)
-    assert resumed.steps_taken == 8 and resumed.ledger.steps_spent == T and resumed.stop_reason == "completed"
+    assert resumed.steps_taken == 8 and resumed.ledger.steps_spent == T and resumed.stop_reason == "planned_steps"
+    assert (resumed.last_run.steps_requested, resumed.last_run.steps_run) == (8, 4)
     assert resumed.epsilon() == full.epsilon()  # T releases of the same mechanism, however they were spent
     short = DPSlicedWassersteinFlow(64, 8, 40, 0.5, secure_mode=False, generator=_gen(17), **kw)
     short.run(data, steps=8, progress=False)  # the replayed draws: the resumed particles are those of step 8
     torch.testing.assert_close(resumed.particles, short.particles, rtol=0, atol=0)
     again = DPSlicedWassersteinFlow.load(path)  # written at the end of the run: nothing in flight
     assert again.steps_taken == 8 and again.epsilon() == full.epsilon()
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, RuntimeError])
+def test_an_exception_in_a_callback_leaves_a_checkpoint_of_the_step_it_saw(tmp_path, interrupt):
+    # issue 37: a KeyboardInterrupt in a callback with checkpoint_every=1 left the checkpoint at step 2 with 3
+    # releases charged; the resumed run then stopped at 5 of the 6 steps and said "completed"
+    data = torch.randn(200, 3, generator=_gen(1))
+    kw = dict(noise_multiplier=1.0, batch_size=20, steps=6, secure_mode=False)
+    path = str(tmp_path / "flow.pt")
+    f = DPSlicedWassersteinFlow(16, 3, 4, 0.5, generator=_gen(2), **kw)
+
+    def stop(flow):
+        if flow.steps_taken == 3:
+            raise interrupt()
+
+    with pytest.raises(interrupt):
+        f.run(data, progress=False, checkpoint_path=path, checkpoint_every=1, callback=stop)
+    back = DPSlicedWassersteinFlow.load(path)
+    assert back.steps_taken == 3 == back.ledger.steps_spent  # the checkpoint and the releases charged agree
+    torch.testing.assert_close(back.particles, f.particles, rtol=0, atol=0)
+    back.run(data, progress=False)
+    res = back.last_run
+    assert (res.steps_requested, res.steps_run, res.steps_taken, res.stop_reason) == (3, 3, 6, "completed")
+    assert back.ledger.steps_spent == 6
+
+
+def test_run_arguments_that_would_be_ignored_or_misread_are_refused(tmp_path):
+    data = torch.randn(50, 3, generator=_gen(1))
+    f = DPSlicedWassersteinFlow(8, 3, 4, 0.5, noise_multiplier=1.0, batch_size=10, steps=4, generator=_gen(2))
+    for kw, match in [(dict(checkpoint_every=1), "checkpoint_every=1 needs checkpoint_path"),
+                      (dict(progress="no"), "progress must be a bool"),
+                      (dict(progress_epsilon=1), "progress_epsilon must be a bool"),
+                      (dict(checkpoint_path=str(tmp_path / "missing" / "f.pt")), "folder that does not exist")]:
+        with pytest.raises(ValueError, match=match):
+            f.run(data, **kw)
+        assert f.steps_taken == 0 and f.ledger.steps_spent == 0  # refused before any release
+    assert not (tmp_path / "missing").exists()  # no folder was created
+
+
+def test_a_state_with_an_unknown_key_is_refused(tmp_path):
+    f = DPSlicedWassersteinFlow(8, 3, 4, 0.5, noise_multiplier=1.0, batch_size=10, steps=4, generator=_gen(2))
+    f.run(torch.randn(50, 3, generator=_gen(1)), steps=1, progress=False)
+    state = f.state_dict()
+    state["learning_rate"] = 0.1
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['learning_rate'\]"):
+        DPSlicedWassersteinFlow.from_state_dict(state)
+    before = f.steps_taken
+    with pytest.raises(ValueError, match="unknown key"):
+        f.load_state_dict(state)
+    assert f.steps_taken == before
+
+
+def test_sizes_and_dtypes_are_checked_before_anything_is_allocated():
+    with pytest.raises(ValueError, match=r"num_particles=1000000000000 needs about .* GiB .* available"):
+        DPSlicedWassersteinFlow(10 ** 12, 3, 4, 0.5)
+    for dtype in (torch.float16, torch.bfloat16):
+        with pytest.raises(ValueError, match=r"init must have dtype in \['torch.float32', 'torch.float64'\]"):
+            DPSlicedWassersteinFlow(8, 3, 4, 0.5, init=torch.zeros(8, 3, dtype=dtype))
+        f = DPSlicedWassersteinFlow(8, 3, 4, 0.5, noise_multiplier=1.0, batch_size=10, steps=4)
+        with pytest.raises(ValueError, match=r"private_data must have dtype in"):
+            f.run(torch.randn(50, 3).to(dtype), progress=False)
+        with pytest.raises(ValueError, match=r"private_batch must have dtype in"):
+            f.step(torch.randn(10, 3).to(dtype))
+        assert f.steps_taken == 0
 
 
 def test_nan_particles_stop_with_last_good_checkpoint_intact(tmp_path):

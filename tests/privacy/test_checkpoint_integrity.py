@@ -245,13 +245,17 @@ def test_releases_in_flight_at_a_crash_are_counted(tmp_path):
     f = DPSlicedWassersteinFlow(N, D, K, H, steps=12, noise_multiplier=1.0, batch_size=10, secure_mode=False,
                                 generator=_gen(8))
 
-    def crash(flow):
-        if flow.steps_taken == 3:
-            raise KeyboardInterrupt  # the run dies after releasing step 3; its last checkpoint is at step 2
+    accept = f._accept
 
+    def crash(new, drift):  # the run dies inside step 3, after its release; its last checkpoint is at step 2 (an
+        accept(new, drift)  # exception in a callback would checkpoint step 3 first: test_flow.py)
+        if f.steps_taken == 3:
+            raise KeyboardInterrupt
+
+    f._accept = crash
     with pytest.raises(KeyboardInterrupt):
-        f.run(_DATA, progress=False, checkpoint_path=path, checkpoint_every=2, callback=crash)
-    released = f.epsilon()  # what the dead run had released (3 steps), seen by its callback
+        f.run(_DATA, progress=False, checkpoint_path=path, checkpoint_every=2)
+    released = f.epsilon()  # what the dead run had released (3 steps)
     state = torch.load(path, weights_only=True)
     assert state["step"] == 2 and state["releases_in_flight"] == 2
     resumed = DPSlicedWassersteinFlow.load(path)
