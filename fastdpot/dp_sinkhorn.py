@@ -320,17 +320,18 @@ def train_dp_sinkhorn(images: torch.Tensor, labels: torch.Tensor, model: nn.Modu
     check_generator_model(model, "model", ("latent_dim", "num_classes"))
     dtype, dev = model_dtype_device(model)
     x = images.reshape(images.shape[0], -1).to(device=dev, dtype=dtype)
-    if float(x.min()) < 0 or float(x.max()) > 1:
-        raise ValueError(f"images must lie in [0, 1], got range [{float(x.min())}, {float(x.max())}]")
+    if float(x.min()) < 0 or float(x.max()) > 1:  # private values: the message shows none of them
+        raise ValueError("images must lie in [0, 1] (some pixel values lie outside; the values are private data "
+                         "and are not shown)")
     n, D = x.shape
     num_classes = model.num_classes
     if not isinstance(labels, torch.Tensor) or labels.dtype.is_floating_point or labels.dtype == torch.bool:
         raise ValueError(f"labels must be an integer tensor, got {getattr(labels, 'dtype', type(labels).__name__)}")
     if labels.shape != (n,):
         raise ValueError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
-    if int(labels.min()) < 0 or int(labels.max()) >= num_classes:
-        raise ValueError(f"labels must lie in [0, model.num_classes = {num_classes}), got range "
-                         f"[{int(labels.min())}, {int(labels.max())}]")
+    if int(labels.min()) < 0 or int(labels.max()) >= num_classes:  # private labels: none is echoed
+        raise ValueError(f"labels must lie in [0, model.num_classes = {num_classes}) (some do not; the labels are "
+                         f"private data and their values are not shown)")
     labels = labels.to(dev)
     if not isinstance(progress, bool):
         raise ValueError(f"progress must be a bool, got {progress!r}")

@@ -270,3 +270,22 @@ def test_checkpoint_paths_are_checked_before_any_step(tmp_path):
     with pytest.raises(ValueError, match="directory"):
         cc.run(data, labels, progress=False, checkpoint_path=str(tmp_path))
     assert all(fl.steps_taken == 0 for fl in cc.flows)
+
+
+@pytest.mark.parametrize("bad", ["label", "pixel"])
+def test_dp_sinkhorn_refuses_out_of_range_private_values_without_echoing_them(bad):
+    # issue 37: a public mechanism echoed an out-of-range private label ("index 10 is out of bounds"); DP-Sinkhorn
+    # printed the range of the private labels and pixels
+    from fastdpot.dp_sinkhorn import DPSinkhornConfig, train_dp_sinkhorn
+    from fastdpot.experiments.papers.dp_sinkhorn import ConditionalDCGANGenerator
+
+    g = torch.Generator().manual_seed(0)
+    images, labels = torch.rand(20, 1, 28, 28, generator=g), torch.randint(0, 10, (20,), generator=g)
+    if bad == "label":
+        labels[3] = 7321
+    else:
+        images[2, 0, 5, 5] = 7.321
+    cfg = DPSinkhornConfig(expected_batch_size=5, generated_batch_size=4, max_steps=1, accountant="rdp")
+    with pytest.raises(ValueError, match="not shown") as info:
+        train_dp_sinkhorn(images, labels, ConditionalDCGANGenerator(4, 10, 8), cfg)
+    assert "7321" not in str(info.value) and "7.321" not in str(info.value)
