@@ -88,6 +88,10 @@ def sliced_wasserstein(x, y, a=None, b=None, num_projections: Optional[int] = No
             given together with its alias, values whose distances overflow the dtype (the loss would be inf).
         BackendUnavailableError: an explicitly requested backend is not available.
 
+    Under ``torch.compile``: the custom op ``torch.ops.fastdpot.sliced_wasserstein`` (one node of the graph, the
+    value checks when it runs, the directions from the compiler's random numbers); weights, ``log``, numpy inputs, a
+    generator or ``seed``, and the reference backend run eagerly at a graph break (:mod:`fastdpot.sliced._compiled`).
+
     References:
         Bonneel et al., "Sliced and Radon Wasserstein barycenters", JMIV 2015; Flamary et al., "POT: Python Optimal
         Transport", JMLR 2021 (``ot.sliced_wasserstein_distance``, which returns the p-th root).
@@ -245,6 +249,11 @@ def dp_sliced_wasserstein(generated: torch.Tensor, *legacy, private: Optional[to
             with ``secure_mode=True``, ``release`` or ``directions`` not one of the two, ``sketch_bins`` missing
             with ``"sketch"``, given with ``"points"``, < 1 or above the batch sizes, given ``projections`` that are
             not orthonormal blocks with ``"orthogonal"``.
+
+    Under ``torch.compile`` (secure mode): the custom ops ``clip_rows``, ``privacy_draws`` (fresh secret directions
+    and key when the graph runs, never while it is traced) and ``sliced_wasserstein`` of ``torch.ops.fastdpot``;
+    ``return_noise``, a replayable generator and the reference backend run eagerly at a graph break
+    (:mod:`fastdpot.sliced._compiled`).
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially private sliced Wasserstein distance", ICML 2021 (mechanism
