@@ -21,155 +21,15 @@ from ..._validate import (check_choice, check_delta, check_epsilon, check_int, c
                           check_probability)
 from ...flows import INIT_KINDS
 from ..metrics import CLASSIFIERS, CNN_ARCHS
+from .settings import (_DP_REPRESENTATION, _PER_STEP_FLOW, AE_ARCHS, DEFAULT_SKETCH_BINS, METHODS,  # noqa: F401
+                       ONESHOT_SETTINGS, PRIVATE_ONLY_SETTINGS, PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS,
+                       REPRESENTATION_KINDS, DataSettings, EvaluationSettings, GenerationSettings,
+                       RepresentationSettings, table_row)
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
            "METHODS", "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "parse_settings",
            "setting_names", "flat_settings", "resolve", "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS",
            "PRIVATE_ONLY_TABLE", "table_row"]
-
-#: ``"decoded"``: the private-only protocol's ANALYSIS of its representation (the sensitive codes decoded: NOT private)
-METHODS = ("oneshot", "flow", "gaussian", "public", "decoded")
-PROTOCOLS = ("public-half", "private-only")
-AE_ARCHS = ("conv", "convbn", "dcgan")  # fastdpot.experiments.mainjob.autoencoder's architectures
-REPRESENTATION_KINDS = ("pixels", "pca", "autoencoder", "dct")  # the private-only protocol's code spaces
-DEFAULT_SKETCH_BINS = 5  # L of the default per-step sketch release: the public-only sweep (docs/mainjob/tuning.md)
-
-
-@dataclass(frozen=True)
-class DataSettings:
-    """The data and the split.
-
-    Attributes:
-        dataset: "auto", "fashion-mnist", "idx", "celeba", "digits", "lfw"
-            (:func:`fastdpot.experiments.data.load_dataset`). data_dir: a folder of MNIST-format idx files;
-            celeba_dir: a folder of aligned CelebA JPEGs. max_train / max_test: use the first N images only.
-        public_size: public training images, the rest private (None: half; the public-half protocol).
-            0 selects the private-only protocol (DPImageBench: no public image at all).
-        validation_size: private-only: the validation (tuning) split taken from the training set.
-    """
-    dataset: str = "auto"
-    data_dir: Optional[str] = None
-    celeba_dir: Optional[str] = None
-    max_train: Optional[int] = None
-    max_test: Optional[int] = None
-    public_size: Optional[int] = None
-    validation_size: int = 5000
-
-
-@dataclass(frozen=True)
-class RepresentationSettings:
-    """The code space the generator runs in.
-
-    Attributes:
-        latent_dim: d (None: 16 for the public auto-encoder at 28/32 px, 48 at 64 px; 32 for DP-PCA, 16 for the DP
-            auto-encoder).
-        ae_arch, ae_epochs, ae_width, ae_max_train: public-half: the auto-encoder trained on the public half
-            (:mod:`fastdpot.experiments.mainjob.autoencoder`; arch None: by image size).
-        kind, scale, lowpass, epochs, batch_size, clip_radius, lr, label_weight, share: private-only: the code space
-            (None: ``"pixels"`` for the one-shot method, public and released nothing; ``"pca"`` for the others) and
-            the DP representation's settings
-            (:class:`fastdpot.experiments.mainjob.representation.RepresentationConfig` documents each; ``share``:
-            the fraction of ε it is calibrated to alone; latent_dim and share None: the ε table
-            :data:`PRIVATE_ONLY_TABLE` for DP-PCA, 16 and 0.9 for the auto-encoder).
-    """
-    latent_dim: Optional[int] = None
-    ae_arch: Optional[str] = None
-    ae_epochs: int = 10
-    ae_width: Optional[int] = None
-    ae_max_train: Optional[int] = None
-    kind: Optional[str] = None
-    scale: float = 16.0
-    lowpass: Optional[int] = None
-    epochs: float = 10.0
-    batch_size: int = 1024
-    clip_radius: float = 1.0
-    lr: float = 2e-3
-    label_weight: float = 0.5
-    share: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class GenerationSettings:
-    """The generator run on the private codes.
-
-    Attributes:
-        method: None (``"oneshot"`` in the private-only protocol, ``"flow"`` in the public-half one),
-            ``"oneshot"`` (private-only: the whole sensitive set released once as per-class sliced quantile sketches,
-            then flows in pixel space: :mod:`fastdpot.experiments.mainjob.oneshot`), ``"flow"`` (the per-step DP
-            flow, DPSWflow-r; ε = ∞ the non-private flow), ``"gaussian"`` (the DP Gaussian per class in the same code
-            space), ``"public"`` (public-half: the public half's own codes decoded, no private data), ``"decoded"``
-            (private-only ANALYSIS: the sensitive codes decoded, not private).
-        num_particles: N (None: the size of the test set; 60 000 in the private-only protocol, as DPImageBench).
-        class_conditional: one flow per class, or one label-private flow, when the data are labelled.
-        labels: ``"private"`` (the flow's default: one flow on [code, c·onehot(label)], labels and class sizes
-            protected) or ``"public"`` (per-class flows and baselines: labels and class sizes ASSUMED public).
-        label_scale: c > 0 of the label-private flow's label block.
-        num_projections, step_size, diffusion, batch_size, epochs, bound, directions, init, init_scale, release,
-            sketch_bins: the flow's settings (:class:`fastdpot.flows.FlowConfig`; k None: d for d < 32 (d + C
-            label-private), 300 above; h None: 0.3 for d < 32, 5 above; T = round(epochs·n/B)).
-        center, clip_radius: public-half: ``"public"`` shifts each private code by its class's public mean and clips
-            it to r inside the flow; ``"none"``: codes on the unit sphere.
-        decode_on_sphere, spread: post-processing of the public-half protocol's particles.
-        labels_from: private-only: the samples' labels from the flow's label block or the DP auto-encoder's head.
-        flow_seeds: S generation runs on the same split and representation, whose releases compose within the run's
-            ε (each calibrated for its share, :func:`fastdpot.experiments.mainjob.generation.seed_budget`), unless
-            ``each_seed_at_epsilon`` (then each seed alone is at ε and the published total is their composition).
-        checkpoint_every: the flow's checkpoint period in steps.
-        sketch_blocks, sketch_plan, sketch_radius, sketch_center, sketch_mean_share, sketch_rounds: the one-shot
-            method's directions (``"default"`` or ``"p/sy/sx,..."``), bins by frequency (``"3:16,8:8,inf:2"``), clip
-            radius r, centre (``"mean"``: the released class means, ``"half"``: the grey image 0.5), the means'
-            share of the budget, and passes over the blocks (None: the ε table :data:`PRIVATE_ONLY_TABLE`);
-            sketch_block_directions: directions kept per block (None: all D pixels' when D <= 4096, else 2048).
-    """
-    method: Optional[str] = None
-    num_particles: Optional[int] = None
-    class_conditional: bool = True
-    labels: Optional[str] = None
-    label_scale: float = 1.0
-    num_projections: Optional[int] = None
-    step_size: Optional[float] = None
-    diffusion: float = 0.0
-    batch_size: int = 100
-    epochs: float = 10.0
-    bound: str = "chernoff"
-    directions: str = "orthogonal"
-    init: str = "gaussian_scaled"
-    init_scale: float = 0.3
-    release: str = "sketch"
-    sketch_bins: Optional[int] = None
-    center: str = "none"
-    clip_radius: Optional[float] = None
-    decode_on_sphere: bool = True
-    spread: str = "flow"
-    labels_from: str = "flow"
-    flow_seeds: int = 1
-    each_seed_at_epsilon: bool = False
-    checkpoint_every: int = 100
-    sketch_blocks: Optional[str] = None
-    sketch_plan: Optional[str] = None
-    sketch_radius: Optional[float] = None
-    sketch_center: Optional[str] = None
-    sketch_mean_share: Optional[float] = None
-    sketch_rounds: Optional[int] = None
-    sketch_block_directions: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class EvaluationSettings:
-    """What a run measures (not part of the release).
-
-    Attributes:
-        fid_samples, fid_real: generated and real images in FID (``fid_samples=0``: no FID).
-        classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``).
-        cnn_epochs, cnn_augment, cnn_arch: the evaluation CNN (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
-    """
-    fid_samples: int = 2000
-    fid_real: int = 2000
-    classifiers: str = "logreg,mlp,cnn"
-    cnn_epochs: int = 5
-    cnn_augment: bool = False
-    cnn_arch: str = "small"
-
 
 @dataclass(frozen=True)
 class MainJobConfig:
@@ -338,7 +198,8 @@ def check_stage_settings(c: MainJobConfig) -> None:
     check_choice(g.spread, "spread", ("public", "flow"))
     check_choice(g.directions, "directions", ("orthogonal", "uniform"))
     check_choice(g.init, "init", INIT_KINDS)
-    check_positive(g.init_scale, "init_scale")
+    if g.init_scale is not None:
+        check_positive(g.init_scale, "init_scale")
     check_choice(g.center, "center", ("public", "none"))
     check_choice(g.release, "release", ("points", "sketch"))
     check_positive(g.label_scale, "label_scale")
@@ -373,49 +234,6 @@ def check_stage_settings(c: MainJobConfig) -> None:
         check_int(d.public_size, "public_size", 0)
 
 
-#: settings that only the private-only protocol reads (``--public-size 0``)
-PRIVATE_ONLY_SETTINGS = (("data", "validation_size"), ("representation", "kind"), ("representation", "scale"),
-                         ("representation", "lowpass"), ("representation", "epochs"),
-                         ("representation", "batch_size"), ("representation", "clip_radius"),
-                         ("representation", "lr"), ("representation", "label_weight"), ("representation", "share"),
-                         ("generation", "labels_from"), ("generation", "sketch_blocks"), ("generation", "sketch_plan"),
-                         ("generation", "sketch_radius"), ("generation", "sketch_center"),
-                         ("generation", "sketch_mean_share"), ("generation", "sketch_rounds"),
-                         ("generation", "sketch_block_directions"))
-#: the DP representation's settings (none of them read with representation kind "pixels")
-_DP_REPRESENTATION = tuple(("representation", n) for n in ("latent_dim", "scale", "lowpass", "epochs", "batch_size",
-                                                            "clip_radius", "lr", "label_weight", "share"))
-#: the per-step flow's settings (none of them read by the one-shot method)
-_PER_STEP_FLOW = tuple(("generation", n) for n in ("num_projections", "diffusion", "batch_size", "epochs", "bound",
-                                                    "directions", "init", "init_scale", "release", "sketch_bins",
-                                                    "label_scale", "labels_from", "checkpoint_every"))
-#: the one-shot method's own settings
-ONESHOT_SETTINGS = ("sketch_blocks", "sketch_plan", "sketch_radius", "sketch_center", "sketch_mean_share",
-                    "sketch_rounds", "sketch_block_directions")
-#: The private-only protocol's settings that depend on ε, chosen on the validation split's stand-in
-#: (docs/mainjob-private.md, "Tuning"); a run takes the row of the nearest ε (in log ε; ε = ∞: the ε = 10 row),
-#: and a setting given explicitly wins over its row.
-PRIVATE_ONLY_TABLE = {
-    10.0: dict(representation=dict(latent_dim=32, share=0.3),
-               generation=dict(sketch_blocks="default", sketch_plan="3:16,8:8,inf:2", sketch_radius=9.0,
-                               sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0)),
-    1.0: dict(representation=dict(latent_dim=16, share=0.6),
-              generation=dict(sketch_blocks="28/0/0,7/0/0", sketch_plan="3:8,8:4,inf:2", sketch_radius=9.0,
-                              sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0)),
-}
-
-
-def table_row(epsilon: float) -> dict:
-    """The :data:`PRIVATE_ONLY_TABLE` row of the ε nearest to ``epsilon`` in log ε (ε = ∞: the largest ε's row)."""
-    if math.isinf(epsilon):
-        return PRIVATE_ONLY_TABLE[max(PRIVATE_ONLY_TABLE)]
-    return PRIVATE_ONLY_TABLE[min(PRIVATE_ONLY_TABLE, key=lambda e: abs(math.log(e) - math.log(epsilon)))]
-#: settings that only the public-half protocol reads (its public auto-encoder and the post-processing of its codes;
-#: ``ae_width`` is read by both auto-encoders, the public one and the DP one)
-PUBLIC_HALF_SETTINGS = (("representation", "ae_arch"), ("representation", "ae_epochs"),
-                        ("representation", "ae_max_train"),
-                        ("generation", "center"), ("generation", "clip_radius"), ("generation", "spread"),
-                        ("generation", "decode_on_sphere"))
 _DEFAULTS = dict(data=DataSettings(), representation=RepresentationSettings(), generation=GenerationSettings())
 
 
@@ -476,6 +294,10 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
                                  f"'oneshot' does not run; this run would ignore them")
         r = replace(r, kind=kind, **({k: v for k, v in row["representation"].items() if getattr(r, k) is None}
                                      if kind == "pca" else {}))
+        if g.method == "flow":
+            g = replace(g, **{k: v for k, v in row["flow"].items() if getattr(g, k) is None})
+    if g.init_scale is None:  # the public-half protocol's (docs/mainjob/tuning.md)
+        g = replace(g, init_scale=0.3)
     if c.delta is None and not private_only:  # private-only: DPImageBench's 1/(N ln N), set when N is known
         c = replace(c, delta=1e-5)
     if g.release == "sketch":

@@ -255,8 +255,8 @@ SETTING_ORIGINS = {
     "generation.sketch_rounds": _TABLE,
     "generation.release": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.sketch_bins": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
-    "generation.step_size": _TABLE + " for the one-shot flow; the validation split (docs/mainjob-private.md) for the "
-                                     "per-step flow",
+    "generation.step_size": _TABLE + " for the one-shot flow; for the per-step flow (h = 0.3) the validation split "
+                                     "(docs/mainjob-private.md)",
     "generation.epochs": "Sebag et al., TMLR (not tuned)",
     "generation.batch_size": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.label_scale": "data-independent: c = 1, the codes' radius",
@@ -265,7 +265,7 @@ SETTING_ORIGINS = {
     "generation.num_projections": "data-independent: one full orthonormal block in R^(d+C), the least noise per "
                                   "projected value at equal information per step",
     "generation.init": "data-independent: a Gaussian start about the origin of the codes' unit ball",
-    "generation.init_scale": "validation split (docs/mainjob-private.md, \"Tuning\")",
+    "generation.init_scale": _TABLE + " (0.1 against 0.3 and 1 at ε = 10)",
 }
 #: the settings each private-only method's release reads
 _READS = {
