@@ -1,9 +1,11 @@
 """The documentation runs as written (issue 31, "Docs that run as written"): every ```python block of README.md and
 of docs/**/*.md is executed in the default run.
 
-* The blocks of one page run in page order in ONE namespace (a later block may use the names of an earlier one, as
-  a reader who pastes them in order would), in a fresh temporary folder (the checkpoints they write land there),
-  with the global torch RNG seeded and restored afterwards.
+* Every block runs ON ITS OWN, in a fresh namespace (a reader copies one block), in page order in a fresh temporary
+  folder per page (the checkpoints they write land there), with the global torch RNG seeded and restored
+  afterwards. A block that needs the names of the block before it starts with the visible comment
+  ``# continued from the block above`` and runs joined with it (in its namespace, as if pasted below it); a
+  continuation of a block that does not run here must be marked as not runnable too.
 * A block that cannot run here starts with the visible comment ``# not runnable here: <why>`` (needs CUDA, several
   processes under torchrun, a user's CelebA folder, minutes of compute). Exactly those blocks are skipped; any
   other block that raises fails its page.
@@ -31,6 +33,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", flags=re.S | re.M)
 MARK = re.compile(r"\A\s*# not runnable here:(.*)$", flags=re.M)
+CONTINUED = re.compile(r"\A\s*# continued from the block above\b")
 PRINTS = re.compile(r"#\s*prints:\s*(.+?)\s*$", flags=re.M)
 MAX_BLOCK_S = 300.0
 
@@ -104,6 +107,38 @@ def _check_readme(outputs, ns):
 PAGE_CHECKS = {"README.md": _check_readme}
 
 
+def _run_blocks(blocks, page):
+    """Run ``[(line, code, why_not_runnable)]`` of ``page`` as the module doc says; returns, per block run, its
+    output and the namespace it ran in."""
+    outputs, spaces = [], []
+    ns, ran_before = None, False
+    for i, (line, code, why) in enumerate(blocks):
+        where = f"{page}:{line}"
+        continued = CONTINUED.match(code) is not None
+        if continued and i == 0:
+            raise AssertionError(f"{where} is marked as a continuation but is the page's first block")
+        if why is not None:
+            ran_before = False
+            continue
+        if continued and not ran_before:
+            raise AssertionError(f"{where} continues a block that does not run here: mark it as not runnable too")
+        if not continued:
+            ns = {"__name__": "__docs__"}
+        buf = io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(buf):
+            exec(compile(code, where, "exec"), ns)
+        took = time.perf_counter() - t0
+        print(buf.getvalue(), end="")
+        print(f"{where}: {took:.1f} s")
+        assert took < MAX_BLOCK_S, f"{where} ran {took:.0f} s: shrink it or mark it as not runnable here"
+        _check_prints(code, buf.getvalue(), where)
+        outputs.append(buf.getvalue())
+        spaces.append(ns)
+        ran_before = True
+    return outputs, spaces
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch):
     blocks = _python_blocks(page)
@@ -115,30 +150,37 @@ def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch):
                                LOCAL_RANK="0", LOCAL_WORLD_SIZE="1").items():
             monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
-    ns = {"__name__": "__docs__"}
-    outputs = []
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            for line, code in runnable:
-                where = f"{page}:{line}"
-                buf = io.StringIO()
-                t0 = time.perf_counter()
-                with contextlib.redirect_stdout(buf):
-                    exec(compile(code, where, "exec"), ns)
-                took = time.perf_counter() - t0
-                print(buf.getvalue(), end="")
-                print(f"{where}: {took:.1f} s")
-                assert took < MAX_BLOCK_S, f"{where} ran {took:.0f} s: shrink it or mark it as not runnable here"
-                _check_prints(code, buf.getvalue(), where)
-                outputs.append(buf.getvalue())
+            outputs, spaces = _run_blocks(blocks, page)
     finally:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
     if page in PAGE_CHECKS:
-        PAGE_CHECKS[page](outputs, ns)
+        PAGE_CHECKS[page](outputs, spaces[0])
+
+
+def test_a_block_runs_on_its_own_unless_marked_as_a_continuation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = (1, "x = 41\n", None)
+    alone = (5, "print(x + 1)\n", None)  # uses the block above without saying so: fails, as it would for a reader
+    with pytest.raises(NameError, match="'x' is not defined"):
+        _run_blocks([first, alone], "page.md")
+    joined = (5, "# continued from the block above: x\nprint(x + 1)   # prints: 42\n", None)
+    outputs, spaces = _run_blocks([first, joined], "page.md")
+    assert outputs == ["", "42\n"] and spaces[0] is spaces[1]
+    fresh = (9, "y = 1\n", None)
+    _, spaces = _run_blocks([first, joined, fresh], "page.md")
+    assert "x" not in spaces[2]  # a block without the mark starts afresh
+    skipped = (1, "# not runnable here: needs a CUDA GPU\nx = 41\n", "needs a CUDA GPU")
+    with pytest.raises(AssertionError, match="continues a block that does not run here"):
+        _run_blocks([skipped, joined], "page.md")
+    with pytest.raises(AssertionError, match="first block"):
+        _run_blocks([joined], "page.md")
+    assert CONTINUED.match("# continued from the block above: x, y\n") and not CONTINUED.match("x = 1\n")
 
 
 def test_the_test_sees_every_python_block():
@@ -152,6 +194,9 @@ def test_the_test_sees_every_python_block():
 def test_marked_blocks_say_why_and_only_python_blocks_are_marked():
     marked = [(page, line, lang, why) for page in _pages() for line, lang, _, why in _blocks(page) if why is not None]
     assert all(lang == "python" for _, _, lang, _ in marked), marked
+    continued = [(page, line, lang) for page in _pages() for line, lang, code, _ in _blocks(page)
+                 if CONTINUED.match(code)]
+    assert all(lang == "python" for _, _, lang in continued), continued
     assert all(len(why.split()) >= 2 for _, _, _, why in marked), marked  # a reason, not a bare mark
 
 
