@@ -45,6 +45,7 @@
 
 #include "common.h"
 #include "flow_normal.h"
+#include "flow_sketch.h"
 #include "flow_tiles.h"
 #include "radix_f32.h"
 
@@ -210,35 +211,13 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             flowrng::sorted_noisy_private_projections(Y, M, d, th, K, j, noise_std, seed, ys, ny_out);
             const double scale = (double)(M - 1) / (double)(N - 1);
             const double* tb = TB ? TB + j * L : nullptr;  // sketch mode: this direction's table row
-            const double inv_n1 = 1.0 / (double)(N - 1);
-            // sketch mode, exact levels: the target of every rank r, Q_j(r/(N-1)), segment by segment (no per-rank
-            // search or division): ranks [r0, r1) lie in segment sg, Q_j(u) = tb[sg] + (u - LV[sg])·slope, the
-            // segments of table_at's search (lv[s] <= u < lv[s+1], end segments extended)
-            double* tr = nullptr;
-            if (num_quantiles == 0 && tb) {
+            if (num_quantiles == 0 && tb) {  // exact onto the table: rank r -> level r/(N-1) -> Q_j(level)
                 if ((int64_t)s.tr.size() < N) s.tr.resize(N);
-                tr = s.tr.data();
-                if (L == 1) {
-                    std::fill(tr, tr + N, tb[0]);
-                } else {
-                    int64_t r = 0;
-                    for (int64_t sg = 0; sg <= L - 2 && r < N; ++sg) {
-                        const double slope = (tb[sg + 1] - tb[sg]) / (LV[sg + 1] - LV[sg]);
-                        for (; r < N; ++r) {
-                            const double u = (double)r * inv_n1;
-                            if (sg < L - 2 && u >= LV[sg + 1]) break;  // next segment
-                            tr[r] = tb[sg] + (u - LV[sg]) * slope;
-                        }
-                    }
-                }
+                flowsketch::rank_targets(tb, LV, L, N, s.tr.data());
+                flowsketch::residuals_in_place<T>(pj, N, s.tr.data(), s.perm, s.sx, s.ws, s.pws);
+                continue;
             }
             if constexpr (std::is_same_v<T, float>) {
-                if (num_quantiles == 0 && tb) {  // float32: residual written as the sort's last pass finds each rank
-                    radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
-                        pj[i] = (T)((double)v - tr[r]);
-                    });
-                    continue;
-                }
                 if (num_quantiles == 0) {  // exact, float32: residual written as the sort's last pass finds each rank
                     radix::sort_emit_f32(pj, (uint32_t)N, s.pws, [&](uint32_t r, uint32_t i, float v) {
                         pj[i] = (T)((double)v - value_at_position(ys, M, (double)r * scale));
@@ -249,9 +228,7 @@ void flow_step_impl(const T* X, int64_t N, int64_t d, const T* Y, int64_t M, con
             } else {
                 argsort(pj, (uint32_t)N, perm, sx, s.ws);
             }
-            if (num_quantiles == 0 && tb) {  // exact onto the table: rank r -> level r/(N-1) -> Q_j(level) = tr[r]
-                for (int64_t r = 0; r < N; ++r) pj[perm[r]] = (T)((double)sx[r] - tr[r]);
-            } else if (num_quantiles == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
+            if (num_quantiles == 0) {  // exact: rank r -> level r/(N-1) -> position r(M-1)/(N-1)
                 for (int64_t r = 0; r < N; ++r) {
                     const double t = value_at_position(ys, M, (double)r * scale);
                     pj[perm[r]] = (T)((double)sx[r] - t);
@@ -400,6 +377,32 @@ void flow_step_py(Arr<T> x, Arr<T> y, Arr<T> th, double noise_std, double step_s
     }
 }
 
+// P (k, N) projections, direction-major, in place: each row j becomes its residuals p - Q_j(rank/(N-1)) against row
+// j of the table (k, L) at the levels (L,) (float64); rows in parallel.
+template <typename T>
+void sketch_residuals_py(Arr<T> P, py::array_t<double, py::array::c_style> table,
+                         py::array_t<double, py::array::c_style> levels) {
+    if (P.ndim() != 2 || table.ndim() != 2 || levels.ndim() != 1) throw std::invalid_argument("P (k,N), table (k,L), levels (L,)");
+    const int64_t K = P.shape(0), N = P.shape(1), L = levels.shape(0);
+    if (table.shape(0) != K || table.shape(1) != L || L < 1 || N < 2 || N >= (int64_t)UINT32_MAX)
+        throw std::invalid_argument("table must be (k, L) with L >= 1 and 2 <= N < 2^32");
+    T* pp = P.mutable_data();
+    const double* tb = table.data();
+    const double* lv = levels.data();
+    py::gil_scoped_release nogil;
+    const int nthreads = ((double)N * (double)K < 2.0e5) ? 1 : omp_get_max_threads();
+#pragma omp parallel num_threads(nthreads)
+    {
+        DirScratch<T> s;
+        s.tr.resize(N);
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t j = 0; j < K; ++j) {
+            flowsketch::rank_targets(tb + j * L, lv, L, N, s.tr.data());
+            flowsketch::residuals_in_place<T>(pp + j * N, N, s.tr.data(), s.perm, s.sx, s.ws, s.pws);
+        }
+    }
+}
+
 }  // namespace
 
 // Test hook: n normals of (seed, stream) from offset, by the fast transform used here and by common.h in double
@@ -447,6 +450,15 @@ PYBIND11_MODULE(_C_flow, m) {
           py::arg("noise_private"),
           py::arg("brownian"), py::arg("max_chunk") = 0, py::arg("table") = py::none(),
           py::arg("levels") = py::none());
+    const char* sdoc =
+        "sketch_residuals(P (k,N), table (k,L), levels (L,)): in place, every row j of the direction-major projections "
+        "becomes p - Q_j(rank/(N-1)), Q_j the table row's piecewise-linear function (end segments extended); the "
+        "sort-based transport of op flow_step's sketch target alone, for a caller that projects and accumulates the "
+        "drift itself (large d). Releases the GIL.";
+    m.def("sketch_residuals", &sketch_residuals_py<float>, sdoc, py::arg("P").noconvert(), py::arg("table"),
+          py::arg("levels"));
+    m.def("sketch_residuals", &sketch_residuals_py<double>, sdoc, py::arg("P").noconvert(), py::arg("table"),
+          py::arg("levels"));
     m.def("_normals", &normals_py,
           "(fast, common.h) standard normals of (seed, stream) from offset (test hook; reference=False leaves the "
           "second array empty: fastdpot.distributed's keyed draws)",

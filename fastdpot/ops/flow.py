@@ -189,7 +189,9 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, dif
     """Fused C++/OpenMP step: Philox noise of ``csrc/common.h`` (streams of the module docstring; vectorised
     single-precision Box-Muller of ``csrc/flow_normal.h``, equal to the reference's float64 draws to ~2e-6),
     radix sort per direction, rank -> target quantile by index interpolation (sketch mode: level -> the table's
-    piecewise-linear Q_j, in float64), drift and Euler--Maruyama update, in chunks of directions. Histogram mode:
+    piecewise-linear Q_j, in float64), drift and Euler--Maruyama update, in chunks of directions (a sketch target at
+    d >= 256 with no diffusion: projection and drift by torch.matmul around the C++ transport, :func:`_sketch_step_gemm`).
+    Histogram mode:
     the sort-free kernel (:mod:`fastdpot.ops.cpu_histogram`). Sharded: histogram steps run the kernel's passes around
     the shard's all-reduces; exact and grid steps need every projection and run the reference's code."""
     if particles.device.type != "cpu":
@@ -212,6 +214,9 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, dif
     dt = particles.dtype
     x = particles.detach().contiguous()
     th = projections.detach().to(dt).contiguous()
+    if sketch is not None and quantiles == "exact" and diffusion == 0 and not return_noise and \
+            x.shape[1] >= _GEMM_MIN_DIM:
+        return _sketch_step_gemm(mod, x, th, sketch, step_size)
     if sketch is None:
         y = private.detach().to(dt).contiguous()
         tb = lv = None
@@ -235,6 +240,24 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, dif
                   None if br is None else br.numpy(), _CPU_MAX_CHUNK, table=tb, levels=lv)
     noise = dict(particles=nx, private=ny, brownian=br) if return_noise else None
     return new, drift, noise
+
+
+#: from this dimension d on, a sketch-target exact step projects and accumulates the drift with torch.matmul (BLAS)
+#: around the C++ transport: the fused kernel's register tiles are made for the latent dimensions of the papers
+#: (d ~ 8-64), where the step is bandwidth-bound, not for pixel spaces (d = 784 and more), where it is a GEMM
+_GEMM_MIN_DIM = 256
+
+
+def _sketch_step_gemm(mod, x, th, sketch, step_size):
+    """The cpu backend's sketch-target exact step at large d (no noise, no diffusion): P = Θ xᵀ (k, N) and
+    drift = Pᵀ Θ / k by torch.matmul, the residual P − Q(rank/(N−1)) in place by the C++ radix transport
+    (``fastdpot._C_flow.sketch_residuals``); the same step as the fused kernel, up to float rounding."""
+    P = torch.matmul(th, x.t()).contiguous()
+    tb = sketch[0].detach().to("cpu", torch.float64).contiguous().numpy()
+    lv = sketch[1].detach().to("cpu", torch.float64).contiguous().numpy()
+    mod.sketch_residuals(P.numpy(), tb, lv)
+    drift = torch.matmul(P.t(), th).div_(th.shape[0])
+    return x - step_size * drift, drift, None
 
 
 set_auto("flow_step", "cpu", [("cpu", 0)])

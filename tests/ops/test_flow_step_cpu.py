@@ -257,3 +257,33 @@ def test_cpu_step_refuses_outputs_that_share_memory():
         mod.flow_step(xn, yn, tn, 0.1, 0.5, 0.0, 1, 0, new, new, None, None, None)
     mod.flow_step(xn, yn, tn, 0.1, 0.5, 0.0, 1, 0, new, drift, None, None, None)  # distinct outputs: fine
     assert np.isfinite(new).all()
+
+
+@pytest.mark.skipif(not cpp_status("flow")[0], reason="needs the C++ extension")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cpu_sketch_step_at_large_d_is_the_reference_step(dtype):
+    # d >= F._GEMM_MIN_DIM: torch.matmul projects and accumulates, the C++ radix transport does the rest
+    from fastdpot.flows.directions import patch_block
+
+    th64, _ = patch_block(16, 18, 4)  # d = 288 >= 256: one orthonormal block of 288 patch-DCT directions
+    assert th64.shape[1] >= F._GEMM_MIN_DIM
+    g = torch.Generator().manual_seed(0)
+    x64 = torch.rand(300, 288, generator=g, dtype=torch.float64)
+    table = torch.sort(torch.randn(288, 6, generator=g, dtype=torch.float64), 1).values
+    levels = (torch.arange(6, dtype=torch.float64) + 0.5) / 6
+    kw = dict(noise_std=0.0, step_size=0.5 * 288, sketch=(table, levels))
+    want, want_drift, _ = F.flow_step(x64, None, th64, backend="reference", **kw)
+    got, drift, _ = F.flow_step(x64.to(dtype), None, th64.to(dtype), backend="cpu", **kw)
+    # float64: rounding only; float32: a sum of d products per projection and per drift coordinate, plus rank swaps
+    # of projections within float32's spacing, which move a target by at most the table's slope over one rank
+    slope = float(((table[:, 1:] - table[:, :-1]) / (levels[1:] - levels[:-1])).abs().max())
+    tol = 1e-10 if dtype == torch.float64 else 0.5 * slope / 299 + 1e-4  # one rank's swap, at α = 1/2
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=tol)
+    torch.testing.assert_close(drift.double(), want_drift, rtol=0, atol=tol)
+    if dtype == torch.float64:  # the rank map: every projection lands on its level's target (α = 1/2: half way)
+        s = x64 @ th64.t()
+        ranks = torch.argsort(torch.argsort(s, 0), 0).double() / 299
+        from fastdpot.privacy.sketch import quantile_table_eval
+
+        target = quantile_table_eval(table, levels, ranks.t()).t()
+        torch.testing.assert_close(got @ th64.t(), s - 0.5 * (s - target), rtol=0, atol=1e-9)
