@@ -13,6 +13,11 @@ quantile table (L = 5 levels) instead of M noisy private projections, and the pa
 (as the flows run it), so the step is the points step minus the M·k private projections and both noise draws,
 plus a table evaluation per rank.
 
+case ``pixel_step``: the one-shot flow's step in pixel space (:class:`fastdpot.flows.ReleasedTargetFlow`): for each of
+10 classes, op ``flow_step`` (backend ``cpu``) moves the class's N/10 particles onto a (784, 8) quantile table along
+one block of 784 orthonormal patch-DCT directions (torch.matmul around the C++ radix transport); anchor ``matmul``:
+the two ``torch.matmul`` calls of the same shapes per class (the projection and the drift), the floor of the step.
+
 case ``histogram_step``: the same points step with ``quantiles="histogram"`` (``bins`` = 1024 bins per
 direction, no sort): impl ``fastdpot`` is the C++ histogram kernel (csrc/flow_histogram.cpp: three passes that
 recompute the projections per block of particles, nothing of size N·k stored), ``reference`` the torch reference
@@ -26,11 +31,13 @@ from __future__ import annotations
 from bench.harness import Case, suite_main, torch_noise
 
 SUITE = "flow"
-ANCHORS = ["reference"]
+ANCHORS = ["reference", "matmul"]
 
 # CelebA latent shape (d = 48, k = 300) at N = 10^6 and MNIST latent shape (d = 8, k = 70) at N = 10^5
 SIZES = {"quick": dict(n=3_000, m=250, d=8, k=20), "1e6": dict(n=1_000_000, m=250, d=48, k=300),
-         "1e5": dict(n=100_000, m=250, d=8, k=70)}
+         "1e5": dict(n=100_000, m=250, d=8, k=70),
+         # the one-shot pixel-space flow: 60 000 Fashion-MNIST particles (6 000 per class), one block of 784 directions
+         "pixel": dict(n=60_000, m=0, d=784, k=784), "pixel_quick": dict(n=600, m=0, d=784, k=784)}
 
 
 def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0):
@@ -103,10 +110,53 @@ def histogram_step_case(impl, n, m, d, k, bins=1024, noise_std=0.5, step_size=1.
     return step_case(impl, n, m, d, k, quantiles=("histogram", bins), noise_std=noise_std, step_size=step_size)
 
 
-CASES = {"step": step_case, "sketch_step": sketch_step_case, "histogram_step": histogram_step_case}
+def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8):
+    """One step of the one-shot pixel-space flow over ``classes`` classes of n/classes particles (module docstring);
+    impl ``fastdpot`` (op flow_step) or ``matmul`` (the anchor: two torch.matmul per class). ``m`` is unused."""
+    if impl not in ("fastdpot", "matmul"):
+        raise ValueError(f"pixel_step impls are fastdpot and matmul, got {impl!r}")
+    per = n // classes
+
+    def setup():
+        import torch
+
+        import fastdpot.ops  # noqa: F401
+        from fastdpot.flows.directions import patch_block
+
+        side = int(round(d ** 0.5))
+        th = patch_block(side, side, 7)[0].float()[:k]
+        g = torch.Generator().manual_seed(0)
+        xs = [torch.rand(per, d, generator=g) for _ in range(classes)]
+        table = torch.sort(torch.randn(k, sketch_bins, generator=g, dtype=torch.float64), dim=1).values * 0.2
+        levels = (torch.arange(sketch_bins, dtype=torch.float64) + 0.5) / sketch_bins
+        return dict(xs=xs, th=th, sketch=(table, levels))
+
+    def forward(s):
+        import torch
+
+        from fastdpot.ops import flow_step
+
+        out = []
+        for x in s["xs"]:
+            if impl == "matmul":
+                out.append(torch.matmul(torch.matmul(s["th"], x.t()).t(), s["th"]))
+            else:
+                out.append(flow_step(x, None, s["th"], noise_std=0.0, step_size=float(k), quantiles="exact",
+                                     backend="cpu", sketch=s["sketch"])[0])
+        return out
+
+    return Case(setup=setup, forward=forward)
 
 
-IMPLS = {"step": ("fastdpot", "reference"), "histogram_step": ("fastdpot", "reference"), "sketch_step": ("fastdpot",)}
+CASES = {"step": step_case, "sketch_step": sketch_step_case, "histogram_step": histogram_step_case,
+         "pixel_step": pixel_step_case}
+
+
+IMPLS = {"step": ("fastdpot", "reference"), "histogram_step": ("fastdpot", "reference"), "sketch_step": ("fastdpot",),
+         "pixel_step": ("fastdpot", "matmul")}
+#: the sizes each case runs at (default: every size of SIZES but the pixel ones)
+CASE_SIZES = {"pixel_step": ("pixel", "pixel_quick")}
+_LATENT = tuple(s for s in SIZES if not s.startswith("pixel"))
 #: extra parameters of a case (added to the size's)
 EXTRA = {"histogram_step": dict(bins=1024)}
 

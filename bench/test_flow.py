@@ -1,13 +1,15 @@
 """pytest-benchmark suite ``flow``: one DP sliced-Wasserstein flow step, forward (cases: bench/flow.py).
 
-One group per case and size: ``fastdpot`` (the C++ step) beside its anchor ``reference``. ``-k quick``: tiny sizes.
+One group per case and size: ``fastdpot`` (the C++ step) beside its anchor (``reference``; ``matmul`` for the
+pixel-space step). ``-k quick``: tiny sizes.
 """
 import pytest
 
 from bench import flow as F
 from bench.harness import run_benchmark
 
-PARAMS = [(size, case, impl) for size in F.SIZES for case in F.CASES for impl in F.IMPLS[case]]
+PARAMS = [(size, case, impl) for case in F.CASES for size in F.CASE_SIZES.get(case, F._LATENT)
+          for impl in F.IMPLS[case]]
 #: the torch reference at N = 1e6 takes 30-60 s a call (the histogram one 15 GB): fewer rounds
 ROUNDS = {("1e6", "step", "reference"): 2, ("1e6", "histogram_step", "reference"): 1}
 
