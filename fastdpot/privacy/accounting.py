@@ -26,13 +26,13 @@ import numpy as np
 from .._validate import check_choice, check_delta, check_int, check_positive
 from .calibration import calibrate_noise_multiplier
 # the events live in .events, the calibration in .calibration; their names stay importable from here
-from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_STEPS, PLD_MIN_DISCRETIZATION,  # noqa: F401
+from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_EPSILON, PLD_MAX_STEPS, PLD_MIN_DISCRETIZATION,  # noqa: F401
                      PLD_MIN_NOISE_MULTIPLIER, SAMPLINGS, _default_orders, _Event, _event_rdp, _make_event,
                      _rdp_accountant, _relation, _relation_of, _RELATION_NAMES, check_discretization, dp_pld, pld_min_noise_multiplier,
                      quiet_dp_accounting)
 
 __all__ = ["PrivacyAccountant", "calibrate_noise_multiplier", "DEFAULT_ORDERS", "SAMPLINGS", "ACCOUNTANTS",
-           "PLD_MIN_NOISE_MULTIPLIER", "PLD_MAX_STEPS", "PLD_MIN_DISCRETIZATION"]
+           "PLD_MIN_NOISE_MULTIPLIER", "PLD_MAX_STEPS", "PLD_MIN_DISCRETIZATION", "PLD_MAX_EPSILON"]
 
 
 def __getattr__(name):  # PEP 562: DEFAULT_ORDERS without importing dp-accounting at import time
@@ -182,16 +182,18 @@ class PrivacyAccountant:
         z_min = pld_min_noise_multiplier(self.value_discretization_interval)
         return self.steps <= PLD_MAX_STEPS and all(e.noise_multiplier >= z_min for e, _ in self._history)
 
-    def epsilon_method(self, accountant: Optional[str] = None) -> str:
-        """The method :meth:`get_epsilon` uses: the requested one, or RDP when PLD does not support an event or
-        the history lies outside PLD's range (:meth:`pld_in_range`).
+    def epsilon_method(self, accountant: Optional[str] = None, delta: Optional[float] = None) -> str:
+        """The method :meth:`get_epsilon` uses: the requested one, or RDP when PLD does not support an event, the
+        history lies outside PLD's range (:meth:`pld_in_range`) or, given ``delta``, the RDP ε there exceeds
+        :data:`PLD_MAX_EPSILON` (100: a PLD evaluation would take seconds to minutes for no useful gain).
 
         Raises:
-            ValueError: ``accountant="pld"`` with a without-replacement event, or outside PLD's range.
+            ValueError: ``accountant="pld"`` with a without-replacement event, outside PLD's range, or (given
+                ``delta``) above :data:`PLD_MAX_EPSILON`.
         """
         if accountant is None:
             use_pld = self.accountant == "pld" and self.pld_supported() and self.pld_in_range()
-            return "pld" if use_pld else "rdp"
+            return "pld" if use_pld and not self._beyond_pld_epsilon(delta) else "rdp"
         check_choice(accountant, "accountant", ACCOUNTANTS)
         if accountant == "pld" and not self.pld_supported():
             raise ValueError("accountant='pld' does not support sampling='without_replacement' events "
@@ -204,7 +206,16 @@ class PrivacyAccountant:
                              f"evaluation takes minutes and its discretisation error exceeds the RDP bound); this "
                              f"history has {self.steps} releases and smallest z = "
                              f"{min(e.noise_multiplier for e, _ in self._history):.4g}: use accountant='rdp'")
+        if accountant == "pld" and self._beyond_pld_epsilon(delta):
+            raise ValueError(f"accountant='pld' computes ε up to PLD_MAX_EPSILON = {PLD_MAX_EPSILON:g} (beyond, one "
+                             f"evaluation takes seconds to minutes); this history's RDP ε at delta={delta!r} is "
+                             f"{self._compute('rdp', delta, self._history):.4g}: use accountant='rdp'")
         return accountant
+
+    def _beyond_pld_epsilon(self, delta: Optional[float]) -> bool:
+        """Whether the RDP ε at ``delta`` (None: not asked) exceeds :data:`PLD_MAX_EPSILON` (an incremental RDP
+        evaluation: milliseconds)."""
+        return delta is not None and bool(self._history) and self._compute("rdp", delta, self._history) > PLD_MAX_EPSILON
 
     def get_epsilon(self, delta: float, accountant: Optional[str] = None) -> float:
         """ε of everything recorded so far, at ``delta``.
@@ -219,11 +230,15 @@ class PrivacyAccountant:
             discretised PLD gives ε = inf (δ below the mass it puts at infinity, e.g. δ = 1e-300) falls back to the
             RDP ε, which is finite and also a valid bound; ``accountant="pld"`` returns PLD's inf as it is.
 
+        The default method reports RDP where PLD would not answer in bounded time (:meth:`epsilon_method`: outside
+        PLD's range, or an RDP ε above :data:`PLD_MAX_EPSILON`); every call takes at most about a second.
+
         Raises:
-            ValueError: δ outside (0, 1); ``accountant="pld"`` with a without-replacement event.
+            ValueError: δ outside (0, 1); ``accountant="pld"`` with a without-replacement event, outside PLD's
+                range or above :data:`PLD_MAX_EPSILON`.
         """
         delta = check_delta(delta)
-        method = self.epsilon_method(accountant)
+        method = self.epsilon_method(accountant, delta)
         if not self._history:
             return 0.0
         key = (method, delta, accountant is None)

@@ -139,7 +139,7 @@ class PrivacyBudget:
             acc._record(e, n)
         acc._record(event, m)
         delta_acc = self._delta - tail0 - m * delta_tail
-        if not delta_acc > 0 or acc.epsilon_method() != "pld":
+        if not delta_acc > 0 or acc.epsilon_method(delta=delta_acc) != "pld":
             return math.inf
         return acc.get_epsilon(delta_acc, accountant="pld")
 

@@ -16,9 +16,9 @@ from typing import Callable, Dict, Optional
 
 from .._validate import (check_bool, check_choice, check_delta, check_epsilon, check_int, check_nonnegative,
                          check_positive)
-from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_STEPS, PLD_MIN_NOISE_MULTIPLIER, _calibration, _default_orders,
-                     _Event, _make_event, _relation, _relation_of, check_discretization, dp_accounting, dp_pld, dp_rdp,
-                     pld_min_noise_multiplier, quiet_dp_accounting)
+from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_EPSILON, PLD_MAX_STEPS, PLD_MIN_NOISE_MULTIPLIER, _calibration,
+                     _default_orders, _Event, _make_event, _relation, _relation_of, check_discretization,
+                     dp_accounting, dp_pld, dp_rdp, pld_min_noise_multiplier, quiet_dp_accounting)
 
 __all__ = ["calibrate_noise_multiplier", "calibration_tolerance", "Z_MIN", "Z_MAX"]
 
@@ -156,8 +156,9 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     most three, a reachable one takes about 10 (at most 60 for the large-z search).
 
     PLD is searched only within its range (:meth:`PrivacyAccountant.pld_in_range`): a target whose RDP-calibrated
-    z is below :data:`PLD_MIN_NOISE_MULTIPLIER` (0.1; ε of several hundred and more for typical q and T), or more
-    than :data:`PLD_MAX_STEPS` steps, is refused at once with ``accountant="pld"``; with ``accountant=None`` the RDP
+    z is below :data:`PLD_MIN_NOISE_MULTIPLIER` (0.1; ε of several hundred and more for typical q and T), above
+    :data:`PLD_MAX_EPSILON` (100), or more than :data:`PLD_MAX_STEPS` steps, is refused at once with
+    ``accountant="pld"``; with ``accountant=None`` the RDP
     calibration is returned there (what a default accountant reports outside PLD's range). ``accountant="rdp"``
     serves any reachable target.
 
@@ -248,8 +249,12 @@ def _calibrate(eps, delta, steps, proto, rel, accountant, accountant_arg, tol, v
     if accountant == "rdp":
         return float(z)
     z_rdp, z_min = float(z), pld_min_noise_multiplier(vdi)
-    if z_rdp < z_min and accountant_arg is None:
+    if (z_rdp < z_min or eps > PLD_MAX_EPSILON) and accountant_arg is None:
         return z_rdp  # a default accountant reports RDP for such an event (outside PLD's range)
+    if eps > PLD_MAX_EPSILON:
+        raise ValueError(f"target_epsilon={eps!r} is above PLD_MAX_EPSILON = {PLD_MAX_EPSILON:g}, the largest ε the "
+                         f"PLD method computes (beyond, an evaluation takes seconds to minutes); calibrate with "
+                         f"accountant='rdp' (RDP gives z = {z_rdp:.4g})")
     if z_rdp < z_min:
         raise ValueError(
             f"target_epsilon={eps!r} needs a noise multiplier below {z_min:.3g}, the smallest PLD accounts "

@@ -111,6 +111,23 @@ def test_dp_accountings_convergence_warnings_are_handled_at_the_source(caplog):
     assert not [r for r in caplog.records if "converge" in r.getMessage()], caplog.text
 
 
+def test_a_pld_accountant_reports_rdp_where_a_pld_evaluation_would_take_minutes(evaluations):
+    from fastdpot.privacy.accounting import PLD_MAX_EPSILON
+
+    acc = PrivacyAccountant()  # PLD by default; z = 0.1 and 10^6 releases are within PLD's range of z and T
+    acc.step(0.1, 0.01, 10 ** 6)
+    assert acc.pld_in_range() and acc.epsilon_method() == "pld"
+    assert acc.epsilon_method(delta=1e-5) == "rdp"  # RDP ε ≈ 7.5e5 > PLD_MAX_EPSILON: PLD took 100 s here
+    assert acc.get_epsilon(1e-5) == acc.get_epsilon(1e-5, accountant="rdp") > PLD_MAX_EPSILON
+    with pytest.raises(ValueError, match="PLD_MAX_EPSILON"):
+        acc.get_epsilon(1e-5, accountant="pld")
+    assert evaluations["pld"] == 0
+    with pytest.raises(ValueError, match="PLD_MAX_EPSILON"):
+        calibrate_noise_multiplier(500.0, 1e-5, 0.01, 1000, accountant="pld", progress=False)
+    assert calibrate_noise_multiplier(500.0, 1e-5, 0.01, 1000, progress=False) == \
+        calibrate_noise_multiplier(500.0, 1e-5, 0.01, 1000, accountant="rdp", progress=False)  # what it reports
+
+
 def test_a_ledger_refuses_a_target_and_a_noise_multiplier_together():
     with pytest.raises(ValueError, match="give noise_multiplier or target_epsilon, not both"):
         PrivacyLedger(1e-5, 10, target_epsilon=1.0, noise_multiplier=1.0)
