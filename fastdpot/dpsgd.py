@@ -33,7 +33,7 @@ from typing import Callable, List, Optional
 import torch
 from torch import nn
 
-from ._validate import check_int, check_positive, check_tensor
+from ._validate import check_bool, check_int, check_positive, check_tensor
 
 __all__ = ["DPSGDResult", "train_dp_sgd", "clip_and_sum"]
 
@@ -89,14 +89,14 @@ def train_dp_sgd(model: nn.Module, data: torch.Tensor, loss_fn: Callable[..., to
         generator: CPU ``torch.Generator`` of the privacy draws when ``secure_mode=False`` (replayable; no guarantee
             against anyone who holds its seed).
         secure_mode: True (default): batches and noise from the operating system (secret, never stored).
-        progress: a tqdm bar.
+        progress: a bool: show the progress (a tqdm bar on a terminal, plain lines in a log).
 
     Returns:
         :class:`DPSGDResult`.
 
     Raises:
         ValueError: bad sizes, C <= 0, z <= 0, a ledger with a non-private run, targets of another length, a
-            non-finite ``data``. fastdpot.privacy.BudgetExceededError: a step the ledger refuses (training stops
+            non-finite ``data``, ``progress`` not a bool. fastdpot.privacy.BudgetExceededError: a step the ledger refuses (training stops
             before it; nothing of it is released).
 
     References:
@@ -118,6 +118,7 @@ def train_dp_sgd(model: nn.Module, data: torch.Tensor, loss_fn: Callable[..., to
         raise ValueError(f"targets must be a tensor with {n} rows (one per record), got "
                          f"{getattr(targets, 'shape', targets)!r}")
     steps = check_int(steps, "steps", 1)
+    check_bool(progress, "progress")
     B = check_int(batch_size, "batch_size", 1)
     if B > n:
         raise ValueError(f"batch_size must be <= the {n} records, got {B}")

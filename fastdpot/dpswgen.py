@@ -136,8 +136,8 @@ def train_dpswgen(private_data: torch.Tensor, model: nn.Module, epsilon: Optiona
         budget_checks: the T steps are recorded in the ledger in this many blocks, each *before* its steps run
             (a PLD/RDP evaluation per step would dominate the run time); a run cut short over-counts, never under.
         log_every: print the loss every this many steps (0: silent).
-        progress: show a tqdm bar (steps, loss), redrawn at a bounded rate (every 30 s when stderr is not a
-            terminal).
+        progress: show the progress (steps, loss): a tqdm bar on a terminal, redrawn at most every 0.5 s; plain
+            lines at most every 10 s when stderr is a file or pipe.
 
     Shape:
         private_data (n, \*S), model: (B, latent_dim) -> (B, \*S).

@@ -134,6 +134,7 @@ def test_train_dp_sgd_records_every_step_before_it_and_stops_at_the_budget():
     (dict(batch_size=41), "batch_size"), (dict(clip_radius=0.0), "clip_radius"), (dict(noise_multiplier=-1.0),
                                                                                    "noise_multiplier"),
     (dict(steps=0), "steps"), (dict(loss_fn=lambda m, x, y: m(x).sum()), "one loss per sample"),
+    (dict(progress="no"), "progress must be a bool"),  # issue 40: read by truthiness before (a bar shown)
 ])
 def test_bad_arguments_are_refused_before_any_release(kw, match):
     x, y = _data(40)
