@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .._validate import check_int, check_nonnegative, check_positive, check_tensor
+from .._validate import check_bool, check_int, check_nonnegative, check_positive, check_tensor
 from .mechanisms import clip_rows, normalize_rows
 from .randomness import PrivacyRandomness, privacy_randomness
 
@@ -161,8 +161,8 @@ def sliced_quantile_sketch(x_private: torch.Tensor, projections: torch.Tensor, s
                          f"{sketch_bins}")
     sigma = check_nonnegative(noise_std, "noise_std")
     clip_radius = check_positive(clip_radius, "clip_radius")
-    if not isinstance(normalize, bool):
-        raise ValueError(f"normalize must be a bool, got {normalize!r}")
+    check_bool(normalize, "normalize")
+    check_bool(return_noise, "return_noise")  # one rule for flags: 'no' would be read as True
     rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
     th = projections.detach().to(torch.float64)
     rn = torch.linalg.vector_norm(th, dim=1)

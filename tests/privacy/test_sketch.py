@@ -80,6 +80,7 @@ def test_rows_are_clipped_or_normalised_inside():
     (dict(sketch_bins=0), "sketch_bins"), (dict(sketch_bins=11), "sketch_bins"), (dict(sketch_bins=2.5), "sketch_bins"),
     (dict(noise_std=-1.0), "noise_std"), (dict(noise_std=float("nan")), "noise_std"),
     (dict(clip_radius=0.0), "clip_radius"), (dict(generator=0), "generator"), (dict(normalize=1), "normalize"),
+    (dict(return_noise="no"), "return_noise must be a bool"),  # issue 40: read by truthiness before
 ])
 def test_bad_arguments_name_themselves(bad, match):
     x = torch.randn(10, 3, dtype=torch.float64)
