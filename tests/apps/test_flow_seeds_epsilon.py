@@ -21,6 +21,16 @@ from fastdpot.experiments.mainjob import MainJobConfig
 from fastdpot.privacy import PrivacyAccountant
 
 
+class _Images:
+    """A stand-in image set: n blank 4 x 4 images with two classes."""
+
+    def __init__(self, n):
+        self.images, self.labels = torch.zeros(n, 1, 4, 4, dtype=torch.uint8), torch.arange(n) % 2
+
+    def __len__(self):
+        return self.images.shape[0]
+
+
 def _stand_ins(monkeypatch, n_private=240, n_public=120, d=4):
     g = torch.Generator().manual_seed(0)
     codes = torch.nn.functional.normalize(torch.randn(n_private, d, generator=g), dim=1)
@@ -30,7 +40,7 @@ def _stand_ins(monkeypatch, n_private=240, n_public=120, d=4):
                labels=labels, public_codes=public, public_labels=public_labels, config=dict(arch="stand-in"),
                recon_mse=0.0, normalize=True, num_classes=None)
     test = type("Test", (), {"__len__": lambda self: 10, "class_names": None})()
-    data = dict(public=list(range(n_public)), private=list(range(n_private)), test=test, dataset="stand-in")
+    data = dict(public=_Images(n_public), private=_Images(n_private), test=test, dataset="stand-in")
     monkeypatch.setattr(protocols, "stage_representation", lambda cfg, data, ledger=None, **kw: rep)
     monkeypatch.setattr(pl, "_decode", lambda cfg, rep, run: (torch.zeros(run["samples"].shape[0], 1, 4, 4),
                                                              run["sample_labels"], None))

@@ -84,7 +84,7 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     assert math.isfinite(m["fid"]) and m["fid"] > 0
     assert 0 <= m["accuracy_logreg"] <= 1 and 0 <= m["accuracy_mlp"] <= 1
     assert set(m["wall_time_s"]) == {"data", "representation", "generation", "decode", "metrics", "total"}
-    d = Cfg().generation
+    d = Cfg().resolved().generation  # the public-half defaults, resolved
     assert m["spread"] == d.spread == "flow" and m["spread_scales"] is None
     assert m["init"] == d.init == "gaussian_scaled" and m["init_scale"] == d.init_scale == 0.3
     text = (run / "privacy.md").read_text()

@@ -91,7 +91,8 @@ OPTIONS = {
     "--checkpoint-every": ("generation.checkpoint_every", dict(type=int), "flow checkpoint period (steps)"),
     "--fid-samples": ("evaluation.fid_samples", dict(type=int), "generated images in FID (0: no FID)"),
     "--fid-real": ("evaluation.fid_real", dict(type=int), "reference images in FID (statistics cached)"),
-    "--classifiers": ("evaluation.classifiers", {}, "comma-separated downstream classifiers: logreg, mlp, cnn"),
+    "--classifiers": ("evaluation.classifiers", {}, "comma-separated downstream classifiers: logreg, mlp, cnn "
+                     "(default: cnn with --public-size 0, else all three)"),
     "--cnn-epochs": ("evaluation.cnn_epochs", dict(type=int), "epochs of the downstream CNN"),
     "--cnn-arch": ("evaluation.cnn_arch", dict(choices=["small", "dropout"]), "the downstream CNN"),
     "--device": ("device", {}, "cpu or cuda"),

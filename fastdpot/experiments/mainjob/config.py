@@ -225,7 +225,7 @@ def check_stage_settings(c: MainJobConfig) -> None:
     check_int(e.fid_real, "fid_real", 2)
     check_int(e.cnn_epochs, "cnn_epochs")
     check_choice(e.cnn_arch, "cnn_arch", CNN_ARCHS)
-    for v in [v.strip() for v in str(e.classifiers).split(",") if v.strip()]:
+    for v in [v.strip() for v in str(e.classifiers or "").split(",") if v.strip()]:
         check_choice(v, "classifiers", CLASSIFIERS)
     for name in ("max_train", "max_test"):
         if getattr(d, name) is not None:
@@ -354,5 +354,8 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
             raise ValueError(f"labels='private' is a mode of the flow (method='flow'), got method={g.method!r}")
         if g.method in ("decoded", "oneshot"):
             raise ValueError(f"method={g.method!r} belongs to the private-only protocol (public_size=0)")
-    classifiers = ",".join(v.strip() for v in str(c.evaluation.classifiers).split(",") if v.strip())
+    classifiers = c.evaluation.classifiers
+    if classifiers is None:  # the private-only protocol's report trains the CNN only (its 45-minute run)
+        classifiers = "cnn" if private_only else "logreg,mlp,cnn"
+    classifiers = ",".join(v.strip() for v in str(classifiers).split(",") if v.strip())
     return replace(c, generation=g, representation=r, evaluation=replace(c.evaluation, classifiers=classifiers))

@@ -197,7 +197,8 @@ def generate_flow(cfg, codes: torch.Tensor, labels: Optional[torch.Tensor], num_
         else:
             flow = cls(num_particles, codes.shape[1], k, h, generator=gen, init=g.init, init_scale=g.init_scale,
                        **kw, **cond_kw)
-        run_kw = dict(progress=progress, checkpoint_path=checkpoint_path, checkpoint_every=g.checkpoint_every)
+        run_kw = dict(progress=progress, checkpoint_path=checkpoint_path,  # no path (private-only): no checkpoint
+                      checkpoint_every=g.checkpoint_every if checkpoint_path else None)
         if cond:
             samples, sample_labels = flow.run(codes, labels, **run_kw)
         else:

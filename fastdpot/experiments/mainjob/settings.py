@@ -144,12 +144,13 @@ class EvaluationSettings:
 
     Attributes:
         fid_samples, fid_real: generated and real images in FID (``fid_samples=0``: no FID).
-        classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``).
+        classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``; None: ``cnn`` in the
+            private-only protocol, all three in the public-half one).
         cnn_epochs, cnn_augment, cnn_arch: the evaluation CNN (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
     """
     fid_samples: int = 2000
     fid_real: int = 2000
-    classifiers: str = "logreg,mlp,cnn"
+    classifiers: Optional[str] = None
     cnn_epochs: int = 5
     cnn_augment: bool = False
     cnn_arch: str = "small"
