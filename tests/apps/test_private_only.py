@@ -124,15 +124,17 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
 
 
 def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):
-    def run(name, method, eps, d, acc, composed):
+    def run(name, method, eps, d, acc, composed, fid=True):
         (tmp_path / name).mkdir()
         m = dict(method=method, epsilon_target=eps, epsilon=composed, labels_from="flow",
-                 representation=dict(latent_dim=d), accuracy_cnn=acc, fid=50.0, fid_test=55.0, label_fidelity=0.8,
-                 wall_time_s=dict(total=600.0))
+                 representation=dict(latent_dim=d), accuracy_cnn=acc, label_fidelity=0.8, wall_time_s=dict(total=600.0))
+        if fid:
+            m.update(fid=50.0, fid_test=55.0, fid_generated_samples=10000, fid_real_samples=10000)
         (tmp_path / name / "metrics.json").write_text(json.dumps(m))
 
     run("a", "flow", 10.0, 32, 0.70, 9.99)
     run("b", "flow", 10.0, 32, 0.80, 9.98)
+    run("b2", "flow", 10.0, 32, 0.75, 9.98, fid=False)  # a seed measured without FID: accuracy only
     run("c", "decoded", "inf", 32, 0.84, "inf")  # metrics.json spells ∞ "inf"
     run("d", "decoded", "inf", 16, 0.79, "inf")
     run("e", "flow", "inf", 32, 0.75, "inf")
@@ -144,7 +146,8 @@ def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):
         text = "\n".join(_private_only_md(dict(method=method, epsilon="inf", epsilon_target=eps)))
         assert "no differential-privacy guarantee" in text
     flow = next(r for r in rows if r.startswith("| flow | 10 |"))
-    assert "| 2 | 75.0 ± 7.1 |" in flow and "| 32 |" in flow
+    assert "| 3 | 75.0 ± 5.0 |" in flow and "| 32 |" in flow
+    assert "| 50.0 ± 0.0 | 55.0 ± 0.0 | 2 × 10000 vs 10000 |" in flow  # FID over the two runs that measured it
     assert sum(r.startswith("| decoded") for r in rows) == 2
 
 

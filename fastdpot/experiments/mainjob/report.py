@@ -222,8 +222,9 @@ def _non_finite(v) -> bool:
 def summarize(folder: str) -> str:
     """A markdown table of the private-only runs under ``folder`` (one ``metrics.json`` per run folder), grouped by
     (method, ε, labels_from, latent dimension d): the mean ± sd over the runs (each an independent run with its own
-    ε and its own DP representation; the spread describes the algorithm: no pooled release) and each run's wall
-    time."""
+    ε and its own DP representation; the spread describes the algorithm: no pooled release), how many of them
+    measured FID at how many images (a run with ``fid_samples=0`` adds to the other columns only), and each run's
+    wall time."""
     import statistics
 
     rows: Dict[tuple, list] = {}
@@ -245,15 +246,22 @@ def summarize(folder: str) -> str:
             return fmt.format(vals[0])
         return f"{fmt.format(statistics.mean(vals))} ± {fmt.format(statistics.stdev(vals))}"
 
+    def fid_counts(ms):
+        counts = sorted({(m.get("fid_generated_samples"), m.get("fid_real_samples")) for m in ms
+                         if m.get("fid") is not None})
+        k = sum(m.get("fid") is not None for m in ms)
+        return "–" if not k else f"{k} × " + ", ".join(f"{g} vs {r}" for g, r in counts)
+
     out = ["| method | ε (target) | ε (composed) | labels | d | runs | CNN acc. % | FID (sensitive) | FID (test) | "
-           "label fidelity % | wall time min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "FID runs × images | label fidelity % | wall time min |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (method, eps, lab, d), ms in sorted(rows.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 1e9), kv[0][2],
-                                                                          -kv[0][3])):
+                                                                          -(kv[0][3] or 0))):
         composed = "∞ (not private)" if method == "decoded" or eps is None else stat(ms, "epsilon", fmt="{:.3f}")
         eps = "∞" if eps is None else f"{eps:g}"
         minutes = ", ".join("{:.0f}".format(m["wall_time_s"]["total"] / 60) for m in ms)
         out.append(f"| {method} | {eps} | {composed} | {lab} | {d} | {len(ms)} | {stat(ms, 'accuracy_cnn', 100)} | "
-                   f"{stat(ms, 'fid')} | {stat(ms, 'fid_test')} | {stat(ms, 'label_fidelity', 100)} | {minutes} |")
+                   f"{stat(ms, 'fid')} | {stat(ms, 'fid_test')} | {fid_counts(ms)} | "
+                   f"{stat(ms, 'label_fidelity', 100)} | {minutes} |")
     return "\n".join(out)
 
 

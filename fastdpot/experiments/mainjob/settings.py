@@ -180,10 +180,10 @@ ONESHOT_SETTINGS = ("sketch_blocks", "sketch_plan", "sketch_radius", "sketch_cen
 #: and a setting given explicitly wins over its row.
 PRIVATE_ONLY_TABLE = {
     10.0: dict(representation=dict(latent_dim=32, share=0.3), flow=dict(init_scale=0.1),
-               generation=dict(sketch_blocks="default", sketch_plan="3:16,8:8,inf:2", sketch_radius=9.0,
+               generation=dict(sketch_blocks="default", sketch_plan="inf:4", sketch_radius=7.0,
                                sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0)),
     1.0: dict(representation=dict(latent_dim=16, share=0.6), flow=dict(init_scale=0.1),
-              generation=dict(sketch_blocks="28/0/0,7/0/0", sketch_plan="3:8,8:4,inf:2", sketch_radius=9.0,
+              generation=dict(sketch_blocks="28/0/0,7/0/0", sketch_plan="inf:2", sketch_radius=7.0,
                               sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0)),
 }
 
