@@ -6,6 +6,7 @@ method splits δ. Accounting is delegated to Google's dp-accounting (PLD and RDP
 from .._random import make_generator
 from .accounting import ACCOUNTANTS, SAMPLINGS, PrivacyAccountant, calibrate_noise_multiplier
 from .budget import BudgetExceededError, PrivacyBudget
+from .class_sketch import ClassSketchRelease, class_quantile_sketch, release_class_sketch
 from .ledger import PrivacyLedger
 from .mechanisms import (clip_rows, gaussian_local_mechanism, gaussian_mechanism_sigma,
                          gaussian_projection_mechanism, laplace_local_mechanism, ldp_gaussian_sigma,
@@ -24,6 +25,7 @@ __all__ = [
     "gaussian_projection_mechanism", "laplace_local_mechanism", "gaussian_local_mechanism",
     "PoissonSampler", "FixedSizeSampler", "PrivacyRandomness",
     "sliced_quantile_sketch", "QuantileSketch", "bin_sizes", "bin_levels",
+    "class_quantile_sketch", "release_class_sketch", "ClassSketchRelease",
     "sliced_sensitivity", "sliced_sensitivity_sq", "orthogonal_sliced_sensitivity", "split_delta", "projection_mechanism_epsilon",
     "CLT_MIN_PROJECTIONS",
 ]
