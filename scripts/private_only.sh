@@ -23,16 +23,15 @@ run_one() {
 # the default run as a user starts it (`fastdpot flow --public-size 0 --epsilon 10`), cold: a cache of its own (no
 # auto-encoder, no cached FID statistics), for its wall time
 FASTDPOT_CACHE="$(mktemp -d)" run_one oneshot_eps10_seed1 --epsilon 10 --seed 1 $FID "$@"
-# then what decides the comparison: the one-shot method at ε = 1, the per-class DP Gaussian in the DP-PCA code
-# space, the pipeline's ceiling (no noise), the classifier's ceiling (ANALYSIS, not private: the sensitive images
-# themselves as the synthetic set); then the other seeds (accuracy, label fidelity)
-runs=("oneshot_eps1_seed1 --epsilon 1 --seed 1 $FID")
-for eps in 10 1; do runs+=("gaussian_eps${eps}_seed1 --method gaussian --epsilon $eps --seed 1 $FID"); done
-runs+=("oneshot_inf --epsilon inf --seed 1 $FID")
-runs+=("real --method decoded --rep-kind pixels --epsilon inf --seed 1 $NOFID")
+# then the one-shot method at ε = 1 and its ceiling (the same pipeline without noise), its other seeds (accuracy,
+# label fidelity), the classifier's ceiling (ANALYSIS, not private: the sensitive images themselves as the synthetic
+# set), and the baseline: the per-class DP Gaussian in the DP-PCA code space
+runs=("oneshot_eps1_seed1 --epsilon 1 --seed 1 $FID" "oneshot_inf --epsilon inf --seed 1 $FID")
 for seed in 2 3; do
   for eps in 10 1; do runs+=("oneshot_eps${eps}_seed$seed --epsilon $eps --seed $seed $NOFID"); done
 done
+runs+=("real --method decoded --rep-kind pixels --epsilon inf --seed 1 $NOFID")
+for eps in 10 1; do runs+=("gaussian_eps${eps}_seed1 --method gaussian --epsilon $eps --seed 1 $FID"); done
 for seed in 2 3; do
   for eps in 10 1; do runs+=("gaussian_eps${eps}_seed$seed --method gaussian --epsilon $eps --seed $seed $NOFID"); done
 done
