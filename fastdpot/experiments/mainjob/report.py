@@ -136,8 +136,9 @@ def released_epsilon(cfg, runs: List[Dict[str, Any]], ledger=None) -> Dict[str, 
                     epsilon_per_seed=0.0 if g.method == "public" else math.inf,
                     how="no private data used" if g.method == "public" else "non-private")
     if ledger is not None:
-        return dict(out, epsilon=ledger.epsilon(), how=f"one composed ledger (RDP, dp-accounting): the representation "
-                                                       f"and {S} generation run(s), {len(ledger.stages)} stage(s)")
+        how = (f"one composed ledger ({ledger.accountant_used.upper()}, dp-accounting): the representation and {S} "
+               f"generation run(s), {len(ledger.stages)} stage(s)")
+        return dict(out, epsilon=ledger.epsilon(), how=how)
     if g.method == "gaussian":
         acc = PrivacyAccountant("pld")
         acc.step(p["noise_std"] / p["sensitivity"], num_steps=S)
