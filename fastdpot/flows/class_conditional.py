@@ -211,17 +211,20 @@ class ClassConditionalFlow:
         Raises:
             ValueError: bad data, labels of the wrong shape or dtype, a negative label or one outside [0, C)
                 in the public mode (labels are public there), a class without rows or with fewer rows than the batch
-                size (public mode), ``checkpoint_path`` not writable. In the private mode no label VALUE stops the
-                run: a label outside the public domain [0, C) is mapped to class 0 before the mechanism
-                (:func:`fastdpot.flows.labelled.label_rows`).
+                size (public mode), ``checkpoint_path`` not writable, ``checkpoint_every`` without ``checkpoint_path``.
+                In the private mode no label VALUE stops the run: a label outside the public domain [0, C) is mapped
+                to class 0 before the mechanism (:func:`fastdpot.flows.labelled.label_rows`).
         """
+        if checkpoint_every is not None:  # before any class flow spends a step, as a single flow's run()
+            checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
+            if checkpoint_path is None:
+                raise ValueError(f"checkpoint_every={checkpoint_every} needs checkpoint_path (where the checkpoints "
+                                 f"are written); without one nothing would be saved")
         if self._pg is not None:
             return self._run_sharded(private_data, labels, steps, progress, checkpoint_path, checkpoint_every)
         labels = _check_labels(private_data, labels, values=self.label_privacy == "public")
-        if checkpoint_path is not None:  # before any class flow spends a step
+        if checkpoint_path is not None:
             checkpoint_path = check_checkpoint_path(checkpoint_path)
-        if checkpoint_every is not None:
-            checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
 
         def ckpt(flow):
             if checkpoint_path is not None and checkpoint_every is not None and \

@@ -211,6 +211,16 @@ def test_private_mode_bad_labels_change_nothing():
     assert label_rows(x[:3], torch.tensor([2, 0, 1]), 3)[:, 2:].argmax(1).tolist() == [2, 0, 1]
 
 
+@pytest.mark.parametrize("label_privacy", ["private", "public"])
+def test_checkpoint_every_without_a_path_is_refused_before_any_release(label_privacy):
+    cc = ClassConditionalFlow(30, 2, 4, 0.5, num_classes=3, noise_multiplier=1.0, batch_size=5, steps=2,
+                              label_privacy=label_privacy)
+    x = torch.randn(30, 2, generator=_gen(0))
+    with pytest.raises(ValueError, match="checkpoint_every=1 needs checkpoint_path"):
+        cc.run(x, torch.arange(30) % 3, progress=False, checkpoint_every=1)
+    assert cc.flows == [] and cc.epsilon() == 0.0
+
+
 @pytest.mark.slow
 def test_main_job_label_private_mode_publishes_nothing_from_class_counts(monkeypatch):
     """generate_flow with labels='private' on two label vectors with the same n and different class sizes: the
