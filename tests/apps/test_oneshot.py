@@ -108,6 +108,7 @@ def test_quick_oneshot_run_on_fashion_mnist(tmp_path):
     text = (tmp_path / "run" / "privacy.md").read_text()
     assert "one-shot per-class sliced quantile sketches" in text and "`generation.sketch_plan`" in text
     assert "validation split: the ε table" in text and f"({m['epsilon']:.4g}," in text
+    assert "privacy-loss-distribution accountant" in text and "Rényi" not in text  # the accountant the ledger used
 
 
 def test_the_same_code_runs_on_a_celeba_folder(tmp_path):

@@ -120,7 +120,9 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     assert lat.shape == (n, 6) and torch.equal(lab, train.labels[sens])
     assert set(m) >= {"accuracy_cnn", "fid", "label_fidelity", "wall_time_s"}
     assert 0.0 <= m["label_fidelity"] <= 1.0
-    assert f"({m['epsilon']:.4g}," in (tmp_path / "run" / "privacy.md").read_text()
+    text = (tmp_path / "run" / "privacy.md").read_text()
+    assert f"({m['epsilon']:.4g}," in text and "Rényi-DP accountant" in text  # subsampled flow steps: RDP
+    assert "one composed ledger (RDP" in m["epsilon_composition"]
 
 
 def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):

@@ -369,6 +369,14 @@ def _non_finite(v) -> bool:
     return v is None or v == "inf" or (isinstance(v, float) and not math.isfinite(v))
 
 
+def _accountant_words(m: Dict[str, Any]) -> str:
+    """The composed ledger's accountant, as ``ComposedLedger(accountant="auto")`` picks it: PLD (exact) when every
+    stage is a full-batch Gaussian, else Rényi DP."""
+    full = all(s.get("event", {}).get("sample_rate") == 1.0 for s in m.get("stages", []))
+    return ("privacy-loss-distribution accountant (exact for these full-batch Gaussian mechanisms)" if full
+            else "Rényi-DP accountant")
+
+
 def _private_only_md(m: Dict[str, Any]) -> List[str]:
     lines = []
     if m["method"] == "decoded":
@@ -380,8 +388,8 @@ def _private_only_md(m: Dict[str, Any]) -> List[str]:
               f"data sets that differ by the replacement of one labelled image by any other (its label free to "
               f"change; n = {m['n_sensitive']} is public). Everything the run publishes (the samples, their labels, "
               f"metrics computed from them, except the evaluation statistics listed below as outside the guarantee) "
-              f"is post-processing of the stages below, composed in one Rényi-DP "
-              f"accountant (dp-accounting, replace-one relation), all of δ to the accountant (every stage has a "
+              f"is post-processing of the stages below, composed in one {_accountant_words(m)} "
+              f"(dp-accounting, replace-one relation), all of δ to the accountant (every stage has a "
               f"deterministic sensitivity). No image outside the sensitive set was used for any weight, statistic or "
               f"setting. The validation split ({m['n_validation']} images, disjoint from the sensitive set, the same "
               f"split for every run) is an explicit tuning split: the protocol's settings were chosen on it "
