@@ -402,6 +402,16 @@ def test_cli_flow_help_gives_every_option_one_help_text_and_one_default():
         assert text.lower().count("default") == 1, f"{action.option_strings}: {text!r}"
 
 
+def test_cli_representation_kinds_are_the_settings_kinds():
+    # --rep-kind pixels (the one-shot method's, and the real-data analysis run of the report) was refused by the CLI
+    from fastdpot.experiments.mainjob.cli import build_parser
+    from fastdpot.experiments.mainjob.settings import REPRESENTATION_KINDS
+
+    for kind in REPRESENTATION_KINDS:
+        args = build_parser().parse_args(["flow", "--public-size", "0", "--rep-kind", kind])
+        assert args.rep_kind == kind
+
+
 # -------------------------------------------------------------------------------------------------- docstrings
 def _public_members_without_docstring():
     import importlib

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import List, Optional
 
+from .settings import REPRESENTATION_KINDS
+
 __all__ = ["build_parser", "main", "OPTIONS"]
 
 #: option -> (setting, argparse keywords, help); a default of None means "the setting's default"
@@ -41,8 +43,9 @@ OPTIONS = {
                   "public auto-encoder architecture (default: by image size)"),
     "--ae-epochs": ("representation.ae_epochs", dict(type=int), "public auto-encoder epochs"),
     "--ae-width": ("representation.ae_width", dict(type=int), "public auto-encoder base channels w"),
-    "--rep-kind": ("representation.kind", dict(choices=["pca", "autoencoder", "dct"]),
-                   "with --public-size 0: pca (one DP second-moment release), autoencoder (DP-SGD) or dct (public)"),
+    "--rep-kind": ("representation.kind", dict(choices=list(REPRESENTATION_KINDS)),
+                   "with --public-size 0: pixels (the one-shot method's; with --method decoded the sensitive images "
+                   "themselves), pca (one DP second-moment release), autoencoder (DP-SGD) or dct (public)"),
     "--rep-lowpass": ("representation.lowpass", dict(type=int, metavar="K"),
                       "with --public-size 0: DP-PCA of the K x K lowest 2-D DCT frequencies (dct: those themselves)"),
     "--rep-scale": ("representation.scale", dict(type=float), "with --public-size 0 and pca: the image scale S"),
