@@ -194,7 +194,8 @@ def _metrics(cfg, data, rep, run, release, met, times, per_seed, ledger, num_par
         common.update(n_sensitive=len(data["private"]), n_validation=len(data["validation"]),
                       neighbouring_relation="replace one labelled image (x, y) by any (x', y'), its label free to "
                                             "change",
-                      stages=ledger.stages, representation=rep["info"], generation=p, labels_from=g.labels_from)
+                      stages=ledger.stages, accountant=ledger.accountant_used, representation=rep["info"],
+                      generation=p, labels_from=g.labels_from)
         if g.method == "decoded":
             common.update(epsilon=float("inf"), epsilon_spent=float("inf"))
     else:

@@ -370,11 +370,9 @@ def _non_finite(v) -> bool:
 
 
 def _accountant_words(m: Dict[str, Any]) -> str:
-    """The composed ledger's accountant, as ``ComposedLedger(accountant="auto")`` picks it: PLD (exact) when every
-    stage is a full-batch Gaussian, else Rényi DP."""
-    full = all(s.get("event", {}).get("sample_rate") == 1.0 for s in m.get("stages", []))
-    return ("privacy-loss-distribution accountant (exact for these full-batch Gaussian mechanisms)" if full
-            else "Rényi-DP accountant")
+    """The composed ledger's accountant (``metrics["accountant"]``: :attr:`ComposedLedger.accountant_used`)."""
+    return ("privacy-loss-distribution accountant (exact for these full-batch Gaussian mechanisms)"
+            if m.get("accountant") == "pld" else "Rényi-DP accountant")
 
 
 def _private_only_md(m: Dict[str, Any]) -> List[str]:
