@@ -15,12 +15,30 @@ from typing import Any, Iterable, Optional
 
 import torch
 
-__all__ = ["CheckpointError", "check_checkpoint_path", "atomic_save", "load_checkpoint", "require_state",
-           "state_int", "state_float", "state_choice"]
+from ._validate import check_int
+
+__all__ = ["CheckpointError", "check_checkpoint_path", "check_checkpoint_every", "atomic_save", "load_checkpoint",
+           "require_state", "state_int", "state_float", "state_choice"]
 
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be read (truncated, garbage, not a torch file, or of another kind)."""
+
+
+def check_checkpoint_every(every, path, needs_path: bool = True) -> Optional[int]:
+    """``checkpoint_every`` checked before any work: None, or an int >= 1 that needs ``path`` (``needs_path``:
+    without a path nothing would be saved; a run with a callback passes False, the callback sees the cadence).
+
+    Raises:
+        ValueError / TypeError: not an int >= 1, or given without ``path`` where it needs one.
+    """
+    if every is None:
+        return None
+    every = check_int(every, "checkpoint_every", 1)
+    if needs_path and path is None:
+        raise ValueError(f"checkpoint_every={every} needs checkpoint_path (where the checkpoints are written); "
+                         f"without one nothing would be saved")
+    return every
 
 
 def check_checkpoint_path(path, name: str = "checkpoint_path") -> str:

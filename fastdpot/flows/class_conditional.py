@@ -11,8 +11,8 @@ from typing import List, Optional, Sequence, Union
 
 import torch
 
-from .._checkpoint import CheckpointError, atomic_save, check_checkpoint_path, generator_state, load_checkpoint, \
-    require_state
+from .._checkpoint import (CheckpointError, atomic_save, check_checkpoint_every, check_checkpoint_path,
+                           generator_state, load_checkpoint, require_state)
 from .._random import draw_seed, make_generator
 from .._validate import check_choice, check_int, check_positive, check_tensor
 from .flow import DPSlicedWassersteinFlow
@@ -215,11 +215,7 @@ class ClassConditionalFlow:
                 In the private mode no label VALUE stops the run: a label outside the public domain [0, C) is mapped
                 to class 0 before the mechanism (:func:`fastdpot.flows.labelled.label_rows`).
         """
-        if checkpoint_every is not None:  # before any class flow spends a step, as a single flow's run()
-            checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
-            if checkpoint_path is None:
-                raise ValueError(f"checkpoint_every={checkpoint_every} needs checkpoint_path (where the checkpoints "
-                                 f"are written); without one nothing would be saved")
+        checkpoint_every = check_checkpoint_every(checkpoint_every, checkpoint_path)  # before any class flow's step
         if self._pg is not None:
             return self._run_sharded(private_data, labels, steps, progress, checkpoint_path, checkpoint_every)
         labels = _check_labels(private_data, labels, values=self.label_privacy == "public")

@@ -24,8 +24,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from .._checkpoint import check_checkpoint_every
 from .._progress import progress_bar
-from .._validate import check_bool, check_int
+from .._validate import check_bool
 
 __all__ = ["STOP_REASONS", "FlowRunResult", "run_flow"]
 
@@ -122,11 +123,7 @@ def run_flow(flow, private_data, steps, progress, checkpoint_path, checkpoint_ev
     check_bool(progress_epsilon, "progress_epsilon")
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable(flow) or None, got {type(callback).__name__}")
-    if checkpoint_every is not None:
-        checkpoint_every = check_int(checkpoint_every, "checkpoint_every", 1)
-        if checkpoint_path is None and callback is None:
-            raise ValueError(f"checkpoint_every={checkpoint_every} needs checkpoint_path (where the checkpoints are "
-                             f"written); without one nothing would be saved")
+    checkpoint_every = check_checkpoint_every(checkpoint_every, checkpoint_path, needs_path=callback is None)
     steps, sampler = flow._prepare_run(private_data, steps, checkpoint_path)
     bar = progress_bar(total=steps, disable=not (progress and flow._shows_progress()),
                        desc="DP-SW flow" if flow.private else "SW flow")
