@@ -16,6 +16,8 @@ from fastdpot.experiments.mainjob import MainJobConfig, run_pipeline
 from fastdpot.experiments.mainjob.config import PRIVATE_ONLY_TABLE
 from fastdpot.privacy.composition import ComposedLedger
 
+from ._celeba import write_random_celeba
+
 _OPEN = {"on": False}
 
 
@@ -113,21 +115,14 @@ def test_quick_oneshot_run_on_fashion_mnist(tmp_path):
 
 def test_the_same_code_runs_on_a_celeba_folder(tmp_path):
     # 64 x 64 x 3 unlabelled images (a CelebA folder the test writes): one class, blocks of the lowest frequencies
-    import numpy as np
     from PIL import Image
 
-    folder = tmp_path / "img_align_celeba"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(24):
-        Image.fromarray(rng.integers(0, 255, (218, 178, 3), dtype=np.uint8)).save(folder / f"{i:06d}.jpg")
+    folder = write_random_celeba(tmp_path, 24)
     cfg = MainJobConfig(epsilon=5.0, replayable_noise=True).with_settings(
-        celeba_dir=str(folder), public_size=0, validation_size=4, num_particles=12, fid_samples=0, classifiers="",
+        celeba_dir=folder, public_size=0, validation_size=4, num_particles=12, fid_samples=0, classifiers="",
         sketch_blocks="64/0/0,16/8/8", sketch_block_directions=128, sketch_rounds=1, sketch_plan="inf:2")
     m = run_pipeline(cfg, str(tmp_path / "run"), progress=False, cache_dir=str(tmp_path / "cache"))
     assert m["method"] == "oneshot" and m["num_particles"] == 12 and m["generation"]["block_directions"] == 128
     assert [s["stage"] for s in m["stages"]] == ["means", "sketch"] and m["epsilon"] <= 5.0 + 1e-9
     assert "accuracy_cnn" not in m and "label_fidelity" not in m
-    from PIL import Image as I
-
-    assert I.open(tmp_path / "run" / "samples.png").size[0] > 64
+    assert Image.open(tmp_path / "run" / "samples.png").size[0] > 64

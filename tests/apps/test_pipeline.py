@@ -3,7 +3,6 @@ import json
 import math
 import struct
 
-import numpy as np
 import pytest
 import torch
 
@@ -14,6 +13,8 @@ from fastdpot.experiments.mainjob.codes import calibrate_spread, decode_codes, p
 from fastdpot.experiments.mainjob.generation import generate_flow, generate_public
 from fastdpot.experiments.mainjob.protocols import load_data, stage_representation
 from fastdpot.experiments.mainjob.report import samples_grid
+
+from ._celeba import write_random_celeba
 
 
 def Cfg(**kw):
@@ -181,14 +182,8 @@ def test_calibrate_spread_matches_the_reference_per_class():
 
 
 def test_celeba_folder_stages(tmp_path):
-    from PIL import Image
-
-    folder = tmp_path / "img_align_celeba"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(8):
-        Image.fromarray(rng.integers(0, 255, (218, 178, 3), dtype=np.uint8)).save(folder / f"{i:06d}.jpg")
-    cfg = Cfg(celeba_dir=str(folder), epsilon=10.0, batch_size=2, epochs=1.0, ae_epochs=1).resolved()
+    folder = write_random_celeba(tmp_path, 8)
+    cfg = Cfg(celeba_dir=folder, epsilon=10.0, batch_size=2, epochs=1.0, ae_epochs=1).resolved()
     data = load_data(cfg)
     assert data["dataset"] == "celeba" and data["public"].images.shape[1:] == (3, 64, 64)
     ae = stage_representation(cfg, data, progress=False, cache_dir="")

@@ -13,6 +13,8 @@ from fastdpot.flows import INIT_KINDS, ClassConditionalFlow, DPSlicedWasserstein
 from fastdpot.privacy import DEFAULT_ORDERS, BudgetExceededError
 from fastdpot.reference.sliced import sliced_wasserstein
 
+from ._crash import Kill, crash_in_step
+
 
 def _gen(seed):
     return torch.Generator().manual_seed(seed)
@@ -227,23 +229,6 @@ def test_private_rows_are_clipped_inside(normalize):
 
 
 # ------------------------------------------------------------------------------------------------ checkpoint
-class _Kill(Exception):
-    pass
-
-
-def _crash_in_step(flow, step):
-    """The run dies inside step ``step`` after its release (as a killed process would, before any checkpoint of
-    it): the step's exception is not a callback's, so no checkpoint is written for it."""
-    accept = flow._accept
-
-    def crashing(new, drift):
-        accept(new, drift)
-        if flow.steps_taken == step:
-            raise _Kill()
-
-    flow._accept = crashing
-
-
 @pytest.mark.parametrize("variant,reg", [("resample", 0.0), ("presampled", 0.05)])
 def test_checkpoint_resume_equals_uninterrupted(tmp_path, variant, reg):
     n, T = 300, 12
@@ -255,8 +240,8 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path, variant, reg):
     path = str(tmp_path / "flow.pt")
     part = DPSlicedWassersteinFlow(64, 8, 40, 0.5, secure_mode=False, generator=_gen(17), **kw)
 
-    _crash_in_step(part, 7)
-    with pytest.raises(_Kill):
+    crash_in_step(part, 7)
+    with pytest.raises(Kill):
         part.run(data, progress=False, checkpoint_path=path, checkpoint_every=4)
     # the killed run made releases 5..7 after the step-4 checkpoint, which reserved the 4 releases up to its next
     # checkpoint: the resumed flow counts them as spent (conservative: they may have been published) and redoes the
@@ -484,11 +469,11 @@ def test_class_conditional_init_kinds_and_resume(tmp_path, monkeypatch):
         def cb(flow):
             callback(flow)
             if flow is part.flows[1] and flow.steps_taken == 5:
-                raise _Kill()
+                raise Kill()
         return orig(self, *args, callback=cb, **kwargs)
 
     monkeypatch.setattr(DPSlicedWassersteinFlow, "run", run_then_kill)
-    with pytest.raises(_Kill):
+    with pytest.raises(Kill):
         part.run(data, lab, progress=False, checkpoint_path=path, checkpoint_every=4)
     monkeypatch.undo()
     resumed = ClassConditionalFlow.load(path)

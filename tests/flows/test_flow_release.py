@@ -12,6 +12,8 @@ import fastdpot.privacy as privacy
 from fastdpot.flows import ClassConditionalFlow, DPSlicedWassersteinFlow
 from fastdpot.privacy.sketch import QuantileSketch, sketch_quantile_table
 
+from ._crash import Kill, crash_in_step
+
 
 def _gen(s):
     return torch.Generator().manual_seed(s)
@@ -20,23 +22,6 @@ def _gen(s):
 # flows whose privacy draws can be secret OS randomness take secure_mode; replay tests need the seeded generator
 _REPLAY = ({"secure_mode": False} if "secure_mode" in inspect.signature(DPSlicedWassersteinFlow).parameters
            else {})
-
-
-class _Kill(Exception):
-    pass
-
-
-def _crash_in_step(flow, step):
-    """The run dies inside step ``step`` after its release (as a killed process would, before any checkpoint of
-    it): the step's exception is not a callback's, so no checkpoint is written for it."""
-    accept = flow._accept
-
-    def crashing(new, drift):
-        accept(new, drift)
-        if flow.steps_taken == step:
-            raise _Kill()
-
-    flow._accept = crashing
 
 
 def test_sketch_table_is_scipys_weighted_isotonic_fit():
@@ -147,8 +132,8 @@ def test_sketch_checkpoint_resume_equals_uninterrupted(tmp_path, variant):
     path = str(tmp_path / "flow.pt")
     part = DPSlicedWassersteinFlow(64, 8, 16, 0.5, generator=_gen(17), **kw)
 
-    _crash_in_step(part, 7)
-    with pytest.raises(_Kill):
+    crash_in_step(part, 7)
+    with pytest.raises(Kill):
         part.run(data, progress=False, checkpoint_path=path, checkpoint_every=4)
     resumed = DPSlicedWassersteinFlow.load(path)
     assert resumed.steps_taken == 4 and resumed.config.release == "sketch" and resumed.config.sketch_bins == 6
