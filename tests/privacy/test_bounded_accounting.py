@@ -57,8 +57,13 @@ def test_the_usual_calibrations_give_the_same_noise_multiplier_as_before(evaluat
     # up to z = 64 the search runs on the bracket that doubling from 1 finds, as before (pinned values)
     z = calibrate_noise_multiplier(1.0, 1e-5, 0.01, 1000, sampling="without_replacement", dataset_size=10000,
                                    batch_size=100, accountant="rdp", progress=False)
-    assert z == 2.7077693593261967 and evaluations["rdp"] <= 10  # 14 before
-    assert calibrate_noise_multiplier(1.0, 1e-5, 0.01, 1000, accountant="rdp", progress=False) == 1.513359744855954
+    # the pins hold to the calibration's own precision, not to the ulp: dp-accounting's sums round differently with
+    # the SIMD width (a 2-core AMD EPYC without AVX-512 lands one ulp away), and Brent's path may follow
+    tol = F.privacy.calibration.calibration_tolerance
+    assert z == pytest.approx(2.7077693593261967, rel=0, abs=tol(z)) and evaluations["rdp"] <= 10  # 14 before
+    z2 = calibrate_noise_multiplier(1.0, 1e-5, 0.01, 1000, accountant="rdp", progress=False)
+    assert z2 == pytest.approx(1.513359744855954, rel=0, abs=tol(z2))
+    assert _meets(z2, 1.0, 0.01, 1000) and not _meets(z2 - 2 * tol(z2), 1.0, 0.01, 1000)
 
 
 @pytest.mark.parametrize("call", [
