@@ -84,6 +84,8 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     assert m["num_particles"] == 40 and m["fid_generated_samples"] == 4 and m["fid_real_samples"] == 4
     assert math.isfinite(m["fid"]) and m["fid"] > 0
     assert 0 <= m["accuracy_logreg"] <= 1 and 0 <= m["accuracy_mlp"] <= 1
+    # the CNN's checkpoint is chosen on public images of the public half (public-half protocol), never the test set
+    assert "the public part (100 images)" in m["cnn_selection"] and m["cnn_selected_epoch"] == 1
     assert set(m["wall_time_s"]) == {"data", "representation", "generation", "decode", "metrics", "total"}
     d = Cfg().resolved().generation  # the public-half defaults, resolved
     assert m["spread"] == d.spread == "flow" and m["spread_scales"] is None

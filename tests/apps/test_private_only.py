@@ -123,6 +123,14 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     text = (tmp_path / "run" / "privacy.md").read_text()
     assert f"({m['epsilon']:.4g}," in text and "Rényi-DP accountant" in text  # subsampled flow steps: RDP
     assert "one composed ledger (RDP" in m["epsilon_composition"]
+    # the CNN's checkpoint chosen on the validation split; the FID statistics of the sensitive set (and of the test
+    # set) cached by content in the user's cache, said to be sensitive-derived, and absent from the run folder
+    assert m["cnn_selected_epoch"] == 1 and len(m["cnn_validation_accuracy"]) == 1  # cnn_epochs=1
+    assert "the validation split (200 images)" in m["cnn_selection"]
+    stats = tmp_path / "cache" / "fid_real_stats"
+    assert "sensitive-derived" in (stats / "README.txt").read_text() and len(list(stats.glob("*.npz"))) == 2
+    assert not list((tmp_path / "run").rglob("*.npz"))
+    assert "`fid_real_stats/` folder of the user's cache" in text and "sensitive-derived data" in text
 
 
 def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):

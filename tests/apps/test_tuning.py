@@ -11,7 +11,7 @@ from fastdpot.experiments.data import ImageData
 from fastdpot.experiments.data.datasets import load_fashion_mnist_available
 from fastdpot.experiments.mainjob import MainJobConfig, parse_settings
 from fastdpot.experiments.mainjob.protocols import private_split
-from fastdpot.experiments.mainjob.tuning import main, run_tuning, stand_in_split, tuning_split
+from fastdpot.experiments.mainjob.tuning import main, run_tuning, stand_in_data, stand_in_split, tuning_split
 
 
 def _public(n=90):
@@ -134,8 +134,12 @@ def test_a_private_only_point_runs_on_the_validation_split_only(tmp_path, monkey
     sens, val = private_split(1500, 300, seed=0)
     stand, held = stand_in_split(300, 200, seed=0)
     assert torch.equal(seen["data"]["private"].images, train.images[val[stand]])  # validation images only
-    assert torch.equal(seen["data"]["test"].images, train.images[val[held]])
+    # the held-out part's two disjoint halves: the stand-in's validation split (selects the CNN) and its test set
+    assert torch.equal(seen["data"]["validation"].images, train.images[val[held[:50]]])
+    assert torch.equal(seen["data"]["test"].images, train.images[val[held[50:]]])
     assert seen["calibration"] == len(sens) == 1200
     (row,) = rows
     assert 0.0 <= row["accuracy_cnn"] <= 1.0 and 4.8 < row["epsilon_spent"] <= 5.0 * (1 + 1e-9)
-    assert row["n_holdout"] == 100 and row["n_standin_private"] == 200
+    assert row["n_holdout"] == 50 and row["n_standin_private"] == 200
+    with pytest.raises(ValueError, match="held-out part needs >= 4"):
+        stand_in_data(base, stand_in_size=297)

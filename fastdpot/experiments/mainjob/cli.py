@@ -16,6 +16,7 @@ import os
 import sys
 from typing import List, Optional
 
+from ..classifiers import CNN_ARCHS
 from .settings import REPRESENTATION_KINDS
 
 __all__ = ["build_parser", "main", "OPTIONS"]
@@ -96,8 +97,10 @@ OPTIONS = {
     "--fid-real": ("evaluation.fid_real", dict(type=int), "reference images in FID (statistics cached)"),
     "--classifiers": ("evaluation.classifiers", {}, "comma-separated downstream classifiers: logreg, mlp, cnn "
                      "(default: cnn with --public-size 0, else all three)"),
-    "--cnn-epochs": ("evaluation.cnn_epochs", dict(type=int), "epochs of the downstream CNN"),
-    "--cnn-arch": ("evaluation.cnn_arch", dict(choices=["small", "dropout"]), "the downstream CNN"),
+    "--cnn-epochs": ("evaluation.cnn_epochs", dict(type=int), "epoch budget of the downstream CNN (the checkpoint "
+                                                              "of the best validation accuracy is scored)"),
+    "--cnn-arch": ("evaluation.cnn_arch", dict(choices=list(CNN_ARCHS)), "the downstream CNN (resnet20: He et al.'s "
+                                                                        "ResNet-20, slower)"),
     "--device": ("device", {}, "cpu or cuda"),
     "--backend": ("backend", {}, "flow backend: auto, reference, cpu, triton, cuda"),
 }

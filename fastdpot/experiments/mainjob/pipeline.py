@@ -144,7 +144,8 @@ def run_pipeline(cfg: MainJobConfig, run_dir: str, progress: bool = True, cache_
                          metrics=round(time.perf_counter() - t0, 2))
             first = (run, images, sample_labels, scales, met)
         per_seed.append(dict(flow_seed=seed, **{k: v for k, v in met.items()
-                                                if k in ("fid", "label_fidelity") or k.startswith("accuracy_")}))
+                                                if k in ("fid", "label_fidelity", "cnn_selected_epoch")
+                                                or k.startswith("accuracy_")}))
     run, images, sample_labels, scales, met = first
     release = released_epsilon(cfg, runs, ledger)
     metrics = _metrics(cfg, data, rep, run, release, met, times, per_seed, ledger, num_particles, scales)

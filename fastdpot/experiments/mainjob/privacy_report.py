@@ -317,8 +317,9 @@ def _evaluation_md(cfg, result: Dict[str, Any]) -> Optional[str]:
                      "says so) belongs where the sensitive data's own protection applies and must not be published."]
         rows += ["* Label fidelity (`label_fidelity`): its judge is trained on the validation split only; it reads no "
                  "sensitive image (inside the guarantee: post-processing of the samples).",
-                 "* Accuracy (`accuracy_*`) and `fid_test`: classifiers trained on the samples, scored on the public "
-                 "test set (post-processing of the release).", ""]
+                 "* Accuracy (`accuracy_*`) and `fid_test`: classifiers trained on the samples, their checkpoint "
+                 "chosen on the validation split (`cnn_selected_epoch`), scored once on the public test set "
+                 "(post-processing of the release).", ""]
     else:
         rows += ["* None: FID and accuracy are measured on the real test set, which is public; no evaluation "
                  "statistic reads the private half.", ""]

@@ -146,12 +146,15 @@ class EvaluationSettings:
         fid_samples, fid_real: generated and real images in FID (``fid_samples=0``: no FID).
         classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``; None: ``cnn`` in the
             private-only protocol, all three in the public-half one).
-        cnn_epochs, cnn_augment, cnn_arch: the evaluation CNN (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
+        cnn_epochs, cnn_augment, cnn_arch: the evaluation CNN (:func:`fastdpot.experiments.metrics.cnn_accuracy`;
+            ``"small"``, ``"dropout"`` or ``"resnet20"``); ``cnn_epochs`` is its budget: the checkpoint of the best
+            accuracy on the selection split within it is scored
+            (:func:`fastdpot.experiments.mainjob.evaluation.selection_split`).
     """
     fid_samples: int = 2000
     fid_real: int = 2000
     classifiers: Optional[str] = None
-    cnn_epochs: int = 5
+    cnn_epochs: int = 10
     cnn_augment: bool = False
     cnn_arch: str = "small"
 

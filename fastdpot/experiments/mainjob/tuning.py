@@ -5,8 +5,9 @@
   part H (plays the test set), a stand-in public part P′ (trains the auto-encoder) and a stand-in private part S′
   (plays the private data at the run's (ε, δ)); :func:`tuning_split`.
 * private-only (docs/mainjob-private.md): the VALIDATION split (disjoint from the sensitive set) is split with
-  ``split_seed`` into a stand-in sensitive part (``stand_in_size`` images) and a held-out part (plays the test set and
-  trains the label-fidelity judge); every stage is calibrated for the REAL run's size (``calibration_size`` = the
+  ``split_seed`` into a stand-in sensitive part (``stand_in_size`` images) and a held-out part, whose two halves play
+  the validation split (selects the downstream CNN's checkpoint and trains the label-fidelity judge) and the test set
+  (scores), disjoint as in a real run; every stage is calibrated for the REAL run's size (``calibration_size`` = the
   number of sensitive images), so each adds the real run's noise relative to its signal: a setting that survives the
   stand-in's noise at ε is one that survives the real run's (:func:`stand_in_split`).
 
@@ -80,8 +81,11 @@ def stand_in_data(cfg: MainJobConfig, split_seed: int = 0, holdout_size: Optiona
         return tuning_split(data["public"], split_seed, holdout_size, standin_public_size), None
     val = data["validation"]
     s, h = stand_in_split(len(val), stand_in_size, split_seed)
-    held = val.subset(h)
-    return dict(private=val.subset(s), validation=held, test=held, public=None,
+    if len(h) < 4:
+        raise ValueError(f"stand_in_size={stand_in_size} leaves {len(h)} of the {len(val)} validation images held "
+                         f"out; the held-out part needs >= 4 (half selects the classifier, half scores)")
+    half = len(h) // 2  # the stand-in's validation split and test set: disjoint, as in a real run
+    return dict(private=val.subset(s), validation=val.subset(h[:half]), test=val.subset(h[half:]), public=None,
                 dataset=f"{val.name}:validation"), len(data["private"])
 
 
