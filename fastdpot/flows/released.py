@@ -87,13 +87,14 @@ class ReleasedTargetFlow:
         p, B = release.block_size, release.num_blocks
         table, levels = (release.quantile_tables(shrink=shrink) if tables is None else tables)[self.class_index]
         self._center = release.centers[self.class_index].to(dtype)
-        th = release.projections.to(dtype)
-        self._blocks = [(th[b * p:(b + 1) * p].contiguous(), table[b * p:(b + 1) * p].contiguous(), levels)
-                        for b in range(B)]
+        self._blocks = [(block, table[b * p:(b + 1) * p].contiguous(), levels)
+                        for b, block in enumerate(release.blocks)]
+        # the box in the centred coordinates the particles move in
+        self._box = None if domain is None else (domain[0] - self._center, domain[1] - self._center)
         init_block = check_int(init_block, "init_block", 0)
         if init_block >= B:
             raise ValueError(f"init_block must be in [0, {B}), got {init_block}")
-        d = th.shape[1]
+        d = release.blocks[0].dim
         if isinstance(init, str):
             if init != "marginals":
                 raise ValueError(f"init must be 'marginals' or an (N, d) tensor, got {init!r}")
@@ -101,7 +102,7 @@ class ReleasedTargetFlow:
             u = torch.rand(self.num_particles, tab.shape[0], generator=self._generator, dtype=torch.float64)
             from ..privacy.sketch import quantile_table_eval
 
-            x = quantile_table_eval(tab.double(), lv.double(), u.t()).t().to(dtype) @ theta
+            x = theta.transpose(quantile_table_eval(tab.double(), lv.double(), u.t()).t().to(dtype))
         else:
             check_tensor(init, "init", 2)
             if tuple(init.shape) != (self.num_particles, d):
@@ -111,9 +112,9 @@ class ReleasedTargetFlow:
         self._step = 0
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
-        if self.domain is None:
+        if self._box is None:
             return x
-        return (x + self._center).clamp_(*self.domain) - self._center
+        return torch.max(torch.min(x, self._box[1]), self._box[0])
 
     @property
     def particles(self) -> torch.Tensor:
@@ -144,12 +145,13 @@ class ReleasedTargetFlow:
         """One step on the next block; returns the particles (N, d) in the data's coordinates."""
         theta, table, levels = self._blocks[self._step % len(self._blocks)]
         seed = int(torch.randint(0, 2 ** 62, (1,), generator=self._generator)) if self.diffusion > 0 else 0
-        new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.shape[0],
+        new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.size,
                               diffusion=self.diffusion, seed=seed, quantiles="exact",
-                              sketch=(table.to(self._particles.dtype), levels), backend=self.backend)
+                              sketch=(table.to(self._particles.dtype), levels), backend=self.backend,
+                              domain=self._box)
         if not bool(torch.isfinite(new).all()):
             raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last value")
-        self._particles = self._project(new)
+        self._particles = new
         self._step += 1
         return self.particles
 

@@ -27,13 +27,14 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .._blocks import DenseBlock, DirectionBlock, block_list
 from .._validate import check_int, check_nonnegative, check_positive, check_tensor
 from .mechanisms import clip_rows
 from .moments import domain_labels
 from .randomness import PrivacyRandomness, privacy_randomness
 
 __all__ = ["ClassSketchRelease", "class_quantile_sketch", "release_class_sketch", "class_sketch_sensitivity",
-           "check_orthonormal_blocks", "fractional_bin_sums", "isotonic_rows"]
+           "check_orthonormal_blocks", "direction_blocks", "fractional_bin_sums", "isotonic_rows"]
 
 
 def check_orthonormal_blocks(projections: torch.Tensor, block_size: int, name: str = "projections",
@@ -59,6 +60,39 @@ def check_orthonormal_blocks(projections: torch.Tensor, block_size: int, name: s
         raise ValueError(f"{name} must be blocks of {p} orthonormal rows (the sensitivity bound assumes it); the "
                          f"largest entry of Θ_bΘ_bᵀ − I is {dev:.3g}")
     return th
+
+
+def direction_blocks(projections, d: int, block_size: Optional[int] = None) -> Tuple[DirectionBlock, ...]:
+    """The release's directions as blocks, each checked orthonormal before anything is drawn: a (k, d) tensor of
+    blocks of ``block_size`` rows (:func:`check_orthonormal_blocks`, then one
+    :class:`fastdpot.flows.directions.DenseBlock` per block), or a sequence of
+    :class:`fastdpot.flows.directions.DirectionBlock` of one size (a fast block is checked through its own transform
+    by :meth:`DirectionBlock.check_orthonormal`: Θ(Θᵀu) = u for standard normal probes u, in float64).
+
+    Raises:
+        ValueError / TypeError: not orthonormal, blocks of another dimension than d or of different sizes, a
+            ``block_size`` given with blocks.
+    """
+    if isinstance(projections, torch.Tensor):
+        if projections.dim() != 2 or projections.shape[1] != d:
+            raise ValueError(f"projections must be (k, {d}), got {tuple(projections.shape)}")
+        p = d if block_size is None else check_int(block_size, "block_size")
+        th = check_orthonormal_blocks(projections, p)
+        return tuple(DenseBlock._checked(th[b * p:(b + 1) * p]) for b in range(th.shape[0] // p))
+    if isinstance(projections, DirectionBlock):
+        projections = [projections]
+    if not isinstance(projections, (list, tuple)):
+        raise TypeError(f"projections must be a (k, d) tensor or a sequence of DirectionBlock, got "
+                        f"{type(projections).__name__}")
+    blocks = block_list(projections, "projections")
+    if block_size is not None:
+        raise ValueError("block_size is the blocks' own size: give it only with a (k, d) tensor of directions")
+    if blocks[0].dim != d:
+        raise ValueError(f"projections must be blocks of R^{d}, got blocks of R^{blocks[0].dim}")
+    for b in blocks:
+        if type(b) is not DenseBlock:  # the base class's probe, whatever a subclass overrides
+            DirectionBlock.check_orthonormal(b)
+    return tuple(blocks)
 
 
 def fractional_bin_sums(values: torch.Tensor, bins: int) -> torch.Tensor:
@@ -118,9 +152,10 @@ class ClassSketchRelease:
     Attributes:
         counts: (C,) float64 noisy class sizes ñ_c (the released w·n_c + noise, divided by w).
         sums: (C, k, L_max) float64 noisy bin sums (entries beyond a direction's own L_j are 0).
-        bins: (k,) int64, L_j per direction. projections: (k, d) float64, the public directions (blocks of
-            ``block_size`` orthonormal rows). centers: (C, d) float64, the public centres m_c the rows were taken
-            about.
+        bins: (k,) int64, L_j per direction. blocks: the public directions, B blocks of ``block_size`` orthonormal
+            rows (:class:`fastdpot.flows.directions.DirectionBlock`, direction j = row j mod p of block j // p;
+            :attr:`projections` materialises them). centers: (C, d) float64, the public centres m_c the rows were
+            taken about.
         noise_std: σ on each bin sum; count_noise_std: σ/w on each count. sensitivity: Δ. noise_multiplier: z = σ/Δ.
         clip_radius: r. block_size: p. noise: (C, k, L_max) the bin-sum noise (only with ``return_noise``).
         epsilon, delta: the (ε, δ) the release alone satisfies, when it was calibrated by
@@ -129,7 +164,7 @@ class ClassSketchRelease:
     counts: torch.Tensor
     sums: torch.Tensor
     bins: torch.Tensor
-    projections: torch.Tensor
+    blocks: Tuple[DirectionBlock, ...]
     centers: torch.Tensor
     noise_std: float
     count_noise_std: float
@@ -149,7 +184,12 @@ class ClassSketchRelease:
     @property
     def num_blocks(self) -> int:
         """B = k / p."""
-        return int(self.projections.shape[0]) // self.block_size
+        return len(self.blocks)
+
+    @property
+    def projections(self) -> torch.Tensor:
+        """(k, d) float64, the directions materialised (k·d values: for references and small d)."""
+        return torch.cat([b.matrix() for b in self.blocks])
 
     def bin_means(self) -> torch.Tensor:
         """(C, k, L_max) noisy bin means S̃ / (ñ_c / L_j) (ñ_c clamped to >= 1): post-processing."""
@@ -259,8 +299,10 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
 
     Args:
         x_private: (n, d) private rows. labels: (n,) integer private labels. num_classes: C (public).
-        projections: (k, d) public directions, blocks of ``block_size`` orthonormal rows (default p = d), drawn or
-            chosen independently of the data (e.g. :func:`fastdpot.flows.directions.image_blocks`).
+        projections: (k, d) public directions, blocks of ``block_size`` orthonormal rows (default p = d), or a
+            sequence of B :class:`fastdpot.flows.directions.DirectionBlock` of one size p (k = B·p; fast blocks project
+            the rows by their own transform), drawn or chosen independently of the data (e.g.
+            :func:`fastdpot.flows.directions.patch_dct_blocks`); :func:`direction_blocks` checks them.
         sketch_bins: L (int) for every direction, or (k,) per direction (a public choice, e.g. by frequency); each
             1 <= L_j <= n.
         noise_multiplier: z >= 0 (0: the exact sketch, not private). clip_radius: r > 0.
@@ -293,11 +335,9 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
     y = domain_labels(labels, C)
     if y.shape[0] != n:
         raise ValueError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
-    if projections.dim() != 2 or projections.shape[1] != d:
-        raise ValueError(f"projections must be (k, {d}), got {tuple(projections.shape)}")
-    p = d if block_size is None else check_int(block_size, "block_size")
-    th = check_orthonormal_blocks(projections, p)
-    k = th.shape[0]
+    blocks = direction_blocks(projections, d, block_size)
+    p = blocks[0].size
+    k = p * len(blocks)
     if isinstance(sketch_bins, int) and not isinstance(sketch_bins, bool):
         bins = torch.full((k,), sketch_bins, dtype=torch.int64)
     else:
@@ -318,7 +358,7 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
         cen = cen.expand(C, d).clone() if cen.dim() == 1 and cen.shape[0] == d else cen
         if tuple(cen.shape) != (C, d):
             raise ValueError(f"centers must be (C, d) = ({C}, {d}) or (d,), got {tuple(centers.shape)}")
-    B = k // p
+    B = len(blocks)
     w = r * math.sqrt(B) / 4.0 if count_weight is None else check_positive(count_weight, "count_weight")
     sens = class_sketch_sensitivity(r, B, int(bins.min()), w)
     sigma = z * sens * scale
@@ -327,16 +367,19 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
     Lmax = int(bins.max())
     sums = torch.zeros(C, k, Lmax, dtype=torch.float64)
     for c in range(C):
-        proj = rows[y == c] @ th.t()
-        for L in bins.unique().tolist():
-            idx = torch.nonzero(bins == L).flatten()
-            sums[c, idx, :L] = fractional_bin_sums(proj[:, idx], L).t()
+        rows_c = rows[y == c]
+        for b, block in enumerate(blocks):
+            proj = block.forward(rows_c) if rows_c.shape[0] else rows_c.new_zeros(0, p)
+            cols = slice(b * p, (b + 1) * p)
+            for L in bins[cols].unique().tolist():
+                idx = torch.nonzero(bins[cols] == L).flatten()
+                sums[c, b * p + idx, :L] = fractional_bin_sums(proj[:, idx], L).t()
     counts = torch.bincount(y, minlength=C)[:C].double()
     mask = (torch.arange(Lmax)[None, :] < bins[:, None]).double()  # noise on the released entries only
     noise = rng.normal((C, k, Lmax)) * sigma * mask
     count_noise = rng.normal((C,)) * sigma
     noisy_counts = counts + count_noise / w
-    return ClassSketchRelease(counts=noisy_counts, sums=sums + noise, bins=bins, projections=th, centers=cen,
+    return ClassSketchRelease(counts=noisy_counts, sums=sums + noise, bins=bins, blocks=blocks, centers=cen,
                               noise_std=sigma, count_noise_std=sigma / w, sensitivity=sens,
                               noise_multiplier=z, clip_radius=r, block_size=p,
                               noise=noise if return_noise else None)
