@@ -15,11 +15,12 @@ information, to give low frequencies more quantile bins (:func:`bins_by_frequenc
 from __future__ import annotations
 
 import math
+from numbers import Integral, Real
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .._validate import check_int
+from .._validate import check_int, check_memory, check_tensor
 
 __all__ = ["dct_matrix", "patch_block", "image_blocks", "bins_by_frequency", "default_patches", "DEFAULT_PATCHES"]
 
@@ -67,6 +68,18 @@ def _colour_basis(channels: int) -> torch.Tensor:
     return torch.eye(channels, dtype=torch.float64)
 
 
+def _check_patch(entry) -> Tuple[int, int, int]:
+    """One entry of ``patches``, ``(patch, shift_y, shift_x)``: integers, patch >= 1, each shift in [0, patch)."""
+    if not (isinstance(entry, (tuple, list)) and len(entry) == 3 and
+            all(isinstance(v, Integral) and not isinstance(v, bool) for v in entry)):
+        raise ValueError(f"patches entries must be (patch, shift_y, shift_x) triples of integers, got {entry!r}")
+    p, sy, sx = (int(v) for v in entry)
+    if p < 1 or not (0 <= sy < p and 0 <= sx < p):
+        raise ValueError(f"patches entry {entry!r} must have patch >= 1 and both shifts in [0, patch) (a grid "
+                         f"shifted by s is the grid shifted by s mod patch: pass that)")
+    return p, sy, sx
+
+
 def _edges(size: int, p: int, shift: int) -> List[int]:
     first = shift % p
     return sorted({0, size, *range(first if first else p, size, p)})
@@ -82,12 +95,19 @@ def patch_block(height: int, width: int, patch: int, shift: Tuple[int, int] = (0
         frequency of each direction in cycles per image side (0 for a patch mean), the channel index major.
 
     Raises:
-        ValueError: sizes < 1, a patch larger than the image.
+        ValueError: sizes < 1, a patch larger than the image, a ``shift`` that is not a pair of integers in
+            [0, patch), a basis that would not fit in memory (it is a dense (D, D) float64 matrix, D = C·H·W).
     """
     H, W, p, C = (check_int(height, "height"), check_int(width, "width"), check_int(patch, "patch"),
                   check_int(channels, "channels"))
     if p > max(H, W):
         raise ValueError(f"patch must be at most the image side, got {p} for {H} x {W}")
+    if not (isinstance(shift, (tuple, list)) and len(shift) == 2 and
+            all(isinstance(v, Integral) and not isinstance(v, bool) and 0 <= v < p for v in shift)):
+        raise ValueError(f"shift must be a pair (shift_y, shift_x) of integers in [0, patch = {p}), got {shift!r}")
+    # the patches' rows and their concatenation, (H·W)² each, then the colour product, (C·H·W)²: float64
+    check_memory(8 * (H * W) ** 2 * (2 + C * C), "(height, width, channels)", (H, W, C), "cpu",
+                 f"the dense ({C * H * W}, {C * H * W}) float64 basis of one block")
     spatial, freq = [], []
     for a, b in zip(_edges(H, p, shift[0])[:-1], _edges(H, p, shift[0])[1:]):
         for c, d in zip(_edges(W, p, shift[1])[:-1], _edges(W, p, shift[1])[1:]):
@@ -115,9 +135,26 @@ def image_blocks(height: int, width: int, channels: int = 1,
         ``(directions (B·p, D), frequency (B·p,))`` with D = C·H·W: B blocks of p orthonormal rows (p = D by default).
 
     Raises:
-        ValueError: no patch, ``per_block`` outside [1, D].
+        ValueError: no patch, an entry that is not a ``(patch, shift_y, shift_x)`` triple of integers with patch >= 1
+            and shifts in [0, patch), ``per_block`` outside [1, D], a block that would not fit in memory.
     """
-    patches = default_patches(height, width) if patches is None else patches
+    if patches is None:
+        patches = default_patches(height, width)
+    elif isinstance(patches, (str, bytes)) or not isinstance(patches, Sequence):
+        raise ValueError(f"patches must be a sequence of (patch, shift_y, shift_x) triples, got {patches!r}")
+    patches = [_check_patch(e) for e in patches]  # every entry before the first block is built
+    H, W, C = check_int(height, "height"), check_int(width, "width"), check_int(channels, "channels")
+    for entry in patches:
+        if entry[0] > max(H, W):
+            raise ValueError(f"patches entry {entry!r}: patch must be at most the image side, got {entry[0]} for "
+                             f"{H} x {W}")
+    D = C * H * W
+    if per_block is not None and not 1 <= check_int(per_block, "per_block") <= D:
+        raise ValueError(f"per_block must be in [1, {D}], got {per_block}")
+    rows_kept = D if per_block is None else per_block
+    # the blocks' rows and their concatenation: 2 (B·p, D) float64
+    check_memory(16 * len(patches) * rows_kept * D, "(height, width, channels)", (H, W, C), "cpu",
+                 f"{len(patches)} blocks of {rows_kept} directions in dimension {D} (a smaller per_block bounds it)")
     out = []
     for p, sy, sx in patches:
         rows, freq = patch_block(height, width, p, (sy, sx), channels)
@@ -140,10 +177,18 @@ def bins_by_frequency(frequency: torch.Tensor, plan: Sequence[Tuple[float, int]]
     Shape: frequency (k,) -> (k,) int64.
 
     Raises:
-        ValueError: an empty plan, bounds not increasing, bins < 1, a frequency above the last bound.
+        TypeError: ``frequency`` not a tensor.
+        ValueError: a non-finite frequency, an empty plan, an entry that is not a (max_frequency, bins) pair, a NaN
+            bound, bounds not increasing, bins < 1, a frequency above the last bound.
     """
+    check_tensor(frequency, "frequency", floating=False, nonempty=False)
     if not plan:
         raise ValueError("plan must have at least one (max_frequency, bins) entry")
+    for entry in plan:
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], Real) and
+                not isinstance(entry[0], bool) and not math.isnan(float(entry[0]))):
+            raise ValueError(f"plan entries must be (max_frequency, bins) pairs with a number max_frequency (inf "
+                             f"allowed), got {entry!r}")
     bounds = [float(b) for b, _ in plan]
     if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])):
         raise ValueError(f"plan's frequency bounds must increase, got {bounds}")
