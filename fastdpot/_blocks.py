@@ -18,6 +18,7 @@ without the extension, through their materialised Θ (:meth:`DirectionBlock.matr
 from __future__ import annotations
 
 import math
+from numbers import Integral
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -76,7 +77,8 @@ class DirectionBlock:
 
     Attributes:
         dim: D. size: p (<= D). frequency: (p,) float64, each direction's spatial frequency in cycles per image side
-            (``inf``: none, e.g. a random rotation), public information a release may use to choose bins.
+            (a random rotation has none of its own: the value it was given), public information a release may use
+            to choose bins (:func:`fastdpot.flows.directions.bins_by_frequency`).
 
     Shape:
         :meth:`forward`: (N, D) -> (N, p), x Θᵀ. :meth:`transpose`: (N, p) -> (N, D), y Θ. Both keep the input's dtype
@@ -168,8 +170,8 @@ class DenseBlock(DirectionBlock):
     :func:`fastdpot.privacy.class_sketch.check_orthonormal_blocks` does: ΘΘᵀ = I within ``tol``).
 
     Args:
-        directions: (p, D) floating tensor. frequency: (p,) or None (``inf``). tol: None (1e-9 in float64, 1e-5 in
-            float32).
+        directions: (p, D) floating tensor. frequency: (p,) finite >= 0, or None (0). tol: None (1e-9 in float64,
+            1e-5 in float32).
 
     Raises:
         ValueError: not 2-D, p > D, non-finite, rows not orthonormal.
@@ -203,10 +205,11 @@ class DenseBlock(DirectionBlock):
 
 def _frequency(frequency, p: int) -> torch.Tensor:
     if frequency is None:
-        return torch.full((p,), math.inf, dtype=torch.float64)
+        return torch.zeros(p, dtype=torch.float64)
     f = torch.as_tensor(frequency, dtype=torch.float64).flatten()
-    if f.numel() != p or bool(torch.isnan(f).any()) or bool((f < 0).any()):
-        raise ValueError(f"frequency must be ({p},) non-negative (inf allowed), got {tuple(f.shape)}")
+    f = f.expand(p).clone() if f.numel() == 1 else f
+    if f.numel() != p or not bool(torch.isfinite(f).all()) or bool((f < 0).any()):
+        raise ValueError(f"frequency must be a number or ({p},), finite and >= 0, got {tuple(f.shape)}")
     return f
 
 
@@ -217,7 +220,7 @@ class PatchDCTBlock(DirectionBlock):
     order), as :func:`fastdpot.flows.directions.image_blocks` keeps them. Same directions, same order.
 
     Args:
-        height, width: H, W >= 1. patch: p in [1, max(H, W)]. shift: (s_y, s_x) integers >= 0. channels: C >= 1.
+        height, width: H, W >= 1. patch: p in [1, max(H, W)]. shift: (s_y, s_x) integers in [0, p). channels: C >= 1.
         per_block: None (all D) or q in [1, D].
 
     Raises:
@@ -230,9 +233,10 @@ class PatchDCTBlock(DirectionBlock):
         p, C = check_int(patch, "patch"), check_int(channels, "channels")
         if p > max(H, W):
             raise ValueError(f"patch must be at most the image side, got {p} for {H} x {W}")
-        if not isinstance(shift, (tuple, list)) or len(shift) != 2:
-            raise ValueError(f"shift must be a pair (shift_y, shift_x) of integers >= 0, got {shift!r}")
-        sy, sx = check_int(shift[0], "shift[0]", 0), check_int(shift[1], "shift[1]", 0)
+        if not (isinstance(shift, (tuple, list)) and len(shift) == 2 and
+                all(isinstance(v, Integral) and not isinstance(v, bool) and 0 <= v < p for v in shift)):
+            raise ValueError(f"shift must be a pair (shift_y, shift_x) of integers in [0, patch = {p}), got {shift!r}")
+        sy, sx = int(shift[0]), int(shift[1])
         self.height, self.width, self.patch, self.shift, self.channels = H, W, p, (sy, sx), C
         self.dim = C * H * W
         check_memory(16 * self.dim, "height*width*channels", (H, W, C))
@@ -293,7 +297,9 @@ class RandomHadamardBlock(DirectionBlock):
     from the PUBLIC ``seed`` (data-independent: a release may use the block).
 
     Args:
-        dim: D >= 1. seed: integer >= 0 (public). rounds: >= 1 (default 3).
+        dim: D >= 1. seed: integer >= 0 (public). rounds: >= 1 (default 3). frequency: the spatial frequency a bin
+            plan reads for every direction (a random rotation mixes all frequencies and has none of its own; default
+            0: a plan's first entry).
 
     Raises:
         ValueError: D < 1, a bad seed or round count.
@@ -303,7 +309,7 @@ class RandomHadamardBlock(DirectionBlock):
         Comput. 2009 (randomised Hadamard rotations).
     """
 
-    def __init__(self, dim: int, seed: int, rounds: int = 3):
+    def __init__(self, dim: int, seed: int, rounds: int = 3, frequency: float = 0.0):
         D = check_int(dim, "dim")
         self.seed, self.rounds = check_int(seed, "seed", 0), check_int(rounds, "rounds")
         check_memory(16 * D * self.rounds, "dim", D)
@@ -317,7 +323,7 @@ class RandomHadamardBlock(DirectionBlock):
                 pieces.append((start, 1 << bit))
                 start += 1 << bit
         self._pieces = pieces
-        self.frequency = torch.full((D,), math.inf, dtype=torch.float64)
+        self.frequency = _frequency(frequency, D)
         self._spec = dict(kind="hadamard", dim=D, perm=self._perm.numpy(), sign=self._sign.numpy(),
                           pieces=torch.tensor(pieces, dtype=torch.int64).numpy())
 

@@ -14,12 +14,14 @@ information, to give low frequencies more quantile bins (:func:`bins_by_frequenc
 """
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .._blocks import (DenseBlock, DirectionBlock, PatchDCTBlock, RandomHadamardBlock, dct_matrix)
-from .._validate import check_int
+from .._blocks import DenseBlock, DirectionBlock, PatchDCTBlock, RandomHadamardBlock, dct_matrix
+from .._validate import check_int, check_memory, check_tensor
 
 __all__ = ["DirectionBlock", "PatchDCTBlock", "RandomHadamardBlock", "DenseBlock", "patch_dct_blocks",
            "hadamard_blocks", "dct_matrix", "patch_block", "image_blocks", "bins_by_frequency", "default_patches",
@@ -45,6 +47,18 @@ def default_patches(height: int, width: int) -> Tuple[Tuple[int, int, int], ...]
     return tuple(out)
 
 
+def _check_patch(entry) -> Tuple[int, int, int]:
+    """One entry of ``patches``, ``(patch, shift_y, shift_x)``: integers, patch >= 1, each shift in [0, patch)."""
+    if not (isinstance(entry, (tuple, list)) and len(entry) == 3 and
+            all(isinstance(v, Integral) and not isinstance(v, bool) for v in entry)):
+        raise ValueError(f"patches entries must be (patch, shift_y, shift_x) triples of integers, got {entry!r}")
+    p, sy, sx = (int(v) for v in entry)
+    if p < 1 or not (0 <= sy < p and 0 <= sx < p):
+        raise ValueError(f"patches entry {entry!r} must have patch >= 1 and both shifts in [0, patch) (a grid "
+                         f"shifted by s is the grid shifted by s mod patch: pass that)")
+    return p, sy, sx
+
+
 def patch_block(height: int, width: int, patch: int, shift: Tuple[int, int] = (0, 0),
                 channels: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
     """One orthonormal basis of R^{C·H·W} as a dense matrix: a p × p patch grid shifted by ``shift``, a 2-D DCT-II
@@ -56,9 +70,14 @@ def patch_block(height: int, width: int, patch: int, shift: Tuple[int, int] = (0
         frequency of each direction in cycles per image side (0 for a patch mean), the channel index major.
 
     Raises:
-        ValueError: sizes < 1, a patch larger than the image.
+        ValueError: sizes < 1, a patch larger than the image, a ``shift`` that is not a pair of integers in
+            [0, patch), a basis that would not fit in memory (it is a dense (D, D) float64 matrix, D = C·H·W).
     """
-    block = PatchDCTBlock(height, width, patch, shift, channels)
+    H, W, C = check_int(height, "height"), check_int(width, "width"), check_int(channels, "channels")
+    # the patches' rows and their concatenation, (H·W)² each, then the colour product, (C·H·W)²: float64
+    check_memory(8 * (H * W) ** 2 * (2 + C * C), "(height, width, channels)", (H, W, C), "cpu",
+                 f"the dense ({C * H * W}, {C * H * W}) float64 basis of one block")
+    block = PatchDCTBlock(H, W, patch, shift, C)
     return block._dense_matrix(), block.frequency
 
 
@@ -70,18 +89,23 @@ def patch_dct_blocks(height: int, width: int, channels: int = 1,
     (default: all D = C·H·W directions). Nothing of size D² is formed.
 
     Raises:
-        ValueError: no patch, a malformed entry, ``per_block`` outside [1, D].
+        ValueError: no patch, an entry that is not a ``(patch, shift_y, shift_x)`` triple of integers with patch >= 1
+            and shifts in [0, patch) (every entry checked before the first block is built), a patch larger than the
+            image, ``per_block`` outside [1, D].
     """
-    patches = default_patches(height, width) if patches is None else patches
-    out = []
-    for entry in patches:
-        if not isinstance(entry, (tuple, list)) or len(entry) != 3:
-            raise ValueError(f"patches entries must be (patch, shift_y, shift_x), got {entry!r}")
-        p, sy, sx = entry
-        out.append(PatchDCTBlock(height, width, p, (sy, sx), channels, per_block=per_block))
-    if not out:
+    if patches is None:
+        patches = default_patches(height, width)
+    elif isinstance(patches, (str, bytes)) or not isinstance(patches, Sequence):
+        raise ValueError(f"patches must be a sequence of (patch, shift_y, shift_x) triples, got {patches!r}")
+    patches = [_check_patch(e) for e in patches]
+    if not patches:
         raise ValueError("patches must name at least one block")
-    return out
+    H, W = check_int(height, "height"), check_int(width, "width")
+    for entry in patches:
+        if entry[0] > max(H, W):
+            raise ValueError(f"patches entry {entry!r}: patch must be at most the image side, got {entry[0]} for "
+                             f"{H} x {W}")
+    return [PatchDCTBlock(H, W, p, (sy, sx), channels, per_block=per_block) for p, sy, sx in patches]
 
 
 def hadamard_blocks(dim: int, count: int, seed: int, rounds: int = 3) -> List[RandomHadamardBlock]:
@@ -102,9 +126,14 @@ def image_blocks(height: int, width: int, channels: int = 1,
         ``(directions (B·p, D), frequency (B·p,))`` with D = C·H·W: B blocks of p orthonormal rows (p = D by default).
 
     Raises:
-        ValueError: no patch, ``per_block`` outside [1, D], a matrix too large for the memory.
+        ValueError: those of :func:`patch_dct_blocks`, a matrix that would not fit in memory (a smaller per_block
+            bounds it).
     """
     blocks = patch_dct_blocks(height, width, channels, patches, per_block)
+    check_memory(16 * len(blocks) * blocks[0].size * blocks[0].dim, "(height, width, channels)",
+                 (height, width, channels), "cpu",
+                 f"{len(blocks)} blocks of {blocks[0].size} directions in dimension {blocks[0].dim} (a smaller "
+                 f"per_block bounds it)")
     return torch.cat([b.matrix() for b in blocks]), torch.cat([b.frequency for b in blocks])
 
 
@@ -116,10 +145,18 @@ def bins_by_frequency(frequency: torch.Tensor, plan: Sequence[Tuple[float, int]]
     Shape: frequency (k,) -> (k,) int64.
 
     Raises:
-        ValueError: an empty plan, bounds not increasing, bins < 1, a frequency above the last bound.
+        TypeError: ``frequency`` not a tensor.
+        ValueError: a non-finite frequency, an empty plan, an entry that is not a (max_frequency, bins) pair, a NaN
+            bound, bounds not increasing, bins < 1, a frequency above the last bound.
     """
+    check_tensor(frequency, "frequency", floating=False, nonempty=False)
     if not plan:
         raise ValueError("plan must have at least one (max_frequency, bins) entry")
+    for entry in plan:
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], Real) and
+                not isinstance(entry[0], bool) and not math.isnan(float(entry[0]))):
+            raise ValueError(f"plan entries must be (max_frequency, bins) pairs with a number max_frequency (inf "
+                             f"allowed), got {entry!r}")
     bounds = [float(b) for b, _ in plan]
     if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])):
         raise ValueError(f"plan's frequency bounds must increase, got {bounds}")

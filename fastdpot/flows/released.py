@@ -14,17 +14,39 @@ the number of steps. Their randomness (the initial particles, the optional Brown
 from __future__ import annotations
 
 import math
+from numbers import Real
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from .._progress import progress_bar
 from .._random import make_generator
-from .._validate import check_int, check_nonnegative, check_positive, check_tensor
+from .._validate import (COMPUTE_DTYPES, check_bool, check_generator, check_int, check_memory, check_nonnegative,
+                         check_positive, check_tensor)
 from ..ops import flow_step
+from ..privacy.class_sketch import ClassSketchRelease
 from .allocation import allocate_particles
 
 __all__ = ["ReleasedTargetFlow", "ReleasedClassFlows"]
+
+
+def _check_release(release) -> ClassSketchRelease:
+    if not isinstance(release, ClassSketchRelease):
+        raise TypeError(f"release must be a fastdpot.privacy.class_sketch.ClassSketchRelease (made by "
+                        f"class_quantile_sketch or release_class_sketch), got {type(release).__name__}")
+    return release
+
+
+def _check_domain(domain) -> Optional[Tuple[float, float]]:
+    """None, or a pair (lo, hi) of finite real numbers with lo < hi."""
+    if domain is None:
+        return None
+    ok = isinstance(domain, (tuple, list)) and len(domain) == 2 and \
+        all(isinstance(v, Real) and not isinstance(v, bool) for v in domain)
+    if not ok or not (math.isfinite(float(domain[0])) and math.isfinite(float(domain[1]))
+                      and float(domain[0]) < float(domain[1])):
+        raise ValueError(f"domain must be None or a pair (lo, hi) of finite numbers with lo < hi, got {domain!r}")
+    return float(domain[0]), float(domain[1])
 
 
 class ReleasedTargetFlow:
@@ -54,8 +76,11 @@ class ReleasedTargetFlow:
         particles (N, d); :meth:`run` returns them in the data's coordinates.
 
     Raises:
-        ValueError: a class index outside [0, C), N < 2, α outside (0, 1], an init of the wrong shape or non-finite,
-            a bad domain or block.
+        TypeError: ``release`` not a :class:`~fastdpot.privacy.class_sketch.ClassSketchRelease`; a ``generator`` that
+            is not a ``torch.Generator``.
+        ValueError: a class index outside [0, C), N < 2, α outside (0, 1], an init of the wrong shape, dtype
+            (float16 / bfloat16) or non-finite, a domain that is not a pair of finite numbers lo < hi, a bad block, a
+            flag that is not a bool, N particles that would not fit in memory.
     """
 
     def __init__(self, release, class_index: int, num_particles: int, step_size: float = 1.0, *,
@@ -63,7 +88,7 @@ class ReleasedTargetFlow:
                  domain: Optional[Tuple[float, float]] = None, diffusion: float = 0.0, shrink: bool = True,
                  tables=None, generator: Optional[torch.Generator] = None, backend: str = "auto",
                  dtype: torch.dtype = torch.float32):
-        C = release.num_classes
+        C = _check_release(release).num_classes
         self.class_index = check_int(class_index, "class_index", 0)
         if self.class_index >= C:
             raise ValueError(f"class_index must be in [0, {C}), got {class_index}")
@@ -75,11 +100,16 @@ class ReleasedTargetFlow:
         self.diffusion = check_nonnegative(diffusion, "diffusion")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        if domain is not None:
-            lo, hi = float(domain[0]), float(domain[1])
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise ValueError(f"domain must be (lo, hi) with finite lo < hi, got {domain!r}")
-            domain = (lo, hi)
+        check_bool(shrink, "shrink")
+        check_generator(generator, allow_privacy=False)
+        domain = _check_domain(domain)
+        if not isinstance(init, str):
+            check_tensor(init, "init", 2, dtypes=COMPUTE_DTYPES)
+        # the particles, a step's new particles and drift, the projections on a block of p, their sort and indices
+        # (the flows' memory check), and the marginal start's (N, p) float64 levels and quantiles
+        itemsize, dim, p = torch.empty((), dtype=dtype).element_size(), release.projections.shape[1], release.block_size
+        check_memory(self.num_particles * (3 * dim * itemsize + p * (3 * itemsize + 8) + 2 * p * 8), "num_particles",
+                     self.num_particles, "cpu", f"the particles and their {p} projections per step")
         self.domain = domain
         self.release = release
         self.backend = backend
@@ -104,7 +134,6 @@ class ReleasedTargetFlow:
 
             x = theta.transpose(quantile_table_eval(tab.double(), lv.double(), u.t()).t().to(dtype))
         else:
-            check_tensor(init, "init", 2)
             if tuple(init.shape) != (self.num_particles, d):
                 raise ValueError(f"init must have shape ({self.num_particles}, {d}), got {tuple(init.shape)}")
             x = init.detach().to(dtype) - self._center
@@ -159,11 +188,12 @@ class ReleasedTargetFlow:
         """``steps`` steps (default: one per block); returns the particles (N, d).
 
         Raises:
-            ValueError: any ``private_data``: this flow reads only its release.
+            ValueError: any ``private_data``: this flow reads only its release; ``progress`` not a bool.
         """
         if private_data is not None:
             raise ValueError("a flow on a release reads only the release: pass no private data (it would not be "
                              "covered by the release's guarantee)")
+        check_bool(progress, "progress")
         steps = len(self._blocks) if steps is None else check_int(steps, "steps", 0)
         bar = progress_bar(total=steps, desc=f"class {self.class_index}", disable=not progress)
         for _ in range(steps):
@@ -179,15 +209,21 @@ class ReleasedClassFlows:
 
     Args:
         release: a :class:`fastdpot.privacy.class_sketch.ClassSketchRelease`. num_particles: N, over all classes, or
-            ``particles_per_class``: C public integers instead.
+            ``particles_per_class``: C public integers instead (with both, they must agree: N = their sum).
         **kwargs: :class:`ReleasedTargetFlow`'s (``step_size``, ``init``, ``domain``, ...; ``generator`` seeds every
             class's flow in turn).
+
+    Raises:
+        TypeError / ValueError: as :class:`ReleasedTargetFlow`; neither ``num_particles`` nor
+            ``particles_per_class``, or both with N differing from their sum.
     """
 
     def __init__(self, release, num_particles: Optional[int] = None, *,
                  particles_per_class: Optional[Sequence[int]] = None, min_per_class: int = 2,
                  generator: Optional[torch.Generator] = None, shrink: bool = True, **kwargs):
-        C = release.num_classes
+        C = _check_release(release).num_classes
+        check_bool(shrink, "shrink")
+        check_generator(generator, allow_privacy=False)
         if particles_per_class is None:
             if num_particles is None:
                 raise ValueError("give num_particles or particles_per_class")
@@ -196,6 +232,9 @@ class ReleasedClassFlows:
             sizes = [check_int(v, "particles_per_class", 2) for v in particles_per_class]
             if len(sizes) != C:
                 raise ValueError(f"particles_per_class must have {C} entries, got {len(sizes)}")
+            if num_particles is not None and check_int(num_particles, "num_particles", 2) != sum(sizes):
+                raise ValueError(f"num_particles={num_particles!r} contradicts particles_per_class, whose sum is "
+                                 f"{sum(sizes)}: give one of them (or both, agreeing)")
         g = make_generator() if generator is None else generator
         tables = release.quantile_tables(shrink=shrink)
         self.flows: List[ReleasedTargetFlow] = [
@@ -210,7 +249,7 @@ class ReleasedClassFlows:
         """Run every class's flow ``steps`` steps; returns ``(samples (N, d), labels (N,))``.
 
         Raises:
-            ValueError: any private data or labels: these flows read only the release.
+            ValueError: any private data or labels: these flows read only the release; ``progress`` not a bool.
         """
         if private_data is not None or labels is not None:
             raise ValueError("flows on a release read only the release: pass no private data or labels")

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from .._blocks import DenseBlock, DirectionBlock, block_list
-from .._validate import check_int, check_nonnegative, check_positive, check_tensor
+from .._validate import (COMPUTE_DTYPES, check_bool, check_int, check_memory, check_nonnegative, check_positive,
+                         check_tensor)
 from .mechanisms import clip_rows
-from .moments import domain_labels
+from .moments import check_noise_scale, domain_labels
 from .randomness import PrivacyRandomness, privacy_randomness
 
 __all__ = ["ClassSketchRelease", "class_quantile_sketch", "release_class_sketch", "class_sketch_sensitivity",
@@ -209,7 +211,11 @@ class ClassSketchRelease:
         factor of their known noise, then made non-decreasing (:func:`isotonic_rows`), then written
         at every level of the grid: between its own levels it is linear, outside them extended with its end
         segments, exactly as the op reads a table. Post-processing: no privacy cost.
+
+        Raises:
+            ValueError: ``shrink`` not a bool.
         """
+        check_bool(shrink, "shrink")
         means, s = self.bin_means(), self.mean_noise_std()
         grid = torch.unique(torch.cat([(torch.arange(int(L)) + 0.5) / int(L) for L in self.bins.unique()]))
         grid = grid.to(torch.float64)
@@ -281,6 +287,26 @@ def _piecewise_linear(values: torch.Tensor, levels: torch.Tensor, grid: torch.Te
     return y0 + (grid - x0) * (y1 - y0) / (x1 - x0)
 
 
+def _check_bins(sketch_bins, k: int) -> torch.Tensor:
+    """``sketch_bins`` as (k,) int64: one integer for every direction, or k integers (a sequence, or an integer
+    tensor / array); a bool or a float (``4.0``, ``[4.5, ...]``) is refused, never truncated."""
+    if isinstance(sketch_bins, Integral) and not isinstance(sketch_bins, bool):
+        return torch.full((k,), check_int(sketch_bins, "sketch_bins"), dtype=torch.int64)
+    if not isinstance(sketch_bins, torch.Tensor) and hasattr(sketch_bins, "__array__"):
+        sketch_bins = torch.as_tensor(sketch_bins)  # a numpy array
+    if isinstance(sketch_bins, torch.Tensor):
+        if sketch_bins.dtype.is_floating_point or sketch_bins.dtype.is_complex or sketch_bins.dtype == torch.bool:
+            raise ValueError(f"sketch_bins must hold integers, got a tensor of dtype {sketch_bins.dtype}")
+        bins = sketch_bins.detach().cpu().long().flatten()
+    elif isinstance(sketch_bins, (list, tuple)):
+        bins = torch.tensor([check_int(b, "sketch_bins") for b in sketch_bins], dtype=torch.int64)
+    else:
+        raise ValueError(f"sketch_bins must be an integer, or one integer per direction ({k}), got {sketch_bins!r}")
+    if bins.numel() != k:
+        raise ValueError(f"sketch_bins must be an integer or one per direction ({k}), got {bins.numel()}")
+    return bins
+
+
 def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, projections: torch.Tensor, *,
                           num_classes: int, sketch_bins: Union[int, Sequence[int], torch.Tensor],
                           noise_multiplier: float, clip_radius: float, block_size: Optional[int] = None,
@@ -310,16 +336,21 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
         count_weight: w > 0 (None: r·√B/4).
         generator, secure_mode: the noise's source (secret OS randomness by default; with ``secure_mode=False`` the
             replayable ``generator``, no guarantee against whoever holds its seed).
-        noise_scale: multiplies σ (a stand-in on a smaller public set passes n / n_real). return_noise: keep the
-            bin-sum noise in the release (tests).
+        noise_scale: s >= 1 multiplies σ (more noise than z calls for; the release records its real noise
+            multiplier z·s). s < 1 is refused: the release would be less noisy than z says, and an ε stated or
+            accounted for z would not hold. A stand-in run on a smaller public set (n rows standing in for n_real)
+            passes its own noise multiplier z·n/n_real instead, which it is.
+        return_noise: keep the bin-sum noise in the release (tests).
 
     Shape:
         x_private (n, d), labels (n,), projections (k, d) -> :class:`ClassSketchRelease`.
 
     Raises:
-        ValueError / TypeError: non-finite or mis-shaped rows, labels that are not a 1-D integer tensor of length n,
-            projections that are not orthonormal blocks, a direction with more bins than rows (L_j > n) or fewer than
-            1, z < 0, r <= 0, bad centres — all before anything is drawn.
+        ValueError / TypeError: non-finite or mis-shaped rows (or rows in float16 / bfloat16), labels that are not a
+            1-D integer tensor of length n, projections that are not orthonormal blocks, bins that are not integers,
+            a direction with more bins than rows (L_j > n) or fewer than 1, z < 0, r <= 0, noise_scale < 1, bad
+            centres, a flag that is not a bool, a bad generator, C classes whose bin sums would not fit in memory —
+            all before anything is drawn. The message never counts or locates non-finite private values.
 
     References:
         Rakotomamonjy & Ralaivola, "Differentially Private Sliced Wasserstein Distance", ICML 2021 (projected
@@ -327,7 +358,7 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
         Distance", TMLR (DPSWflow: a pool of directions released once); Dwork & Roth, "The Algorithmic Foundations of
         Differential Privacy", 2014 (Gaussian mechanism).
     """
-    check_tensor(x_private, "x_private", 2)
+    check_tensor(x_private, "x_private", 2, dtypes=COMPUTE_DTYPES)
     n, d = x_private.shape
     if n == 0:
         raise ValueError("x_private is empty")
@@ -338,18 +369,17 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
     blocks = direction_blocks(projections, d, block_size)
     p = blocks[0].size
     k = p * len(blocks)
-    if isinstance(sketch_bins, int) and not isinstance(sketch_bins, bool):
-        bins = torch.full((k,), sketch_bins, dtype=torch.int64)
-    else:
-        bins = torch.as_tensor(sketch_bins).long().flatten()
-        if bins.numel() != k:
-            raise ValueError(f"sketch_bins must be an int or one per direction ({k}), got {bins.numel()}")
+    bins = _check_bins(sketch_bins, k)
     if int(bins.min()) < 1 or int(bins.max()) > n:
         raise ValueError(f"sketch_bins must lie in [1, n = {n}] (no more bins than rows), got "
                          f"[{int(bins.min())}, {int(bins.max())}]")
     z = check_nonnegative(noise_multiplier, "noise_multiplier")
     r = check_positive(clip_radius, "clip_radius")
-    scale = check_positive(noise_scale, "noise_scale")
+    scale = check_noise_scale(noise_scale)
+    check_bool(return_noise, "return_noise")
+    # the centres, the bin sums, their noise and the noisy sums: (C, d) + 3 (C, k, L_max) float64
+    check_memory(8 * C * (d + 3 * k * int(bins.max())), "num_classes", C, "cpu",
+                 f"the centres and bin sums of {C} classes ({k} directions, up to {int(bins.max())} bins)")
     if centers is None:
         cen = torch.zeros(C, d, dtype=torch.float64)
     else:
@@ -381,7 +411,7 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
     noisy_counts = counts + count_noise / w
     return ClassSketchRelease(counts=noisy_counts, sums=sums + noise, bins=bins, blocks=blocks, centers=cen,
                               noise_std=sigma, count_noise_std=sigma / w, sensitivity=sens,
-                              noise_multiplier=z, clip_radius=r, block_size=p,
+                              noise_multiplier=z * scale, clip_radius=r, block_size=p,
                               noise=noise if return_noise else None)
 
 
@@ -392,11 +422,13 @@ def release_class_sketch(x_private: torch.Tensor, labels: torch.Tensor, projecti
     Balle & Wang, ICML 2018); the release states its (ε, δ) (``release.epsilon``, ``release.delta``), which flows
     that read it report (:class:`fastdpot.flows.ReleasedClassFlows`).
 
-    ``kwargs``: every other argument of :func:`class_quantile_sketch` except ``noise_multiplier``.
+    ``kwargs``: every other argument of :func:`class_quantile_sketch` except ``noise_multiplier``; a
+    ``noise_scale`` s >= 1 adds noise beyond the calibration (the stated (ε, δ) still holds), s < 1 is refused.
 
     Raises:
-        ValueError: ε <= 0 or not finite, δ outside (0, 1), ``noise_multiplier`` given; the errors of
-            :func:`class_quantile_sketch` (all raised before any draw).
+        ValueError: ε <= 0 or not finite, δ outside (0, 1), ``noise_multiplier`` given, an (ε, δ) outside what the
+            PLD calibration resolves (δ >= 1e-15, noise multipliers from 0.1 to 1e6: ε up to about 90 at
+            δ = 1e-5); the errors of :func:`class_quantile_sketch` (all raised before any draw).
     """
     import dataclasses
 
@@ -406,6 +438,15 @@ def release_class_sketch(x_private: torch.Tensor, labels: torch.Tensor, projecti
     if "noise_multiplier" in kwargs:
         raise ValueError("release_class_sketch calibrates the noise multiplier from (epsilon, delta): do not pass it")
     eps, dl = check_epsilon(epsilon), check_delta(delta)
-    z = calibrate_noise_multiplier(eps, dl, 1.0, 1, accountant="pld")
+    try:
+        z = calibrate_noise_multiplier(eps, dl, 1.0, 1, accountant="pld")
+    except ValueError:  # its advice names the calibration's own arguments, which this function does not take
+        why = (f"delta={dl!r} is below the smallest delta it resolves (about 1e-15)" if dl < 1e-15 else
+               f"the noise multiplier for epsilon={eps!r} at delta={dl!r} lies outside the range it accounts (0.1 "
+               f"to 1e6; epsilon up to about 90 at delta = 1e-5)")
+        raise ValueError(f"release_class_sketch cannot calibrate epsilon={eps!r} at delta={dl!r}: its one Gaussian "
+                         f"release is calibrated by dp-accounting's PLD accountant, and {why}; use a larger delta "
+                         f"or an epsilon in range, or release with class_quantile_sketch(noise_multiplier=z) and "
+                         f"account z yourself") from None
     return dataclasses.replace(class_quantile_sketch(x_private, labels, projections, noise_multiplier=z, **kwargs),
                                epsilon=eps, delta=dl)

@@ -80,7 +80,7 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     g = cfg.generation
     n, D = codes.shape
     n_cal = n if calibration_size is None else calibration_size
-    scale = n / n_cal  # a stand-in's sums get the real run's noise relative to their size
+    scale = n / n_cal  # a stand-in's sums get the real run's noise relative to their size: noise multiplier z·scale
     secure = not cfg.replayable_noise
     gen = torch.Generator().manual_seed(int(seed))  # public draws (flows); the releases' noise only when replayable
     noise_gen = None if secure else gen
@@ -104,17 +104,17 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
         z_m = z / math.sqrt(share) if z > 0 else 0.0
         if ledger.private:
             ledger.record("means", z_m, 1, sampling="full", dataset_size=n_cal)
-        means = release_class_means(codes, labels, num_classes, z_m, clip_radius=math.sqrt(D) / 2, center=half,
-                                    generator=noise_gen, secure_mode=secure, noise_scale=scale)
+        means = release_class_means(codes, labels, num_classes, z_m * scale, clip_radius=math.sqrt(D) / 2,
+                                    center=half, generator=noise_gen, secure_mode=secure)
         centers = means["means"].clamp(0.0, 1.0)
         info.update(means_noise_multiplier=z_m, means_noise_std=means["noise_std"])
     z_s = z / math.sqrt(1.0 - share) if z > 0 else 0.0
     if ledger.private:
         ledger.record("sketch", z_s, 1, sampling="full", dataset_size=n_cal)
     release = class_quantile_sketch(codes, labels, blocks, num_classes=num_classes, sketch_bins=bins,
-                                    noise_multiplier=z_s, clip_radius=g.sketch_radius,
+                                    noise_multiplier=z_s * scale, clip_radius=g.sketch_radius,
                                     centers=centers,
-                                    generator=noise_gen, secure_mode=secure, noise_scale=scale)
+                                    generator=noise_gen, secure_mode=secure)
     flows = ClassConditionalFlow.from_release(release, num_particles, step_size=g.step_size, domain=(0.0, 1.0),
                                               generator=gen, backend=cfg.backend)
     samples, sample_labels = flows.run(steps=g.sketch_rounds * release.num_blocks, progress=progress)
