@@ -16,6 +16,7 @@ __all__ = [
     "check_epsilon", "check_int", "check_choice", "check_same_dim", "check_finite_tensor", "check_device",
     "check_seed", "check_generator", "check_unit_rows", "unit_norm_tolerance", "resolve_alias", "check_bool",
     "check_num_projections", "MAX_PROJECTION_ENTRIES", "check_memory", "available_memory", "COMPUTE_DTYPES",
+    "all_finite",
 ]
 
 #: device types whose tensors fastdpot computes on (a meta tensor has no values to check or transport)
@@ -51,6 +52,16 @@ def check_tensor(x, name: str, ndim: Optional[int] = None, *, floating: bool = T
     return x
 
 
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every value of the floating tensor ``x`` is finite, in one pass without a boolean temporary: aminmax
+    propagates NaN and returns ±inf when present (15x faster than isfinite(x).all() on 10^6 x 48 float32); a matrix
+    stored transposed (a flow's coordinate-major particles) is read through its contiguous transpose (the same
+    values: a reduction over all of them does not depend on the order)."""
+    if x.dim() == 2 and not x.is_contiguous() and x.t().is_contiguous():
+        x = x.t()
+    return bool(torch.isfinite(torch.stack(torch.aminmax(x))).all())
+
+
 def check_finite_tensor(x: torch.Tensor, name: str) -> torch.Tensor:
     """Refuse a tensor holding NaN or ±Inf, naming the argument and nothing computed from its values: the tensor may
     be private (a mechanism's rows), and how many or which values are non-finite would be a data-dependent
@@ -59,9 +70,7 @@ def check_finite_tensor(x: torch.Tensor, name: str) -> torch.Tensor:
     Raises:
         ValueError: ``x`` holds a NaN or an Inf.
     """
-    # aminmax propagates NaN and returns ±inf when present: one pass without a boolean (N, d) temporary
-    # (15x faster than isfinite(x).all() on 10^6 x 48 float32).
-    if x.is_floating_point() and x.numel() and not bool(torch.isfinite(torch.stack(torch.aminmax(x))).all()):
+    if x.is_floating_point() and x.numel() and not all_finite(x):
         raise ValueError(f"{name} contains non-finite values (NaN or Inf); their number and places are not "
                          f"reported (the tensor may be private)")
     return x

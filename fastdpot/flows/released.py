@@ -21,7 +21,7 @@ import torch
 
 from .._progress import progress_bar
 from .._random import make_generator
-from .._validate import (COMPUTE_DTYPES, check_bool, check_generator, check_int, check_memory, check_nonnegative,
+from .._validate import (COMPUTE_DTYPES, all_finite, check_bool, check_generator, check_int, check_memory, check_nonnegative,
                          check_positive, check_tensor)
 from ..ops import flow_step
 from ..privacy.class_sketch import ClassSketchRelease
@@ -107,7 +107,7 @@ class ReleasedTargetFlow:
             check_tensor(init, "init", 2, dtypes=COMPUTE_DTYPES)
         # the particles, a step's new particles and drift, the projections on a block of p, their sort and indices
         # (the flows' memory check), and the marginal start's (N, p) float64 levels and quantiles
-        itemsize, dim, p = torch.empty((), dtype=dtype).element_size(), release.projections.shape[1], release.block_size
+        itemsize, dim, p = torch.empty((), dtype=dtype).element_size(), release.blocks[0].dim, release.block_size
         check_memory(self.num_particles * (3 * dim * itemsize + p * (3 * itemsize + 8) + 2 * p * 8), "num_particles",
                      self.num_particles, "cpu", f"the particles and their {p} projections per step")
         self.domain = domain
@@ -137,7 +137,9 @@ class ReleasedTargetFlow:
             if tuple(init.shape) != (self.num_particles, d):
                 raise ValueError(f"init must have shape ({self.num_particles}, {d}), got {tuple(init.shape)}")
             x = init.detach().to(dtype) - self._center
-        self._particles = self._project(x)
+        # kept coordinate-major (the transpose of a contiguous (d, N) tensor): the fast blocks' step then reads and
+        # writes every tile without transposing it (op flow_step keeps the layout it is given)
+        self._particles = self._project(x.t().contiguous().t())
         self._step = 0
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
@@ -178,7 +180,7 @@ class ReleasedTargetFlow:
                               diffusion=self.diffusion, seed=seed, quantiles="exact",
                               sketch=(table.to(self._particles.dtype), levels), backend=self.backend,
                               domain=self._box)
-        if not bool(torch.isfinite(new).all()):
+        if not all_finite(new):
             raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last value")
         self._particles = new
         self._step += 1
