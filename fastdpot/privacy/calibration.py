@@ -44,8 +44,9 @@ _REL_TOL = 1e-5
 #: The progress line appears when a calibration runs longer than this (seconds).
 _PROGRESS_DELAY_S = 1.0
 #: The RDP orders the search evaluates (module docstring): the three lowest (where ε drops to 0, the KL bound), then
-#: spaced about 10 % to 25 % apart up to 32, where the optimal order of ε in 0.1 .. 10 at the usual T lies. The others
-#: join the search only where they meet the target at its result.
+#: spaced about 10 % to 25 % apart up to 32, where the optimal order of targets from about 1 to 10 lies at the usual
+#: T (ε = 5 over 10^12 steps: 6; ε = 1 over 1000 steps at q = 0.01: 17; ε = 0.1 there: above 100). The others join
+#: the search only where they meet the target at its result.
 _SEARCH_ORDERS = (1.01, 1.02, 1.05, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
                   12, 14, 16, 20, 24, 28, 32)
 #: Of the default orders that meet the target at the search's result, this many (those predicted to meet it at the
@@ -191,6 +192,8 @@ def _predicted_z(order: float, rdp: float, epsilon: float, at: float, eps: float
     """Where ``order`` would meet the target ``eps``, predicted from its T·RDP ``rdp`` (and ε ``epsilon`` <= ``eps``)
     at z = ``at`` with RDP ∝ 1/z² (the Gaussian's, the large-z behaviour of the subsampled ones): bisection on log z,
     arithmetic only. Ranks the orders that join the search; nothing is released at a predicted z."""
+    if not rdp > 0:  # ε = 0 at every z (dp-accounting reads a negative RDP, rounding's, as ε = 0, and warns)
+        return Z_MIN
     lo, hi = math.log(Z_MIN), math.log(at)
     for _ in range(40):
         mid = 0.5 * (lo + hi)
@@ -262,8 +265,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     records ``step(z, sample_rate, steps, sampling, ...)`` with the same ``accountant`` method (and, for PLD, the
     same ``value_discretization_interval``). Up to z = 64 the search is dp-accounting's ``calibrate_dp_mechanism``
     (Brent's method on z, bracketed by doubling from 1); above, Brent's method on log z up to :data:`Z_MAX`; the RDP
-    search runs on a subset of the orders first (module docstring). For PLD
-    the bracket is first narrowed with the faster RDP calibration (RDP needs at least as much noise as PLD).
+    search runs on a subset of the orders first (module docstring). For PLD the bracket is first narrowed with the
+    faster RDP calibration (RDP needs at least as much noise as PLD).
 
     Args:
         target_epsilon: ε > 0.
