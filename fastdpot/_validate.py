@@ -16,7 +16,7 @@ __all__ = [
     "check_epsilon", "check_int", "check_choice", "check_same_dim", "check_finite_tensor", "check_device",
     "check_seed", "check_generator", "check_unit_rows", "unit_norm_tolerance", "resolve_alias", "check_bool",
     "check_num_projections", "MAX_PROJECTION_ENTRIES", "check_memory", "available_memory", "COMPUTE_DTYPES",
-    "all_finite",
+    "all_finite", "check_box",
 ]
 
 #: device types whose tensors fastdpot computes on (a meta tensor has no values to check or transport)
@@ -289,3 +289,33 @@ def resolve_alias(value, alias_value, name: str, alias: str, default=None):
                              f"{alias}={alias_value!r})")
         return alias_value
     return value
+
+
+def check_box(domain, particles: torch.Tensor):
+    """A box ``domain = (lo, hi)`` for (N, d) ``particles`` as ``(lo (d,), hi (d,))`` in their dtype and device, or
+    None (op ``flow_step``'s ``domain``).
+
+    Raises:
+        ValueError: not a pair, a bound neither a number nor a (d,) tensor, non-finite bounds, lo > hi somewhere.
+    """
+    if domain is None:
+        return None
+    if not isinstance(domain, (tuple, list)) or len(domain) != 2:
+        raise ValueError(f"domain must be None or a pair (lo, hi), got {type(domain).__name__}")
+    d = particles.shape[1]
+    out = []
+    for name, b in zip(("lo", "hi"), domain):
+        if isinstance(b, torch.Tensor):
+            if b.dim() > 1 or (b.dim() == 1 and b.shape[0] != d):
+                raise ValueError(f"domain {name} must be a number or a ({d},) tensor, got shape {tuple(b.shape)}")
+            t = b.detach().to(particles.device, particles.dtype).expand(d).contiguous()
+        elif isinstance(b, (int, float)) and not isinstance(b, bool):
+            t = torch.full((d,), float(b), dtype=particles.dtype, device=particles.device)
+        else:
+            raise ValueError(f"domain {name} must be a number or a ({d},) tensor, got {type(b).__name__}")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"domain {name} must be finite")
+        out.append(t)
+    if bool((out[0] > out[1]).any()):
+        raise ValueError("domain must have lo <= hi in every coordinate")
+    return out[0], out[1]

@@ -105,10 +105,10 @@ class ReleasedTargetFlow:
         domain = _check_domain(domain)
         if not isinstance(init, str):
             check_tensor(init, "init", 2, dtypes=COMPUTE_DTYPES)
-        # the particles, a step's new particles and drift, the projections on a block of p, their sort and indices
-        # (the flows' memory check), and the marginal start's (N, p) float64 levels and quantiles
+        # the particles and a step's new particles, the projections on a block of p (the fused block step), or with a
+        # dense block also their sort and the drift (the flows' memory check); the marginal start runs in chunks
         itemsize, dim, p = torch.empty((), dtype=dtype).element_size(), release.blocks[0].dim, release.block_size
-        check_memory(self.num_particles * (3 * dim * itemsize + p * (3 * itemsize + 8) + 2 * p * 8), "num_particles",
+        check_memory(self.num_particles * (3 * dim * itemsize + p * (2 * itemsize + 8)), "num_particles",
                      self.num_particles, "cpu", f"the particles and their {p} projections per step")
         self.domain = domain
         self.release = release
@@ -128,11 +128,7 @@ class ReleasedTargetFlow:
         if isinstance(init, str):
             if init != "marginals":
                 raise ValueError(f"init must be 'marginals' or an (N, d) tensor, got {init!r}")
-            theta, tab, lv = self._blocks[init_block]
-            u = torch.rand(self.num_particles, tab.shape[0], generator=self._generator, dtype=torch.float64)
-            from ..privacy.sketch import quantile_table_eval
-
-            x = theta.transpose(quantile_table_eval(tab.double(), lv.double(), u.t()).t().to(dtype))
+            x = self._marginals(init_block, dtype)
         else:
             if tuple(init.shape) != (self.num_particles, d):
                 raise ValueError(f"init must have shape ({self.num_particles}, {d}), got {tuple(init.shape)}")
@@ -141,6 +137,20 @@ class ReleasedTargetFlow:
         # writes every tile without transposing it (op flow_step keeps the layout it is given)
         self._particles = self._project(x.t().contiguous().t())
         self._step = 0
+
+    def _marginals(self, b: int, dtype: torch.dtype, chunk: int = 4096) -> torch.Tensor:
+        """N particles with every coordinate of block b drawn independently from its released law (its quantile
+        table at a uniform level), mapped back to the data's coordinates; in chunks of particles (the (N, p) levels
+        are never formed at once)."""
+        from ..privacy.sketch import quantile_table_eval
+
+        theta, tab, lv = self._blocks[b]
+        x = torch.empty(theta.dim, self.num_particles, dtype=dtype).t()  # coordinate-major
+        for s in range(0, self.num_particles, chunk):
+            m = min(chunk, self.num_particles - s)
+            u = torch.rand(m, tab.shape[0], generator=self._generator, dtype=torch.float64)
+            x[s:s + m] = theta.transpose(quantile_table_eval(tab.double(), lv.double(), u.t()).t().to(dtype))
+        return x
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         if self._box is None:
@@ -179,7 +189,7 @@ class ReleasedTargetFlow:
         new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.size,
                               diffusion=self.diffusion, seed=seed, quantiles="exact",
                               sketch=(table.to(self._particles.dtype), levels), backend=self.backend,
-                              domain=self._box)
+                              domain=self._box, return_drift=False)
         if not all_finite(new):
             raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last value")
         self._particles = new

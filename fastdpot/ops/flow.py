@@ -200,7 +200,8 @@ def _sharded_histogram_cpu(x, th, sketch, *, noise_std, step_size, diffusion, se
 
 @register("flow_step", "cpu", available=_cpu_available, features=_FEATURES)
 def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
-                   num_quantiles, histogram_bins, return_noise, sketch=None, shard=None, domain=None):
+                   num_quantiles, histogram_bins, return_noise, sketch=None, shard=None, domain=None,
+                   return_drift=True):
     """Fused C++/OpenMP step: Philox noise of ``csrc/common.h`` (streams of the module docstring; vectorised
     single-precision Box-Muller of ``csrc/flow_normal.h``, equal to the reference's float64 draws to ~2e-6),
     radix sort per direction, rank -> target quantile by index interpolation (sketch mode: level -> the table's
@@ -220,7 +221,8 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, dif
     if is_block(projections):
         if sketch is not None and quantiles == "exact" and noise_std == 0 and not return_noise and shard is None \
                 and projections.spec() is not None and cpp_status("flow_block")[0]:
-            return _block_sketch_step(particles, projections, sketch, step_size, diffusion, seed, domain)
+            return _block_sketch_step(particles, projections, sketch, step_size, diffusion, seed, domain,
+                                      return_drift)
         projections = projections.matrix(particles.dtype)
     new, drift, noise = _flow_step_cpu_dense(particles, private, projections, quantiles=quantiles,
                                              num_quantiles=num_quantiles, histogram_bins=histogram_bins,
@@ -228,17 +230,21 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, dif
     return _clamp(new, domain), drift, noise
 
 
-def _block_sketch_step(particles, block, sketch, step_size, diffusion, seed, domain):
-    """The fused sketch-target exact step on a fast block (``fastdpot._C_flow_block.sketch_step``)."""
+def _block_sketch_step(particles, block, sketch, step_size, diffusion, seed, domain, return_drift=True):
+    """The fused sketch-target exact step on a fast block (``fastdpot._C_flow_block.sketch_step``); without
+    ``return_drift`` no drift is written (its memory is not taken)."""
     cm = coordinate_major(particles)  # particles kept transposed (a flow's layout): no tile is transposed
     x = particles.detach().t() if cm else particles.detach().contiguous()
-    new, drift = torch.empty_like(x), torch.empty_like(x)
+    new = torch.empty_like(x)
+    drift = torch.empty_like(x) if return_drift else None
     tb = sketch[0].detach().to("cpu", torch.float64).contiguous().numpy()
     lv = sketch[1].detach().to("cpu", torch.float64).contiguous().numpy()
     lo, hi = (None, None) if domain is None else (domain[0].contiguous().numpy(), domain[1].contiguous().numpy())
     load_cpp("flow_block").sketch_step(block.spec(), x.numpy(), tb, lv, float(step_size), float(diffusion), int(seed),
-                                       lo, hi, new.numpy(), drift.numpy(), cm)
-    return (new.t(), drift.t(), None) if cm else (new, drift, None)
+                                       lo, hi, new.numpy(), None if drift is None else drift.numpy(), cm)
+    if cm:
+        return new.t(), None if drift is None else drift.t(), None
+    return new, drift, None
 
 
 def _flow_step_cpu_dense(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
@@ -323,7 +329,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
               noise_std: float, step_size: float, diffusion: float = 0.0, seed: int = 0, quantiles: str = "exact",
               num_quantiles: Optional[int] = None, histogram_bins: Optional[int] = None, return_noise: bool = False,
               backend: str = "auto", sketch: Optional[Sequence[torch.Tensor]] = None,
-              shard: Optional[Shard] = None, domain=None):
+              shard: Optional[Shard] = None, domain=None, return_drift: bool = True):
     """One flow step through the dispatch table (low level; :class:`fastdpot.flows.DPSlicedWassersteinFlow` is the
     private API, and calls this).
 
@@ -360,6 +366,8 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
             and the same target, projections and seed.
         domain: None, or ``(lo, hi)``: after the step every coordinate c is clamped to [lo_c, hi_c] (each a number or
             a (d,) tensor, finite, lo <= hi): the projection onto a box, e.g. the data's public range.
+        return_drift: False returns None in place of the drift (the fused block step then never forms it: a flow
+            that keeps only the particles saves one (N, d) tensor).
 
     Shape:
         particles (N, d) (n, d sharded); private (M, d) or None; projections (k, d); sketch: table (k, L), levels
@@ -382,7 +390,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
         (DPSWflow-r's step; the ``"grid"`` mode is the authors' procedure).
     """
-    from .._validate import check_seed, check_unit_rows
+    from .._validate import check_bool, check_box, check_seed, check_unit_rows
 
     if torch.compiler.is_compiling():
         if is_block(projections) or domain is not None:
@@ -413,7 +421,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     if projections.shape[1] != particles.shape[1]:
         raise ValueError(f"particles and projections must share d, got {particles.shape[1]}, "
                          f"{projections.shape[1]}")
-    domain = _check_domain(domain, particles)
+    domain = check_box(domain, particles)
     num_quantiles, histogram_bins = _ref.check_quantile_sizes(quantiles, num_quantiles, histogram_bins)
     if shard is not None:
         if not isinstance(shard, Shard):
@@ -427,44 +435,20 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     check_nonnegative(noise_std, "noise_std")
     check_positive(step_size, "step_size")
     check_nonnegative(diffusion, "diffusion")
+    check_bool(return_drift, "return_drift")
     needs = step_needs(quantiles=quantiles, table=sketch is not None, shard=shard is not None, block=block)
     row, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0],
                        needs=needs)
-    fused = row in ("reference", "cpu")  # the rows of this module clamp to the domain themselves
+    extra = {}
+    if row in ("reference", "cpu"):  # the rows of this module clamp to the domain themselves
+        extra = dict(domain=domain) if domain is not None else {}
+        if row == "cpu" and not return_drift:
+            extra["return_drift"] = False
     new, drift, noise = fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
                            diffusion=float(diffusion), seed=int(seed), quantiles=quantiles,
                            num_quantiles=num_quantiles, histogram_bins=histogram_bins, return_noise=return_noise,
-                           sketch=sketch, shard=shard, **({"domain": domain} if fused and domain is not None else {}))
-    return (new if fused else _clamp(new, domain)), drift, noise
-
-
-def _check_domain(domain, particles: torch.Tensor):
-    """``domain`` as ``(lo (d,), hi (d,))`` in the particles' dtype and device, or None.
-
-    Raises:
-        ValueError: not a pair, a bound neither a number nor a (d,) tensor, non-finite bounds, lo > hi somewhere.
-    """
-    if domain is None:
-        return None
-    if not isinstance(domain, (tuple, list)) or len(domain) != 2:
-        raise ValueError(f"domain must be None or a pair (lo, hi), got {type(domain).__name__}")
-    d = particles.shape[1]
-    out = []
-    for name, b in zip(("lo", "hi"), domain):
-        if isinstance(b, torch.Tensor):
-            if b.dim() > 1 or (b.dim() == 1 and b.shape[0] != d):
-                raise ValueError(f"domain {name} must be a number or a ({d},) tensor, got shape {tuple(b.shape)}")
-            t = b.detach().to(particles.device, particles.dtype).expand(d).contiguous()
-        elif isinstance(b, (int, float)) and not isinstance(b, bool):
-            t = torch.full((d,), float(b), dtype=particles.dtype, device=particles.device)
-        else:
-            raise ValueError(f"domain {name} must be a number or a ({d},) tensor, got {type(b).__name__}")
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"domain {name} must be finite")
-        out.append(t)
-    if bool((out[0] > out[1]).any()):
-        raise ValueError("domain must have lo <= hi in every coordinate")
-    return out[0], out[1]
+                           sketch=sketch, shard=shard, **extra)
+    return (new if "domain" in extra else _clamp(new, domain)), (drift if return_drift else None), noise
 
 
 def _compiled_step(particles, private, projections, noise_std, step_size, diffusion, seed, quantiles, num_quantiles,

@@ -187,6 +187,8 @@ def test_the_fused_block_step_is_the_dense_step_and_the_reference(block, dtype, 
         torch.testing.assert_close(drift.double(), want_drift, rtol=0, atol=tol / (0.7 * p) + 1e-6)
         ref, _, _ = flow_step(x, None, block, backend="reference", **kw)  # the reference row takes a block too
         torch.testing.assert_close(ref.double(), want, rtol=0, atol=tol)
+        lean, no_drift, _ = flow_step(x, None, block, backend="cpu", return_drift=False, **kw)
+        assert no_drift is None and torch.equal(lean, got)  # the same step, no drift formed
 
 
 @needs_cpp
