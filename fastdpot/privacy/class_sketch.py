@@ -15,6 +15,10 @@ blocks of p orthonormal rows) and L_j bins per direction:
   (m_c a public centre). With n_c a multiple of L_j these are the sums of the sorted values over L_j equal rank bins;
   otherwise the bins split the boundary ranks fractionally (a function of the data set only).
 
+Its sensitivity (:func:`class_sketch_sensitivity`, proof there): a row joining or leaving a class moves each block's
+sums by at most √(2 + 2√(1 − 1/L))·r (L >= 2 the largest L_j; r if all L_j = 1), a bound that large blocks
+and classes approach.
+
 Post-processing (:meth:`ClassSketchRelease.quantile_tables`): bin means S̃ / (ñ_c / L_j) at the levels
 (l − ½)/L_j, shrunk towards a fitted Gaussian quantile function by their known noise (James–Stein), made
 non-decreasing (isotonic regression), and written on one level grid per class for op ``flow_step``.
@@ -115,36 +119,70 @@ def fractional_bin_sums(values: torch.Tensor, bins: int) -> torch.Tensor:
     return lorenz[1:] - lorenz[:-1]
 
 
-def class_sketch_sensitivity(clip_radius: float, num_blocks: int, min_bins: int, count_weight: float) -> float:
+def class_sketch_sensitivity(clip_radius: float, num_blocks: int, max_bins: int, count_weight: float) -> float:
     r"""ℓ2 sensitivity of the one-shot release (counts times w, bin sums) under the replacement of one labelled row
     (x, y) by any (x′, y′), the label free to change, rows clipped to ‖x − m_y‖ ≤ r:
 
-    .. math::  Δ = \sqrt{2B\,\big(2 + 1/\sqrt{L_{\min}}\big)^2 r^2 + 2w^2}
+    .. math::  Δ = \sqrt{\max\big(2B\,β_L\,r^2 + 2w^2,\ 4B\,r^2\big)},\qquad β_L = 2 + 2\sqrt{1 - 1/L}\ (L ≥ 2),
+               \quad β_1 = 1,
 
-    for B blocks of orthonormal directions and at least L_min bins per direction.
+    for B blocks of orthonormal directions and at most L = ``max_bins`` bins per direction: β_L grows with L, so the
+    LARGEST L_j counts. For L ≥ 2 the first term is the larger. β_2 = 3.41, β_4 = 3.73, against (2 + 1/√L)² = 7.33
+    and 6.25 for the earlier per-block bound (2 + 1/√L_min)r.
 
-    Proof. Fix a block P of orthonormal directions and a class of n rows; adding a row v (‖v‖ ≤ r after centring and
-    clipping) changes the sums of direction j by D_{j,l} = ∫_{I_l}[(n+1)Q′_j − nQ_j] = A_{j,l} + B_{j,l} with
-    A_{j,l} = ∫_{I_l} Q′_j and B_{j,l} = n∫_{I_l}(Q′_j − Q_j) (Q′ the quantile function of the n + 1 rows, I_l the
-    bins of width 1/L_j). Cauchy–Schwarz gives Σ_l A_{j,l}² ≤ (1/L_j)∫Q′_j², and Σ_j ∫Q′_j² = (1/(n+1))Σ_i ‖P x_i‖²
-    ≤ r², so ‖A‖ ≤ r/√L_min over the block. For B: Σ_l|B_{j,l}| ≤ n·W₁(μ_j, μ′_j) with μ′_j = (nμ_j + δ_{v_j})/(n+1),
-    and W₁ is convex, so n·W₁ ≤ (n/(n+1))·W₁(μ_j, δ_{v_j}) = (1/(n+1))Σ_i|θ_jᵀ(x_i − v)|; over the block, by
-    Minkowski, ‖B‖ ≤ ‖(Σ_l|B_{j,l}|)_j‖ ≤ (1/(n+1))Σ_i‖P(x_i − v)‖ ≤ 2r. Hence one block moves by at most
-    (2 + 1/√L_min)r when a row joins or leaves a class (n = 0 included: then D = A). A replacement with y′ ≠ y
-    removes a row from class y and adds one to class y′ (disjoint coordinates): B blocks, two classes, and the two
-    counts moving by w each give Δ above. With y′ = y the count is unchanged and the sorted values of every direction
-    move the same way (order statistics are monotone in every entry), so each direction's sums move by
-    |θ_jᵀ(x − x′)| in ℓ1 and a block by at most 2r: 2r√B, below Δ. □
+    Proof. S(·) are the L bin sums of a multiset of N values s_1 ≤ … ≤ s_N: with q(u) = s_i on (i − 1, i] and
+    H(t) = ∫_0^t q, S_l = H(lN/L) − H((l − 1)N/L) = Σ_i W_{li}s_i, W_{li} = |(i − 1, i] ∩ [(l − 1)N/L, lN/L]| ≥ 0
+    (:func:`fractional_bin_sums`). (M) Order statistics are nondecreasing in every entry: changing one entry by δ
+    moves every s_i with δ's sign and their sum by δ, so S moves by a vector of δ's sign summing to δ (ℓ1 norm |δ|).
+
+    (1) A row joins a class of n ≥ 0 rows (leaving is the same change negated). Fix a block P (orthonormal rows θ_j);
+    a_i = Pu_i for the centred clipped rows u_i (Σ_j a_ij² ≤ ‖u_i‖² ≤ r²), v the new row's (‖v‖ ≤ r). Direction j
+    (L_j bins) moves by D_j = S(a_j ∪ {v_j}) − S(a_j) = V_j + R_j, V_j = S(a_j ∪ {v_j}) − S(a_j ∪ {0}),
+    R_j = S(a_j ∪ {0}) − S(a_j).
+    (a) By (M), V_j has v_j's sign and sums to v_j: ‖V_j‖ ≤ |v_j|.
+    (b) R_j sums to 0 (a 0 is added), R_j = 0 if n = 0 or L_j = 1, and ‖R_j‖² ≤ Σ_i a_ij²/(n + 1) (lemma below).
+    (c) R_j ⊥ 1, so ⟨V_j, R_j⟩ = ⟨V_j − (v_j/L_j)1, R_j⟩, and ‖V_j − (v_j/L_j)1‖² = ‖V_j‖² − v_j²/L_j ≤ γ_j²v_j²,
+    γ_j = √(1 − 1/L_j): ‖D_j‖² ≤ v_j² + 2γ_j|v_j|‖R_j‖ + ‖R_j‖². Sum over the block with ρ² = Σ_j ‖R_j‖² ≤
+    Σ_i ‖a_i‖²/(n + 1) ≤ r²n/(n + 1), γ_j ≤ γ = √(1 − 1/L) and Σ_j |v_j|‖R_j‖ ≤ ‖v‖ρ (Cauchy–Schwarz):
+    Σ_j ‖D_j‖² ≤ ‖v‖² + 2γ‖v‖ρ + ρ² ≤ (2 + 2γ)r² = β_L r². If L = 1, every R_j = 0 and Σ_j ‖D_j‖² = ‖v‖² ≤ r².
+
+    Lemma: for a ∈ ℝⁿ, n ≥ 1, R(a) = S(a ∪ {0}) − S(a) has ‖R(a)‖² ≤ Σ_i a_i²/(n + 1).
+    (i) Sorting commutes with x ↦ min(x, 0) and max(x, 0), so R(a) = R(a⁻) + R(a⁺); and S(−x)_l = −S(x)_{L+1−l}.
+    (ii) a ≤ 0. Let h = −q on (0, n] (≥ 0, nonincreasing) and h = 0 on (n, n + 1] (the added 0 sorts last),
+    T_l = l(n + 1)/L, λ = n/(n + 1) (the old edges are λT_l): R_l = −(φ(T_l) − φ(T_{l−1})), φ(x) = ∫_{λx}^x h.
+    Layer cake: h = Σ_{m≤n} β_m 1_{(0,m]} with β_m ≥ 0, so φ = Σ_m β_mφ_m, φ_m(x) = |(λx, x] ∩ (0, m]| (a tent: slope
+    1/(n + 1) up to m/(n + 1) at x = m, then down to 0 at m/λ ≤ n + 1), and Σ_i a_i² = ∫h² = Σ β_mβ_{m′}min(m, m′).
+    With ρ_m the increments of φ_m between grid points, ‖R‖² = Σ β_mβ_{m′}⟨ρ_m, ρ_{m′}⟩, so it suffices that
+    ⟨ρ_m, ρ_{m′}⟩ ≤ min(m, m′)/(n + 1). m = m′: the samples φ_m(T_l) rise to a maximum M and fall back to
+    φ_m(T_L) = 0, each rise ≤ 1/L (slope ≤ 1/(n + 1) over a bin), each fall ≤ M, so ‖ρ_m‖² ≤ M/L + M² ≤ M, as
+    M ≤ max_{l<L} T_l/(n + 1) = 1 − 1/L; and M ≤ m/(n + 1). m < m′: m/λ ≤ m + 1 ≤ m′, so φ_{m′} rises by exactly 1/L
+    over every bin l < l₁, l₁ the bin holding m/λ, after which φ_m is 0: ⟨ρ_m, ρ_{m′}⟩ = φ_m(T_{l₁−1})(1/L −
+    ρ_{m′,l₁}) ≤ (m/(n + 1))(1/L + φ_{m′}(T_{l₁−1})) ≤ (m/(n + 1))(1/L + T_{l₁−1}/(n + 1)) = (m/(n + 1))·l₁/L.
+    (iii) Any a, with n⁻ negative and n⁺ positive entries: by (ii) and (i), R(a⁻) = −Δf and R(a⁺) = −Δe for grid
+    samples f, e ≥ 0, f = 0 where T_l ≥ (n + 1)n⁻/n and e = 0 where T_l ≤ (n + 1)(n − n⁺)/n. So f is 0 wherever e is
+    not, and before it: ⟨Δf, Δe⟩ = −f_{l*}e_{l*+1} ≤ 0 (l* the last l with f_l ≠ 0), and
+    ‖R(a)‖² ≤ ‖R(a⁻)‖² + ‖R(a⁺)‖² ≤ Σ_i a_i²/(n + 1).
+
+    (2) y′ ≠ y: class y loses a row and class y′ gains one (disjoint coordinates): each of the B blocks of each class
+    moves by at most β_L r² in squared norm, and two counts by w. y′ = y: the count stays; by (M) direction j's sums
+    move by |θ_jᵀ(u′ − u)| in ℓ1, a block by at most ‖P(u′ − u)‖ ≤ 2r. No step needs n_c ≥ L_j; empty classes
+    (n = 0) are included. □
+
+    Tight: the same-class 2r is attained; a row joining a class of n rows attains ‖v‖ = r, ρ² = r²n/(n + 1) and
+    equality in (c) when p ≥ n and L divides n + 1 (row i nonzero on the directions j < n with (i − j) mod n ≥
+    (n + 1)/L − 1, its nonzero entries equal and positive; v = −r(1, …, 1)/√n), which tends to β_L r² as n grows.
+    The one-direction extreme (all rows at −r, v = r: (4 − 3/L)r², the n = L − 1 value) is exceeded for p ≥ 3:
+    L = 2, n = p = 3 gives 2.97r² > 2.5r².
 
     Raises:
-        ValueError: r <= 0, B < 1, L_min < 1, w < 0.
+        ValueError: r <= 0, B < 1, L < 1, w < 0.
     """
     r = check_positive(clip_radius, "clip_radius")
     B = check_int(num_blocks, "num_blocks")
-    L = check_int(min_bins, "min_bins")
+    L = check_int(max_bins, "max_bins")
     w = check_nonnegative(count_weight, "count_weight")
-    per_block = (2.0 + 1.0 / math.sqrt(L)) * r
-    return math.sqrt(2.0 * B * per_block ** 2 + 2.0 * w * w)
+    beta = 2.0 + 2.0 * math.sqrt(1.0 - 1.0 / L) if L > 1 else 1.0
+    return math.sqrt(max(2.0 * B * beta * r * r + 2.0 * w * w, 4.0 * B * r * r))
 
 
 @dataclass(frozen=True)
@@ -390,7 +428,7 @@ def class_quantile_sketch(x_private: torch.Tensor, labels: torch.Tensor, project
             raise ValueError(f"centers must be (C, d) = ({C}, {d}) or (d,), got {tuple(centers.shape)}")
     B = len(blocks)
     w = r * math.sqrt(B) / 4.0 if count_weight is None else check_positive(count_weight, "count_weight")
-    sens = class_sketch_sensitivity(r, B, int(bins.min()), w)
+    sens = class_sketch_sensitivity(r, B, int(bins.max()), w)
     sigma = z * sens * scale
     rng = generator if isinstance(generator, PrivacyRandomness) else privacy_randomness(secure_mode, generator)
     rows = clip_rows(x_private.detach().to(torch.float64) - cen[y], r)

@@ -45,8 +45,8 @@ def test_fractional_bins_are_sorted_sums_when_they_divide_and_sum_to_the_total()
 def test_sensitivity_holds_over_random_and_adversarial_neighbours(bins):
     d, B, C, r, w = 4, 2, 3, 1.5, 0.7
     th = _blocks(d, B)
-    Lmin = bins if isinstance(bins, int) else min(bins)
-    D = class_sketch_sensitivity(r, B, Lmin, w)
+    Lmax = bins if isinstance(bins, int) else max(bins)
+    D = class_sketch_sensitivity(r, B, Lmax, w)
     g = torch.Generator().manual_seed(1)
     worst = 0.0
     for trial in range(300):
@@ -78,7 +78,92 @@ def test_sensitivity_holds_over_random_and_adversarial_neighbours(bins):
         diff = float((_f(x, y, th, C, bl, r, w) - _f(x2, y2, th, C, bl, r, w)).norm())
         worst = max(worst, diff / D)
     assert worst <= 1.0 + 1e-9
-    assert worst > 0.3  # not vacuous (L = 1: a class change moves a block by about 2r of the bound's 3r)
+    assert worst > 0.3  # not vacuous (L = 1: a same-class replacement moves a block by up to 2r, the bound's 2r)
+
+
+def _design(n, L, r):
+    """The rows (n, n) and the joining row (n,) in block coordinates that attain the join bound (the docstring of
+    class_sketch_sensitivity, "Tight"): row i is nonzero on the directions j with (i - j) mod n >= (n + 1)/L - 1,
+    its nonzero entries equal and positive, norm r; v = -r(1, ..., 1)/sqrt(n)."""
+    z = (n + 1) // L - 1
+    i, j = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    a = ((i - j) % n >= z).double()
+    return r * a / a.norm(dim=1, keepdim=True), -r * torch.ones(n, dtype=torch.float64) / math.sqrt(n)
+
+
+def _join_bound(n, L, r):
+    """r^2 (gamma + sqrt(n/(n + 1)))^2 + r^2/L: the proof's bound ||v||^2 + 2 gamma ||v|| rho + rho^2 at ||v|| = r
+    and rho^2 = r^2 n/(n + 1)."""
+    return r * r * ((math.sqrt(1 - 1 / L) + math.sqrt(n / (n + 1))) ** 2 + 1 / L)
+
+
+@pytest.mark.parametrize("n, L", [(1, 2), (3, 2), (7, 2), (2, 3), (8, 3), (3, 4), (11, 4)])
+def test_a_class_change_attains_the_join_bound_in_a_block(n, L):
+    # a class change that moves a row from class 1 (the design rows and the row) to class 0 (the design rows): each
+    # class's block moves by the proof's bound for a class of n rows, to rounding, and the release by at most Delta
+    r, w = 1.5, 0.7
+    th = _blocks(n, 1, seed=n)  # one block of p = d = n orthonormal directions
+    a, v = _design(n, L, r)
+    x = torch.cat([a, a, v[None]]) @ th
+    y = torch.tensor([0] * n + [1] * n + [1])
+    y2 = y.clone()
+    y2[-1] = 0
+    f1, f2 = _f(x, y, th, 2, L, r, w), _f(x, y2, th, 2, L, r, w)
+    per_block = float(((f1 - f2)[2:] ** 2).sum()) / 2  # the two classes' sums move by the same amount
+    assert per_block == pytest.approx(_join_bound(n, L, r), rel=1e-9)
+    beta = 2 + 2 * math.sqrt(1 - 1 / L)
+    assert per_block <= beta * r * r * (1 + 1e-12)
+    assert per_block >= (4 - 3 / L) * r * r * (1 - 1e-12)  # the one-direction extreme: equal at n = L - 1 only
+    D = class_sketch_sensitivity(r, 1, L, w)
+    diff = float((f1 - f2).norm())
+    assert diff <= D * (1 + 1e-12)
+    assert diff ** 2 == pytest.approx(2 * _join_bound(n, L, r) + 2 * w * w, rel=1e-9)
+    if n >= 7:
+        assert diff >= 0.93 * D  # close to the supremum beta_L r^2 that the bound uses
+
+
+@pytest.mark.parametrize("L", [2, 3, 4, 8])
+def test_the_one_direction_extreme_attains_four_minus_three_over_l(L):
+    # all of a class at -r on one direction, the new row at +r on it: (4 - 3/L) r^2, below beta_L r^2
+    r, n = 2.0, 3 * L
+    th = _blocks(3, 1)
+    x = torch.cat([-r * th[:1].expand(n, 3), r * th[:1]])
+    old = class_quantile_sketch(x[:n], torch.zeros(n, dtype=torch.long), th, num_classes=1, sketch_bins=L,
+                                noise_multiplier=0.0, clip_radius=r).sums
+    new = class_quantile_sketch(x, torch.zeros(n + 1, dtype=torch.long), th, num_classes=1, sketch_bins=L,
+                                noise_multiplier=0.0, clip_radius=r).sums
+    moved = float(((new - old) ** 2).sum())
+    assert moved == pytest.approx((4 - 3 / L) * r * r, rel=1e-9)
+    assert moved < (2 + 2 * math.sqrt(1 - 1 / L)) * r * r
+
+
+def test_the_release_takes_delta_at_the_largest_bin_count():
+    # beta_L grows with L: a direction with 4 bins among directions with 1 must set Delta. A class change in that
+    # direction moves the release by sqrt(2 (4 - 3/4) r^2 + 2 w^2), more than Delta at L = 1 allows
+    r, w, n = 1.0, 0.25, 3
+    th = _blocks(2, 1)
+    x = torch.cat([-r * th[1:].expand(2 * n, 2), r * th[1:]])
+    y = torch.tensor([0] * n + [1] * n + [1])
+    y2 = y.clone()
+    y2[-1] = 0
+    rel = class_quantile_sketch(x, y, th, num_classes=2, sketch_bins=[1, 4], noise_multiplier=0.0, clip_radius=r,
+                                count_weight=w)
+    assert rel.sensitivity == pytest.approx(class_sketch_sensitivity(r, 1, 4, w), rel=1e-12)
+    diff = float((_f(x, y, th, 2, [1, 4], r, w) - _f(x, y2, th, 2, [1, 4], r, w)).norm())
+    assert diff == pytest.approx(math.sqrt(2 * 3.25 + 2 * w * w) * r, rel=1e-9)
+    assert class_sketch_sensitivity(r, 1, 1, w) < diff <= rel.sensitivity * (1 + 1e-12)
+
+
+def test_sensitivity_values():
+    r, B, w = 2.0, 3, 0.5
+    for L, beta in [(2, 2 + math.sqrt(2)), (4, 2 + math.sqrt(3)), (100, 2 + 2 * math.sqrt(0.99))]:
+        assert class_sketch_sensitivity(r, B, L, w) == pytest.approx(math.sqrt(2 * B * beta * r * r + 2 * w * w),
+                                                                     rel=1e-12)
+    # L = 1: a block moves by r on a join; the same-class replacement's 2r per block is the larger unless w is
+    assert class_sketch_sensitivity(r, B, 1, w) == pytest.approx(2 * r * math.sqrt(B), rel=1e-12)
+    assert class_sketch_sensitivity(r, B, 1, 10.0) == pytest.approx(math.sqrt(2 * B * r * r + 200), rel=1e-12)
+    with pytest.raises(ValueError, match="max_bins"):
+        class_sketch_sensitivity(r, B, 0, w)
 
 
 def test_the_same_class_bound_2r_per_block_is_attained():
