@@ -24,6 +24,12 @@ recompute the projections per block of particles, nothing of size N·k stored), 
 (:func:`fastdpot.reference.flow.flow_step`). Compare it with case ``step`` impl ``fastdpot``
 (the C++ exact step) of the same run_id.
 
+case ``histogram_vs_exact`` (issue 45): the two C++ steps side by side in one group at N = 2·10⁵, d = 48, k = 64,
+M = 250, float32, σ = 0.5: impl ``histogram`` (the histogram step, ``bins`` = 1024) against its anchor ``exact``
+(the exact step it approximates); target: the histogram step at least as fast. Its rows record the CPU's SIMD level
+(``simd``: :func:`fastdpot.env.cpu_simd`) and the one the histogram kernel was compiled for (``kernel_simd``), since
+the ratio depends on it (AVX2 machines ran the histogram step at 3x the exact step's time before issue 45).
+
     pytest bench/test_flow.py --benchmark-only -k quick    # tiny sizes, checks that every case runs
 """
 from __future__ import annotations
@@ -31,13 +37,15 @@ from __future__ import annotations
 from bench.harness import Case, suite_main, torch_noise
 
 SUITE = "flow"
-ANCHORS = ["reference", "matmul"]
+ANCHORS = ["reference", "matmul", "exact"]
 
 # CelebA latent shape (d = 48, k = 300) at N = 10^6 and MNIST latent shape (d = 8, k = 70) at N = 10^5
 SIZES = {"quick": dict(n=3_000, m=250, d=8, k=20), "1e6": dict(n=1_000_000, m=250, d=48, k=300),
          "1e5": dict(n=100_000, m=250, d=8, k=70),
          # the one-shot pixel-space flow: 60 000 Fashion-MNIST particles (6 000 per class), one block of 784 directions
-         "pixel": dict(n=60_000, m=0, d=784, k=784), "pixel_quick": dict(n=600, m=0, d=784, k=784)}
+         "pixel": dict(n=60_000, m=0, d=784, k=784), "pixel_quick": dict(n=600, m=0, d=784, k=784),
+         # issue 45's histogram-against-exact comparison
+         "2e5": dict(n=200_000, m=250, d=48, k=64)}
 
 
 def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0):
@@ -110,6 +118,18 @@ def histogram_step_case(impl, n, m, d, k, bins=1024, noise_std=0.5, step_size=1.
     return step_case(impl, n, m, d, k, quantiles=("histogram", bins), noise_std=noise_std, step_size=step_size)
 
 
+def histogram_vs_exact_case(impl, n, m, d, k, bins=1024):
+    """The C++ histogram step (impl ``histogram``, ``bins`` bins) or the C++ exact step (impl ``exact``, the anchor)
+    of :func:`step_case`; the rows record the CPU's SIMD level and the histogram kernel's (module docstring)."""
+    if impl not in ("histogram", "exact"):
+        raise ValueError(f"histogram_vs_exact impls are histogram and exact, got {impl!r}")
+    from fastdpot.env import cpu_simd, kernel_simd
+
+    case = step_case("fastdpot", n, m, d, k, quantiles=("histogram", bins) if impl == "histogram" else "exact")
+    case.info = dict(simd=cpu_simd(), kernel_simd=kernel_simd("flow_histogram"))
+    return case
+
+
 def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8):
     """One step of the one-shot pixel-space flow over ``classes`` classes of n/classes particles (module docstring);
     impl ``fastdpot`` (op flow_step) or ``matmul`` (the anchor: two torch.matmul per class). ``m`` is unused."""
@@ -149,16 +169,16 @@ def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8):
 
 
 CASES = {"step": step_case, "sketch_step": sketch_step_case, "histogram_step": histogram_step_case,
-         "pixel_step": pixel_step_case}
+         "pixel_step": pixel_step_case, "histogram_vs_exact": histogram_vs_exact_case}
 
 
 IMPLS = {"step": ("fastdpot", "reference"), "histogram_step": ("fastdpot", "reference"), "sketch_step": ("fastdpot",),
-         "pixel_step": ("fastdpot", "matmul")}
-#: the sizes each case runs at (default: every size of SIZES but the pixel ones)
-CASE_SIZES = {"pixel_step": ("pixel", "pixel_quick")}
-_LATENT = tuple(s for s in SIZES if not s.startswith("pixel"))
+         "pixel_step": ("fastdpot", "matmul"), "histogram_vs_exact": ("histogram", "exact")}
+#: the sizes each case runs at (default: every size of SIZES that no case claims here)
+CASE_SIZES = {"pixel_step": ("pixel", "pixel_quick"), "histogram_vs_exact": ("2e5", "quick")}
+_LATENT = tuple(s for s in SIZES if s == "quick" or not any(s in v for v in CASE_SIZES.values()))
 #: extra parameters of a case (added to the size's)
-EXTRA = {"histogram_step": dict(bins=1024)}
+EXTRA = {"histogram_step": dict(bins=1024), "histogram_vs_exact": dict(bins=1024)}
 
 
 def main(argv=None):
