@@ -33,6 +33,12 @@ recompute the projections per block of particles, nothing of size N·k stored), 
 (:func:`fastdpot.reference.flow.flow_step`). Compare it with case ``step`` impl ``fastdpot``
 (the C++ exact step) of the same run_id.
 
+case ``histogram_vs_exact`` (issue 45): the two C++ steps side by side in one group at N = 2·10⁵, d = 48, k = 64,
+M = 250, float32, σ = 0.5: impl ``histogram`` (the histogram step, ``bins`` = 1024) against its anchor ``exact``
+(the exact step it approximates); target: the histogram step at least as fast. Its rows record the CPU's SIMD level
+(``simd``: :func:`fastdpot.env.cpu_simd`) and the one the histogram kernel was compiled for (``kernel_simd``), since
+the ratio depends on it (AVX2 machines ran the histogram step at 3x the exact step's time before issue 45).
+
     pytest bench/test_flow.py --benchmark-only -k quick    # tiny sizes, checks that every case runs
 """
 from __future__ import annotations
@@ -40,7 +46,7 @@ from __future__ import annotations
 from bench.harness import Case, suite_main, torch_noise
 
 SUITE = "flow"
-ANCHORS = ["reference", "matmul", "npsort"]
+ANCHORS = ["reference", "matmul", "npsort", "exact"]
 
 # CelebA latent shape (d = 48, k = 300) at N = 10^6 and MNIST latent shape (d = 8, k = 70) at N = 10^5
 SIZES = {"quick": dict(n=3_000, m=250, d=8, k=20), "1e6": dict(n=1_000_000, m=250, d=48, k=300),
@@ -50,7 +56,9 @@ SIZES = {"quick": dict(n=3_000, m=250, d=8, k=20), "1e6": dict(n=1_000_000, m=25
          # a million pixel-space particles in one flow; the CelebA shape (64 x 64 x 3) with full 12 288-direction blocks
          "pixel_1e6": dict(n=1_000_000, m=0, d=784, k=784, classes=1),
          "celeba": dict(n=100_000, m=0, d=12_288, k=12_288, classes=1, patch=8),
-         "celeba_quick": dict(n=200, m=0, d=12_288, k=12_288, classes=1, patch=8)}
+         "celeba_quick": dict(n=200, m=0, d=12_288, k=12_288, classes=1, patch=8),
+         # issue 45's histogram-against-exact comparison
+         "2e5": dict(n=200_000, m=250, d=48, k=64)}
 
 
 def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0):
@@ -127,6 +135,18 @@ def _image_shape(d):
     """(side, channels) of a square image of d values: 1 channel when d is a square, else 3."""
     side = int(round(d ** 0.5))
     return (side, 1) if side * side == d else (int(round((d / 3) ** 0.5)), 3)
+
+
+def histogram_vs_exact_case(impl, n, m, d, k, bins=1024):
+    """The C++ histogram step (impl ``histogram``, ``bins`` bins) or the C++ exact step (impl ``exact``, the anchor)
+    of :func:`step_case`; the rows record the CPU's SIMD level and the histogram kernel's (module docstring)."""
+    if impl not in ("histogram", "exact"):
+        raise ValueError(f"histogram_vs_exact impls are histogram and exact, got {impl!r}")
+    from fastdpot.env import cpu_simd, kernel_simd
+
+    case = step_case("fastdpot", n, m, d, k, quantiles=("histogram", bins) if impl == "histogram" else "exact")
+    case.info = dict(simd=cpu_simd(), kernel_simd=kernel_simd("flow_histogram"))
+    return case
 
 
 def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8, patch=7):
@@ -218,19 +238,21 @@ def oneshot_generation_case(impl, n, m, d, k, classes=10, rounds=4, sketch_bins=
 
 
 CASES = {"step": step_case, "sketch_step": sketch_step_case, "histogram_step": histogram_step_case,
-         "pixel_step": pixel_step_case, "oneshot_generation": oneshot_generation_case}
+         "pixel_step": pixel_step_case, "oneshot_generation": oneshot_generation_case,
+         "histogram_vs_exact": histogram_vs_exact_case}
 
 
 IMPLS = {"step": ("fastdpot", "reference"), "histogram_step": ("fastdpot", "reference"), "sketch_step": ("fastdpot",),
-         "pixel_step": ("fastdpot", "dense", "matmul", "npsort"), "oneshot_generation": ("fastdpot", "dense")}
-#: the sizes each case runs at (default: every size of SIZES but the pixel ones)
+         "pixel_step": ("fastdpot", "dense", "matmul", "npsort"), "oneshot_generation": ("fastdpot", "dense"),
+         "histogram_vs_exact": ("histogram", "exact")}
+#: the sizes each case runs at (default: every size of SIZES that no case claims here)
 CASE_SIZES = {"pixel_step": ("pixel", "pixel_quick", "pixel_1e6", "celeba", "celeba_quick"),
-              "oneshot_generation": ("pixel", "pixel_quick")}
-_LATENT = tuple(s for s in SIZES if not s.startswith("pixel"))
+              "oneshot_generation": ("pixel", "pixel_quick"), "histogram_vs_exact": ("2e5", "quick")}
+_LATENT = tuple(s for s in SIZES if s == "quick" or not any(s in v for v in CASE_SIZES.values()))
 #: (size, case, impl) not measured: the dense products at a million particles or 12 288 dimensions (TFLOPs a step)
 SKIP = {(size, "pixel_step", impl) for size in ("pixel_1e6", "celeba", "celeba_quick") for impl in ("dense", "matmul")}
 #: extra parameters of a case (added to the size's)
-EXTRA = {"histogram_step": dict(bins=1024)}
+EXTRA = {"histogram_step": dict(bins=1024), "histogram_vs_exact": dict(bins=1024)}
 
 
 def main(argv=None):
