@@ -23,7 +23,7 @@ from ...flows import INIT_KINDS
 from ..metrics import CLASSIFIERS, CNN_ARCHS
 from .settings import (_DP_REPRESENTATION, _PER_STEP_FLOW, AE_ARCHS, DEFAULT_SKETCH_BINS, METHODS,  # noqa: F401
                        ONESHOT_SETTINGS, PRIVATE_ONLY_SETTINGS, PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS,
-                       REPRESENTATION_KINDS, DataSettings, EvaluationSettings, GenerationSettings,
+                       REPRESENTATION_KINDS, SKETCH_CENTERS, DataSettings, EvaluationSettings, GenerationSettings,
                        RepresentationSettings, table_row)
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
@@ -341,8 +341,7 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
             check_int(g.sketch_rounds, "sketch_rounds")
             if g.sketch_block_directions is not None:
                 check_int(g.sketch_block_directions, "sketch_block_directions")
-            if g.sketch_center not in ("mean", "half"):
-                raise ValueError(f"sketch_center must be 'mean' or 'half', got {g.sketch_center!r}")
+            check_choice(g.sketch_center, "sketch_center", SKETCH_CENTERS)
             check_probability(g.sketch_mean_share, "sketch_mean_share", low_open=True, high_open=True)
             if not 0 < g.step_size <= 1:
                 raise ValueError(f"step_size of the one-shot flow must be in (0, 1], got {g.step_size!r}")

@@ -1,0 +1,85 @@
+"""`fastdpot flow`'s command line (issue 46, "The command line"): the one-shot method and its settings as named
+options, and defaults that --help states as a run gets them."""
+import argparse
+
+import pytest
+
+from fastdpot.experiments.mainjob import MainJobConfig, cli
+from fastdpot.experiments.mainjob.settings import METHODS, ONESHOT_SETTINGS, PRIVATE_ONLY_TABLE
+
+
+def _flow_parser():
+    parser = cli.build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["flow"]
+
+
+def _helps():
+    """{option: its --help text, expanded}."""
+    sub = _flow_parser()
+    fmt = sub._get_formatter()
+    return {a.option_strings[0]: fmt._expand_help(a) for a in sub._actions if a.option_strings and a.help}
+
+
+# ------------------------------------------------------------------------------------- the one-shot method, --help
+def test_oneshot_is_a_method_of_the_command_line_with_its_settings_as_named_options():
+    # "--method oneshot" was "invalid choice", and its settings were reachable through --set only
+    args = _flow_parser().parse_args(["--public-size", "0", "--method", "oneshot", "--sketch-blocks", "28/0/0,7/0/0",
+                                      "--sketch-plan", "3:8,inf:2", "--sketch-radius", "5", "--sketch-center", "half",
+                                      "--sketch-mean-share", "0.2", "--sketch-rounds", "3",
+                                      "--sketch-block-directions", "512"])
+    args.set, args.epsilon = [], 10.0
+    g = cli.config_from_args(args).resolved().generation
+    assert (g.method, g.sketch_blocks, g.sketch_plan, g.sketch_radius, g.sketch_center, g.sketch_mean_share,
+            g.sketch_rounds, g.sketch_block_directions) == ("oneshot", "28/0/0,7/0/0", "3:8,inf:2", 5.0, "half", 0.2,
+                                                            3, 512)
+    assert isinstance(g.sketch_rounds, int) and isinstance(g.sketch_radius, float)
+    with pytest.raises(SystemExit):  # the choices of the setting
+        _flow_parser().parse_args(["--sketch-center", "median"])
+
+
+def test_help_names_every_method_and_every_setting_of_the_one_shot_method_and_the_table():
+    helps = _helps()
+    for method in METHODS:
+        assert f"{method} (" in helps["--method"] or f"{method}:" in helps["--method"], method
+    assert set(cli._HAND).isdisjoint(cli._FIELD_OPTIONS)  # an option made from a field replaces none written by hand
+    options = {name: opt for opt, (name, *_) in cli.OPTIONS.items()}
+    for leaf in ONESHOT_SETTINGS:
+        assert f"generation.{leaf}" in options, leaf
+    # every setting the ε table sets is a named option whose help gives the table's values and the one a run at
+    # --epsilon 10 (the parser's ε) gets
+    scopes = {"representation": "representation", "flow": "generation", "generation": "generation"}
+    for eps, row in PRIVATE_ONLY_TABLE.items():
+        for section, values in row.items():
+            for leaf, value in values.items():
+                opt = options[f"{scopes[section]}.{leaf}"]
+                text = helps[opt]
+                shown = f"{value:g}" if isinstance(value, float) else repr(value) if isinstance(value, str) else \
+                    str(value)
+                assert "ε table" in text and shown in text, (opt, shown, text)
+                if len({r[section][leaf] for r in PRIVATE_ONLY_TABLE.values()}) > 1:
+                    assert "--epsilon 10" in text, text
+
+
+def test_help_says_which_value_a_run_gets_where_the_protocol_or_the_table_sets_it():
+    # "(default: none)" was shown for --method, --rep-kind, --representation-share, --init-scale, --sketch-bins, ...
+    none_means_none = {"--data-dir", "--celeba-dir", "--set", "--center"}  # --center's choice "none"
+    for opt, text in _helps().items():
+        if opt not in none_means_none:
+            assert "(default: none)" not in text, (opt, text)
+    helps = _helps()
+    assert "oneshot with --public-size 0, flow otherwise" in helps["--method"]
+    assert "'inf:4' for ε >= 3.16 (so at --epsilon 10 and inf)" in helps["--sketch-plan"]
+    assert "'inf:2' for ε < 3.16" in helps["--sketch-plan"]
+    cfg = MainJobConfig().with_settings(public_size=0).resolved()  # what the help says is what a run gets
+    assert cfg.generation.sketch_plan == "inf:4" and cfg.generation.method == "oneshot"
+    assert MainJobConfig(epsilon=1.0).with_settings(public_size=0).resolved().generation.sketch_plan == "inf:2"
+
+
+def test_table_text_follows_the_table(monkeypatch):
+    # the help is read from the ε table: a row or a setting added to it shows up without another line of the CLI
+    table = {0.1: dict(generation=dict(sketch_rounds=8)), 1.0: dict(generation=dict(sketch_rounds=4)),
+             10.0: dict(generation=dict(sketch_rounds=4))}
+    monkeypatch.setattr(cli, "PRIVATE_ONLY_TABLE", table)
+    text = cli._table_text("generation.sketch_rounds")
+    assert "8 for ε < 0.316" in text and "4 for ε >= 0.316 (so at --epsilon 10 and inf)" in text
+    assert cli._table_text("generation.sketch_plan") is None
