@@ -1,8 +1,11 @@
 """`fastdpot flow`'s command line (issue 46, "The command line"): the one-shot method and its settings as named
-options, and defaults that --help states as a run gets them."""
+options, defaults that --help states as a run gets them, and the runs it refuses before any work (options a run would
+ignore, the decoded analysis at a finite ε, --distributed outside torchrun, a run of absurd length)."""
 import argparse
+import math
 
 import pytest
+import torch
 
 from fastdpot.experiments.mainjob import MainJobConfig, cli
 from fastdpot.experiments.mainjob.settings import METHODS, ONESHOT_SETTINGS, PRIVATE_ONLY_TABLE
@@ -18,6 +21,19 @@ def _helps():
     sub = _flow_parser()
     fmt = sub._get_formatter()
     return {a.option_strings[0]: fmt._expand_help(a) for a in sub._actions if a.option_strings and a.help}
+
+
+def _refused(argv, capsys, monkeypatch):
+    """Run `fastdpot flow argv` that must stop before any work; returns its error message."""
+    import fastdpot.experiments.mainjob.pipeline as pl
+
+    def never(*a, **kw):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(pl, "run_pipeline", never)
+    capsys.readouterr()
+    assert cli.main(["flow", "--no-progress", *argv]) == 2
+    return capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------- the one-shot method, --help
@@ -83,3 +99,69 @@ def test_table_text_follows_the_table(monkeypatch):
     text = cli._table_text("generation.sketch_rounds")
     assert "8 for ε < 0.316" in text and "4 for ε >= 0.316 (so at --epsilon 10 and inf)" in text
     assert cli._table_text("generation.sketch_plan") is None
+
+
+# --------------------------------------------------------------------------------------------- refused before work
+@pytest.mark.parametrize("argv, names", [
+    (["--each-seed-at-epsilon"], ["--each-seed-at-epsilon", "flow_seeds=1", "ignore"]),
+    (["--flow-seeds", "2", "--each-seed-at-epsilon", "--epsilon", "inf"], ["--each-seed-at-epsilon", "ignore"]),
+    (["--quick", "--public-size", "0", "--validation-size", "100000"], ["--validation-size", "quick", "ignore"]),
+    (["--public-size", "0", "--max-train", "1000", "--validation-size", "1000"], ["--validation-size", "max_train"]),
+    (["--method", "gaussian", "--epochs", "5"], ["--epochs", "gaussian", "ignore"]),
+    (["--public-size", "0", "--method", "gaussian", "--init-scale", "0.2"], ["--init-scale", "ignore"]),
+    (["--quick", "--epochs", "5"], ["--epochs", "quick", "ignore"]),
+    (["--public-size", "0", "--method", "flow", "--labels-from", "head"], ["--labels-from", "--rep-kind", "none"]),
+    (["--quick", "--public-size", "0", "--sketch-rounds", "4"], ["--sketch-rounds", "quick", "ignore"]),
+])
+def test_options_a_run_would_ignore_are_refused(argv, names, capsys, monkeypatch):
+    err = _refused(argv, capsys, monkeypatch)
+    assert all(n in err for n in names), err
+
+
+def test_each_seed_at_epsilon_and_the_quick_bounds_are_still_accepted_where_they_act():
+    g = MainJobConfig().with_settings(flow_seeds=2, each_seed_at_epsilon=True).resolved().generation
+    assert g.flow_seeds == 2 and g.each_seed_at_epsilon
+    q = MainJobConfig(quick=True).with_settings(**{"generation.epochs": 1.5, "validation_size": 300,
+                                                   "public_size": 0, "method": "flow"}).resolved()
+    assert q.generation.epochs == 1.5 and q.data.validation_size == 300
+
+
+def test_the_decoded_analysis_needs_epsilon_inf(capsys, monkeypatch):
+    # at the default ε = 10 it read the images without noise into a folder named like a private run
+    err = _refused(["--public-size", "0", "--method", "decoded"], capsys, monkeypatch)
+    assert "--epsilon inf" in err and "ANALYSIS" in err
+    ok = MainJobConfig(epsilon=math.inf).with_settings(public_size=0, method="decoded", kind="pixels").resolved()
+    assert ok.generation.method == "decoded" and not ok.private
+
+
+def test_distributed_outside_torchrun_says_to_launch_it_with_torchrun(capsys, monkeypatch):
+    import torch.distributed as dist
+
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    err = _refused(["--distributed", "--labels", "public"], capsys, monkeypatch)
+    assert "torchrun --nproc_per_node" in err and "-m fastdpot flow --distributed" in err and "RANK" in err
+    assert not dist.is_initialized()
+
+
+def test_a_run_of_absurd_length_is_refused_with_the_time_it_would_take(capsys, monkeypatch):
+    # --quick lowered --epochs 1e12 to 2 without a word; without --quick the flow would take 1e12·n/B steps
+    for argv in (["--quick", "--epochs", "1e12"], ["--epochs", "1e12"]):
+        err = _refused(argv, capsys, monkeypatch)
+        assert "at 1 ms a step, 31.7 years" in err and "--epochs" in err, err
+    assert MainJobConfig().with_settings(**{"generation.epochs": 1e3}).resolved().generation.epochs == 1e3
+
+
+def test_the_flow_stage_refuses_more_steps_than_a_run_takes_before_any_release(monkeypatch):
+    # epochs within the settings' bound, but T = epochs·n/B = 1e6 * 2000/100 = 2e7 steps on this data
+    import fastdpot.experiments.mainjob.generation as gen
+
+    def reached(*a, **kw):
+        raise AssertionError("the flow's budget was calibrated")
+
+    monkeypatch.setattr(gen, "seed_targets", reached)
+    cfg = MainJobConfig().with_settings(class_conditional=False, **{"generation.epochs": 1e6}).resolved()
+    codes = torch.nn.functional.normalize(torch.randn(2000, 4, generator=torch.Generator().manual_seed(0)), dim=1)
+    with pytest.raises(ValueError, match=r"T = 2e\+07 flow steps .* at 1 ms a step, 5\.56 hours"):
+        gen.generate_flow(cfg, codes, None, 10, 1, progress=False)
+

@@ -6,7 +6,9 @@ Each option sets one setting of :class:`~fastdpot.experiments.mainjob.config.Mai
 privacy.md, config.json}``. ``--help`` groups the options by stage and method and states each default as a run gets
 it (the ε table's values by ε, :func:`_table_text`); a setting whose dataclass field carries a help (the one-shot
 method's) is an option without a line here (:func:`_field_options`). A value the run would ignore (a private-only
-setting without ``--public-size 0``, a zero count) is refused, naming the option.
+setting without ``--public-size 0``, a setting of another method, one that ``--quick`` lowers, a zero count) is
+refused before any work, naming the option (exit status 2), and so are ``--method decoded`` at a finite ε and
+``--distributed`` outside torchrun.
 """
 from __future__ import annotations
 
@@ -132,7 +134,7 @@ _FLAGS = {  # store_true options: (setting, value when given, help)
     "--cnn-augment": ("evaluation.cnn_augment", True, "train the downstream CNN with shift/flip augmentation"),
     "--quick": ("quick", True, "a short run on a small part of the data (at most 4000 training and 1000 test "
                                "images, 2 epochs, 2 one-shot passes over the blocks 28/0/0,7/0/0; no FID unless "
-                               "--fid-samples, then at most 100)"),
+                               "--fid-samples, then at most 100): a setting given above its bound is refused"),
 }
 
 
@@ -353,7 +355,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         from . import distributed
 
-        _, rank = distributed.init_from_env(resolved.device, timeout_s=args.dist_timeout)
+        try:
+            _, rank = distributed.init_from_env(resolved.device, timeout_s=args.dist_timeout)
+        except RuntimeError as err:
+            print(f"fastdpot flow: error: {err}", file=sys.stderr)
+            return 2
         if rank != 0:  # the other ranks only move their shards of the flow stage(s)
             distributed.pipeline_follow()
             return 0

@@ -9,7 +9,7 @@ from typing import Optional
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "METHODS",
            "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "PRIVATE_ONLY_TABLE", "table_row",
            "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS", "SKETCH_CENTERS",
-           "FLOW_ONLY_SETTINGS"]
+           "FLOW_ONLY_SETTINGS", "MAX_FLOW_STEPS", "QUICK_SKETCH_ROUNDS", "QUICK_SKETCH_BLOCKS", "steps_duration"]
 
 #: ``"decoded"``: the private-only protocol's ANALYSIS of its representation (the sensitive codes decoded: NOT private)
 METHODS = ("oneshot", "flow", "gaussian", "public", "decoded")
@@ -190,6 +190,22 @@ _PER_STEP_FLOW = tuple(("generation", n) for n in ("num_projections", "diffusion
                                                     "label_scale", "labels_from", "checkpoint_every"))
 #: the settings that only the per-step flow reads (refused with methods "gaussian", "public" and "decoded")
 FLOW_ONLY_SETTINGS = tuple(s for s in _PER_STEP_FLOW if s[1] != "labels_from") + (("generation", "spread"),)
+#: the most flow steps a run takes (T = epochs·n/B): more is refused with the time it would take
+MAX_FLOW_STEPS = 10 ** 7
+#: ``quick``'s one-shot release: at most this many passes over the whole image's and the 7-px blocks
+QUICK_SKETCH_ROUNDS, QUICK_SKETCH_BLOCKS = 2, "28/0/0,7/0/0"
+
+
+def steps_duration(steps: float, seconds_per_step: float = 1e-3) -> str:
+    """How long ``steps`` flow steps take at ``seconds_per_step`` (1 ms: a fast step, so that the time stated is an
+    estimate from below): ``steps_duration(1e12)`` is ``"at 1 ms a step, 31.7 years"``."""
+    t = steps * seconds_per_step
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if t >= size:
+            return f"at {seconds_per_step * 1e3:g} ms a step, {t / size:.3g} {unit}"
+    return f"at {seconds_per_step * 1e3:g} ms a step, {t:.3g} s"
+
+
 #: The private-only protocol's settings that depend on ε, chosen on the validation split's stand-in
 #: (docs/mainjob-private.md, "Tuning"); a run takes the row of the nearest ε (in log ε; ε = ∞: the ε = 10 row),
 #: and a setting given explicitly wins over its row.
