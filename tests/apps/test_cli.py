@@ -165,3 +165,24 @@ def test_the_flow_stage_refuses_more_steps_than_a_run_takes_before_any_release(m
     with pytest.raises(ValueError, match=r"T = 2e\+07 flow steps .* at 1 ms a step, 5\.56 hours"):
         gen.generate_flow(cfg, codes, None, 10, 1, progress=False)
 
+
+def test_every_fastdpot_flow_command_of_the_docs_is_accepted():
+    # the pages' commands name options that exist and settings a run takes (a page showing a refused command fails)
+    import pathlib
+    import re
+    import shlex
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    seen = 0
+    for page in sorted((root / "docs").rglob("*.md")):
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                if "fastdpot flow" not in line:
+                    continue
+                words = shlex.split(line.split("fastdpot flow", 1)[1].split("#", 1)[0])
+                if "--help" in words:
+                    continue
+                args = _flow_parser().parse_args([w.replace("DIR", "/tmp") for w in words if w != "..."])
+                cli.config_from_args(args).resolved()
+                seen += 1
+    assert seen >= 20
