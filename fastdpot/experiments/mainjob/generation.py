@@ -138,6 +138,7 @@ def generate_flow(cfg, codes: torch.Tensor, labels: Optional[torch.Tensor], num_
     """
     from ...flows import ClassConditionalFlow, DPSlicedWassersteinFlow
     from .distributed import pipeline_flow, pipeline_group
+    from .settings import MAX_FLOW_STEPS, steps_duration
 
     g = cfg.generation
     kind, labels, C, per_class, n_ref, batch = _flow_setup(cfg, codes, labels, num_particles, public_labels,
@@ -146,6 +147,10 @@ def generate_flow(cfg, codes: torch.Tensor, labels: Optional[torch.Tensor], num_
     k, h = flow_defaults(g, codes.shape[1], C, label_private, ledger is not None)
     n_cal = codes.shape[0] if calibration_size is None else calibration_size
     steps = max(1, int(round(g.epochs * (n_ref if ledger is None else n_cal) / batch)))
+    if steps > MAX_FLOW_STEPS:  # before any release
+        raise ValueError(f"epochs = {g.epochs:g} makes T = {steps:.3g} flow steps (epochs·n/B, B = {batch}): "
+                         f"{steps_duration(steps * g.flow_seeds)}; a run takes at most {MAX_FLOW_STEPS:.0e} steps: "
+                         f"lower epochs or raise batch_size")
     if ledger is not None:
         if ledger.private:  # the rest of the composed budget, shared by every seed; recorded before it runs
             z = ledger.calibrate(g.flow_seeds * steps, dataset_size=n_cal, batch_size=batch) \
