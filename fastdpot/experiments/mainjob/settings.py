@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "METHODS",
            "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "PRIVATE_ONLY_TABLE", "table_row",
-           "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS"]
+           "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS", "SKETCH_CENTERS",
+           "FLOW_ONLY_SETTINGS", "MAX_FLOW_STEPS", "QUICK_SKETCH_ROUNDS", "QUICK_SKETCH_BLOCKS", "steps_duration"]
 
 #: ``"decoded"``: the private-only protocol's ANALYSIS of its representation (the sensitive codes decoded: NOT private)
 METHODS = ("oneshot", "flow", "gaussian", "public", "decoded")
@@ -16,6 +17,14 @@ PROTOCOLS = ("public-half", "private-only")
 AE_ARCHS = ("conv", "convbn", "dcgan")  # fastdpot.experiments.mainjob.autoencoder's architectures
 REPRESENTATION_KINDS = ("pixels", "pca", "autoencoder", "dct")  # the private-only protocol's code spaces
 DEFAULT_SKETCH_BINS = 5  # L of the default per-step sketch release: the public-only sweep (docs/mainjob/tuning.md)
+SKETCH_CENTERS = ("mean", "half")  # the one-shot release's centres: the released class means, the grey image 0.5
+
+
+def _oneshot(text: str, choices=None, default_text: Optional[str] = None):
+    """A setting of the one-shot method (default None: the ε table's value, or ``default_text``): it joins
+    :data:`ONESHOT_SETTINGS` and :data:`PRIVATE_ONLY_SETTINGS`, and its help ``text`` and ``choices`` make it a named
+    option of ``fastdpot flow``."""
+    return field(default=None, metadata=dict(method="oneshot", help=text, choices=choices, default_text=default_text))
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ class GenerationSettings:
             method's directions (``"default"`` or ``"p/sy/sx,..."``), bins by frequency (``"3:16,8:8,inf:2"``), clip
             radius r, centre (``"mean"``: the released class means, ``"half"``: the grey image 0.5), the means'
             share of the budget, and passes over the blocks (None: the ε table :data:`PRIVATE_ONLY_TABLE`);
-            sketch_block_directions: directions kept per block (None: all D pixels' when D <= 4096, else 2048).
+            sketch_block_directions: directions kept per block (None: all D pixels, a full basis per block).
     """
     method: Optional[str] = None
     num_particles: Optional[int] = None
@@ -129,13 +138,21 @@ class GenerationSettings:
     flow_seeds: int = 1
     each_seed_at_epsilon: bool = False
     checkpoint_every: int = 100
-    sketch_blocks: Optional[str] = None
-    sketch_plan: Optional[str] = None
-    sketch_radius: Optional[float] = None
-    sketch_center: Optional[str] = None
-    sketch_mean_share: Optional[float] = None
-    sketch_rounds: Optional[int] = None
-    sketch_block_directions: Optional[int] = None
+    # the one-shot method's settings: ``metadata["help"]`` (and ``"choices"``) make each a named option of
+    # ``fastdpot flow`` (fastdpot.experiments.mainjob.cli), its default stated from the ε table
+    sketch_blocks: Optional[str] = _oneshot("the blocks of image directions: 'default' (fastdpot.flows.directions."
+                                            "default_patches of the image size: 8 blocks at 28 px, patch sides 28 "
+                                            "to 2) or 'p/sy/sx,...' (patch side p on a grid shifted by (sy, sx))")
+    sketch_plan: Optional[str] = _oneshot("the quantile bins by spatial frequency, 'f:L,...' (directions of frequency "
+                                          "<= f cycles per side get L bins; e.g. '3:16,8:8,inf:2')")
+    sketch_radius: Optional[float] = _oneshot("r > 0, the clip radius of each image about its centre")
+    sketch_center: Optional[str] = _oneshot("each image's centre: mean (its class's released mean) or half (the grey "
+                                            "image 0.5)", choices=SKETCH_CENTERS)
+    sketch_mean_share: Optional[float] = _oneshot("the class means' share of the one-shot release's budget, in (0, 1) "
+                                                  "(with --sketch-center mean)")
+    sketch_rounds: Optional[int] = _oneshot("passes of the flows over the blocks (post-processing: no privacy cost)")
+    sketch_block_directions: Optional[int] = _oneshot("directions kept per block, the lowest frequencies",
+                                                      default_text="all D pixels' when D <= 4096, else 2048")
 
 
 @dataclass(frozen=True)
@@ -159,15 +176,14 @@ class EvaluationSettings:
     cnn_arch: str = "small"
 
 
+#: the one-shot method's own settings (the fields of :class:`GenerationSettings` made by ``_oneshot``)
+ONESHOT_SETTINGS = tuple(f.name for f in fields(GenerationSettings) if f.metadata.get("method") == "oneshot")
 #: settings that only the private-only protocol reads (``--public-size 0``)
 PRIVATE_ONLY_SETTINGS = (("data", "validation_size"), ("representation", "kind"), ("representation", "scale"),
                          ("representation", "lowpass"), ("representation", "epochs"),
                          ("representation", "batch_size"), ("representation", "clip_radius"),
                          ("representation", "lr"), ("representation", "label_weight"), ("representation", "share"),
-                         ("generation", "labels_from"), ("generation", "sketch_blocks"), ("generation", "sketch_plan"),
-                         ("generation", "sketch_radius"), ("generation", "sketch_center"),
-                         ("generation", "sketch_mean_share"), ("generation", "sketch_rounds"),
-                         ("generation", "sketch_block_directions"))
+                         ("generation", "labels_from")) + tuple(("generation", n) for n in ONESHOT_SETTINGS)
 #: the DP representation's settings (none of them read with representation kind "pixels")
 _DP_REPRESENTATION = tuple(("representation", n) for n in ("latent_dim", "scale", "lowpass", "epochs", "batch_size",
                                                             "clip_radius", "lr", "label_weight", "share"))
@@ -175,9 +191,24 @@ _DP_REPRESENTATION = tuple(("representation", n) for n in ("latent_dim", "scale"
 _PER_STEP_FLOW = tuple(("generation", n) for n in ("num_projections", "diffusion", "batch_size", "epochs", "bound",
                                                     "directions", "init", "init_scale", "release", "sketch_bins",
                                                     "label_scale", "labels_from", "checkpoint_every"))
-#: the one-shot method's own settings
-ONESHOT_SETTINGS = ("sketch_blocks", "sketch_plan", "sketch_radius", "sketch_center", "sketch_mean_share",
-                    "sketch_rounds", "sketch_block_directions")
+#: the settings that only the per-step flow reads (refused with methods "gaussian", "public" and "decoded")
+FLOW_ONLY_SETTINGS = tuple(s for s in _PER_STEP_FLOW if s[1] != "labels_from") + (("generation", "spread"),)
+#: the most flow steps a run takes (T = epochs·n/B): more is refused with the time it would take
+MAX_FLOW_STEPS = 10 ** 7
+#: ``quick``'s one-shot release: at most this many passes over the whole image's and the 7-px blocks
+QUICK_SKETCH_ROUNDS, QUICK_SKETCH_BLOCKS = 2, "28/0/0,7/0/0"
+
+
+def steps_duration(steps: float, seconds_per_step: float = 1e-3) -> str:
+    """How long ``steps`` flow steps take at ``seconds_per_step`` (1 ms: a fast step, so that the time stated is an
+    estimate from below): ``steps_duration(1e12)`` is ``"at 1 ms a step, 31.7 years"``."""
+    t = steps * seconds_per_step
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if t >= size:
+            return f"at {seconds_per_step * 1e3:g} ms a step, {t / size:.3g} {unit}"
+    return f"at {seconds_per_step * 1e3:g} ms a step, {t:.3g} s"
+
+
 #: The private-only protocol's settings that depend on ε, chosen on the validation split's stand-in
 #: (docs/mainjob-private.md, "Tuning"); a run takes the row of the nearest ε (in log ε; ε = ∞: the ε = 10 row),
 #: and a setting given explicitly wins over its row.
