@@ -7,8 +7,8 @@ and closes it.
 
 * :func:`particles`: particles (a flow, or any (N, d) rows) and data, projected on two chosen directions;
 * :func:`epsilon`: ε against the number of releases of a :class:`~fastdpot.privacy.PrivacyAccountant`, a
-  :class:`~fastdpot.privacy.PrivacyLedger`, a flow or a :class:`~fastdpot.DPSlicedWassersteinLoss` built by
-  ``from_privacy`` (the numbers: :func:`epsilon_curve`);
+  :class:`~fastdpot.privacy.PrivacyLedger`, a :class:`~fastdpot.privacy.composition.ComposedLedger`, a flow or a
+  :class:`~fastdpot.DPSlicedWassersteinLoss` built by ``from_privacy`` (the numbers: :func:`epsilon_curve`);
 * :func:`audit`: the audit's empirical lower bounds on ε against the claimed ε (:mod:`fastdpot.audit`).
 
 A picture of private data (the data, or particles that have not been released) is not private: it is for the data
@@ -21,6 +21,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+
+from ._validate import check_int
 
 __all__ = ["particles", "epsilon", "epsilon_curve", "audit"]
 
@@ -72,7 +74,8 @@ def particles(source, data=None, directions=None, *, ax=None, path: Optional[str
         directions: the two directions of the picture: None (coordinates 0 and 1), a pair of coordinate indices
             ``(i, j)``, or a (2, d) tensor / array of directions (each row normalised to unit length).
         ax: axes to draw into (default: a new figure). path: save the figure there (PNG, 100 dpi) and close it.
-        max_points: at most this many rows of each cloud are drawn (a seeded public subsample: a display choice).
+        max_points: at most this many rows of each cloud are drawn (an integer >= 1; a seeded public subsample: a
+            display choice).
         labels: legend names of the particles and the data. title: the axes' title.
 
     Shape:
@@ -82,9 +85,11 @@ def particles(source, data=None, directions=None, *, ax=None, path: Optional[str
         the ``matplotlib.axes.Axes``.
 
     Raises:
-        ValueError: shapes that disagree, d < 2 without directions, coordinates out of range, a zero direction.
+        ValueError: shapes that disagree, d < 2 without directions, coordinates out of range, a zero direction,
+            ``max_points`` not an integer >= 1 (0 would draw nothing).
         ImportError: matplotlib is not installed (the ``plot`` extra).
     """
+    max_points = check_int(max_points, "max_points", 1)
     x = _rows(source, "particles")
     d = x.shape[1]
     y = None if data is None else _rows(data, "data")
@@ -146,8 +151,10 @@ def epsilon_curve(source, delta: Optional[float] = None, *, steps: Optional[int]
         delta: total δ (default: the ledger's, flow's or loss's δ). The sensitivity tails are charged as the
             source's own ``epsilon`` does: all T of them up front (a ledger with ``tails="planned"``, the flows),
             or those of the t releases so far (``tails="spent"``, the loss module).
-        steps: plot up to this many releases instead of T. points: grid size (>= 2; every release when T is
-            smaller), plus the releases made so far.
+            A :class:`~fastdpot.privacy.composition.ComposedLedger` (T = its recorded releases, replayed stage by
+            stage in the order its stages were first recorded, in the accountant it uses; δ its run's δ).
+        steps: plot up to this many releases instead of T (an integer >= 1). points: grid size (an integer >= 2;
+            every release when T is smaller), plus the releases made so far.
 
     Returns:
         ``(t, eps, spent)``: int array of release counts, float array of ε (unit: nats of privacy loss, as every ε
@@ -155,16 +162,25 @@ def epsilon_curve(source, delta: Optional[float] = None, *, steps: Optional[int]
 
     Raises:
         ValueError: a source of another kind, a ledger not bound yet (nothing says what its releases are), a
-            non-private flow, a loss without calibration, no ``delta`` for an accountant, a δ not above the tails.
+            non-private flow or composed ledger, a loss without calibration, no ``delta`` for an accountant, a δ not
+            above the tails, ``points`` < 2 or ``steps`` < 1 (or not integers), nothing released or planned.
     """
+    t, eps, spent, _ = _curve(source, delta, steps, points)
+    return t, eps, spent
+
+
+def _curve(source, delta, steps, points):
+    """:func:`epsilon_curve`'s numbers and the total δ they are stated at."""
     from .privacy import PrivacyAccountant
     from .privacy.ledger import PrivacyLedger
 
+    points = check_int(points, "points", 2)
+    steps = None if steps is None else check_int(steps, "steps", 1)
     plan = _plan(source, delta, PrivacyAccountant, PrivacyLedger)
-    total = plan["total"] if steps is None else int(steps)
+    total = plan["total"] if steps is None else steps
     if total < 1:
         raise ValueError(f"nothing to plot: {total} releases")
-    grid = np.linspace(1, total, min(max(2, int(points)), total)).round().astype(np.int64)
+    grid = np.linspace(1, total, min(points, total)).round().astype(np.int64)
     grid = np.unique(np.append(grid, plan["spent"]) if 1 <= plan["spent"] <= total else grid)  # the current ε too
     acc = PrivacyAccountant(**plan["settings"])
     events = list(plan["events"])
@@ -183,7 +199,7 @@ def epsilon_curve(source, delta: Optional[float] = None, *, steps: Optional[int]
         if not rest > 0:
             raise ValueError(f"delta must exceed the sensitivity tails charged after {t} releases")
         eps.append(acc.get_epsilon(rest))
-    return grid, np.asarray(eps, dtype=np.float64), plan["spent"]
+    return grid, np.asarray(eps, dtype=np.float64), plan["spent"], plan["delta"]
 
 
 def _plan(source, delta, PrivacyAccountant, PrivacyLedger) -> dict:
@@ -193,7 +209,19 @@ def _plan(source, delta, PrivacyAccountant, PrivacyLedger) -> dict:
         if delta is None:
             raise ValueError("an accountant holds no δ: pass delta=")
         return dict(settings=_settings(source), events=source.history, total=source.steps, spent=source.steps,
-                    delta_at=lambda t: delta)
+                    delta=delta, delta_at=lambda t: delta)
+    from .privacy.composition import ComposedLedger
+
+    if isinstance(source, ComposedLedger):
+        if not source.private:
+            raise ValueError("a non-private composed ledger (epsilon=inf) spends no ε: nothing to plot")
+        full = source.accountant_used == "pld"
+        events = [(dict(noise_multiplier=s["noise_multiplier"], **({"sample_rate": 1.0} if full else s["event"])),
+                   s["releases"]) for s in source.stages]
+        total = sum(n for _, n in events)
+        delta = source.delta if delta is None else delta
+        return dict(settings=dict(accountant=source.accountant_used), events=events, total=total, spent=total,
+                    delta=delta, delta_at=lambda t: delta)
     if isinstance(source, PrivacyLedger) or (hasattr(source, "ledger") and hasattr(source, "steps_taken")):
         ledger = source if isinstance(source, PrivacyLedger) else source.ledger
         if ledger is None:
@@ -205,12 +233,12 @@ def _plan(source, delta, PrivacyAccountant, PrivacyLedger) -> dict:
         event = dict(noise_multiplier=det["noise_multiplier"], sample_rate=det["sample_rate"],
                      sampling="without_replacement", dataset_size=det["dataset_size"], batch_size=det["batch_size"])
         return dict(settings=dict(accountant=det["accountant"]), events=[(event, det["steps"])], total=det["steps"],
-                    spent=source.releases, delta_at=lambda t: delta - t * det["delta_tail"])
+                    spent=source.releases, delta=delta, delta_at=lambda t: delta - t * det["delta_tail"])
     if hasattr(source, "privacy") and hasattr(source, "releases"):
         raise ValueError("this DPSlicedWassersteinLoss was built from a noise_std: it has no calibration to account "
                          "(build it with from_privacy)")
-    raise ValueError(f"source must be a PrivacyAccountant, a PrivacyLedger, a flow or a DPSlicedWassersteinLoss, got "
-                     f"{type(source).__name__}")
+    raise ValueError(f"source must be a PrivacyAccountant, a PrivacyLedger, a ComposedLedger, a flow or a "
+                     f"DPSlicedWassersteinLoss, got {type(source).__name__}")
 
 
 def _settings(acc) -> dict:
@@ -233,7 +261,7 @@ def _ledger_plan(ledger, delta) -> dict:
     tail = ledger.delta_tail
     planned = ledger.tails == "planned"
     settings = _settings(acc) if acc is not None else dict(accountant=ledger.accountant_kind)
-    return dict(settings=settings, events=events, total=ledger.steps, spent=ledger.steps_spent,
+    return dict(settings=settings, events=events, total=ledger.steps, spent=ledger.steps_spent, delta=delta,
                 delta_at=lambda t: delta - (ledger.steps if planned else max(0, prior) + t) * tail)
 
 
@@ -250,7 +278,9 @@ def _take(history: Sequence[Tuple[dict, int]], count: int) -> List[Tuple[dict, i
 def epsilon(source, delta: Optional[float] = None, *, ax=None, path: Optional[str] = None,
             steps: Optional[int] = None, points: int = 25, label: Optional[str] = None):
     """ε against the number of releases (:func:`epsilon_curve`): solid up to the releases made so far, dashed for
-    the rest of the plan, a dot at the current ε; the target ε as a dotted line where the source has one.
+    the rest of the plan, a dot at the current ε; the target ε as a dotted line where the source has one. The y axis
+    names the δ the curve is stated at (the legend names each curve's δ when curves of several δ share the axes); the
+    x axis has integer ticks (release counts).
 
     Args:
         source, delta, steps, points: as :func:`epsilon_curve`.
@@ -263,25 +293,46 @@ def epsilon(source, delta: Optional[float] = None, *, ax=None, path: Optional[st
     Raises:
         ValueError: as :func:`epsilon_curve`. ImportError: matplotlib is not installed (the ``plot`` extra).
     """
-    t, eps, spent = epsilon_curve(source, delta, steps=steps, points=points)
+    t, eps, spent, delta = _curve(source, delta, steps, points)
     ax = _axes(ax, (5.5, 3.6))
+    from matplotlib.ticker import MaxNLocator
+
     label = label or type(source).__name__
     done = t <= spent
     line, = ax.plot(t[done], eps[done], lw=1.6, label=f"{label} (spent)" if (~done).any() else label)
+    drawn = [line]
     if (~done).any():
         start = np.flatnonzero(done)[-1:] if done.any() else np.array([], dtype=np.int64)
         idx = np.concatenate([start, np.flatnonzero(~done)])
-        ax.plot(t[idx], eps[idx], lw=1.2, ls="--", color=line.get_color(), label=f"{label} (planned)")
+        drawn += ax.plot(t[idx], eps[idx], lw=1.2, ls="--", color=line.get_color(), label=f"{label} (planned)")
     if spent >= 1 and done.any():
         ax.plot([t[done][-1]], [eps[done][-1]], "o", color=line.get_color(), ms=4)
     target = _target(source)
     if target is not None and math.isfinite(target):
-        ax.axhline(target, color=line.get_color(), ls=":", lw=1, label=f"{label} target ε = {target:g}")
+        drawn.append(ax.axhline(target, color=line.get_color(), ls=":", lw=1, label=f"{label} target ε = {target:g}"))
+    for artist in drawn:
+        artist.set_gid(f"fastdpot.epsilon delta={delta!r}")
+    _name_delta(ax)
     ax.set_xlabel("releases (steps)")
-    ax.set_ylabel("ε (at the source's δ)" if delta is None else f"ε at δ = {delta:g}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=8)
     ax.set_title("privacy spent against steps", fontsize=9)
     return _finish(ax, path)
+
+
+def _name_delta(ax) -> None:
+    """The y axis names the δ of every curve :func:`epsilon` drew on ``ax``; with several δ, each legend entry does."""
+    tag = "fastdpot.epsilon delta="
+    curves = [a for a in ax.get_children() if str(a.get_gid() or "").startswith(tag)]
+    deltas = {a.get_gid()[len(tag):] for a in curves}
+    if len(deltas) == 1:
+        ax.set_ylabel(f"ε at δ = {float(deltas.pop()):.3g}")
+        return
+    ax.set_ylabel("ε (at each curve's δ: legend)")
+    for a in curves:
+        text = f", δ = {float(a.get_gid()[len(tag):]):.3g}"
+        if not a.get_label().endswith(text):
+            a.set_label(a.get_label() + text)
 
 
 def _target(source) -> Optional[float]:
@@ -329,9 +380,11 @@ def audit(results, *, ax=None, path: Optional[str] = None, title: Optional[str] 
     ax.set_xticks(pos)
     ax.set_xticklabels([str(label) for label, _ in items], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("ε")
-    ax.set_ylim(0, 1.35 * max(max(lower), max(claimed)))
+    ax.set_ylim(0, 1.08 * max(max(lower), max(claimed)))
     conf = {round(r.confidence, 6) for _, r in items}
     ax.set_title(title or "privacy audit: empirical lower bound\nagainst the claimed ε"
-                 + (f" (confidence {conf.pop():g})" if len(conf) == 1 else ""), fontsize=9)
-    ax.legend(fontsize=8, loc="upper right")
+                 + (f" (confidence {conf.pop():g})" if len(conf) == 1 else ""), fontsize=9, pad=24)
+    # above the axes, under the title: no bar or tick is ever hidden behind it
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False, markerscale=0.5,
+              borderaxespad=0.2)
     return _finish(ax, path)
