@@ -147,6 +147,83 @@ def test_epsilon_curve_of_a_composed_ledger_ends_at_its_epsilon():
         plot.epsilon_curve(ComposedLedger(float("inf"), 1e-5))
 
 
+def test_epsilon_stages_draws_each_stages_composed_epsilon(tmp_path):
+    from fastdpot.privacy.composition import ComposedLedger
+
+    led = ComposedLedger(8.0, 1e-5)
+    led.record("representation", 2.0, 5, dataset_size=1000, batch_size=100)
+    led.record("flow", 3.0, 40, dataset_size=1000, batch_size=50)
+    path = str(tmp_path / "stages.png")
+    ax = plot.epsilon_stages(led, path=path)
+    _picture_ok(path)
+    grey, blue = ax.patches[:2], ax.patches[2:4]  # the ε before each stage, and what the stage added
+    tops, spent = [b.get_y() + b.get_height() for b in blue], led.epsilon_by_stage()
+    np.testing.assert_allclose(tops, spent, rtol=1e-12)
+    np.testing.assert_allclose([g.get_height() for g in grey], [0.0, spent[0]], rtol=1e-12)
+    assert ax.get_ylabel() == "composed ε at δ = 1e-05"
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["representation", "flow"]
+    assert any(line.get_label() == "target ε = 8" for line in ax.lines)
+    ax = plot.epsilon_stages([("a", 1.0), ("b", 2.5)], delta=1e-6)  # a caller's own composition
+    assert ax.get_ylabel() == "composed ε at δ = 1e-06"
+    matplotlib.pyplot.close("all")
+    for bad, kw, match in (([("a", 1.0)], {}, "delta"), ([], dict(delta=1e-5), "non-empty"),
+                           ([("a", 2.0), ("b", 1.0)], dict(delta=1e-5), "cannot decrease"),
+                           ([("a", float("inf"))], dict(delta=1e-5), "finite"),
+                           (ComposedLedger(float("inf"), 1e-5), {}, "non-private"),
+                           (ComposedLedger(1.0, 1e-5), {}, "no stage")):
+        with pytest.raises(ValueError, match=match):
+            plot.epsilon_stages(bad, **kw)
+
+
+def _one_shot(C=2, n=400, seed=0):
+    from fastdpot.flows import ClassConditionalFlow
+    from fastdpot.flows.directions import image_blocks
+    from fastdpot.privacy.class_sketch import class_quantile_sketch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 64, generator=g, dtype=torch.float64) ** 2
+    y = torch.arange(n) % C
+    theta, _ = image_blocks(8, 8, 1, ((8, 0, 0), (4, 0, 0)))
+    release = class_quantile_sketch(x, y, theta, num_classes=C, sketch_bins=4, noise_multiplier=1.0,
+                                    clip_radius=4.0, block_size=64, centers=torch.full((64,), 0.5, dtype=torch.float64),
+                                    generator=g, secure_mode=False)
+    flows = ClassConditionalFlow.from_release(release, 120, domain=(0.0, 1.0), generator=g)
+    return release, *flows.run(steps=4)
+
+
+def test_quantiles_of_a_release_against_the_generated_particles(tmp_path):
+    release, samples, labels = _one_shot()
+    path = str(tmp_path / "q.png")
+    ax = plot.quantiles(release, samples, labels, class_index=1, direction=2, path=path)
+    _picture_ok(path)
+    lines = {line.get_label(): line for line in ax.lines}
+    mine = samples[labels == 1].double()
+    proj = np.sort(((mine - release.centers[1]) @ release.projections[2]).numpy())
+    empirical = next(v for k, v in lines.items() if k.startswith("generated (") and k.endswith("empirical"))
+    np.testing.assert_allclose(empirical.get_ydata(), proj, rtol=1e-12, atol=1e-12)  # the particles' own
+    table, grid = release.quantile_tables()[1]
+    released = lines["released (post-processed)"]
+    np.testing.assert_allclose(released.get_xdata(), grid.numpy())
+    np.testing.assert_allclose(released.get_ydata(), table[2].numpy(), rtol=1e-12)
+    L = int(release.bins[2])
+    means = [c for c in ax.containers if hasattr(c, "lines")][0].lines[0]  # the error bars' markers
+    np.testing.assert_allclose(means.get_ydata(), release.bin_means()[1, 2, :L].numpy(), rtol=1e-12)
+    matplotlib.pyplot.close("all")
+    for kw, err, match in ((dict(class_index=2), ValueError, "class_index"),
+                           (dict(direction=release.projections.shape[0]), ValueError, "direction"),
+                           (dict(shrink="no"), ValueError, "shrink")):
+        with pytest.raises(err, match=match):
+            plot.quantiles(release, samples, labels, **kw)
+    with pytest.raises(ValueError, match="columns"):
+        plot.quantiles(release, samples[:, :10], labels)
+    with pytest.raises(ValueError, match="one entry per particle"):
+        plot.quantiles(release, samples, labels[:-1])
+    with pytest.raises(ValueError, match="no particle of class 1"):
+        plot.quantiles(release, samples[labels == 0], labels[labels == 0], class_index=1)
+    with pytest.raises(TypeError, match="ClassSketchRelease"):
+        plot.quantiles(object(), samples, labels)
+
+
 def test_audit_picture_and_the_cli_writes_it(tmp_path, capsys):
     from fastdpot.audit import run_case
     from fastdpot.audit.__main__ import main as audit_main

@@ -1,142 +1,16 @@
-"""Pictures of a user's own objects: particles against data, ε against steps, an audit against its claims.
-
-matplotlib is an optional extra (``pip install 'fastdpot[plot]'``): ``import fastdpot`` and ``import fastdpot.plot``
-never import it; the first picture does, and says how to install it when it is missing. Every function draws into
-``ax`` (a new figure when None), returns the ``matplotlib.axes.Axes``, and with ``path`` also saves the figure there
-and closes it.
-
-* :func:`particles`: particles (a flow, or any (N, d) rows) and data, projected on two chosen directions;
-* :func:`epsilon`: ε against the number of releases of a :class:`~fastdpot.privacy.PrivacyAccountant`, a
-  :class:`~fastdpot.privacy.PrivacyLedger`, a :class:`~fastdpot.privacy.composition.ComposedLedger`, a flow or a
-  :class:`~fastdpot.DPSlicedWassersteinLoss` built by ``from_privacy`` (the numbers: :func:`epsilon_curve`);
-* :func:`audit`: the audit's empirical lower bounds on ε against the claimed ε (:mod:`fastdpot.audit`).
-
-A picture of private data (the data, or particles that have not been released) is not private: it is for the data
-holder. The particles of a private flow are a release (post-processing of its noisy releases).
-"""
+"""ε against releases (:func:`fastdpot.plot.epsilon`, :func:`fastdpot.plot.epsilon_curve`) and a run's ε stage by
+stage (:func:`fastdpot.plot.epsilon_stages`)."""
 from __future__ import annotations
 
 import math
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
-from ._validate import check_int
-
-__all__ = ["particles", "epsilon", "epsilon_curve", "audit"]
+from .._validate import check_int
+from ._common import _axes, _finish
 
 
-def _pyplot():
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as err:  # the optional extra
-        raise ImportError(f"fastdpot.plot draws with matplotlib, an optional extra: pip install 'fastdpot[plot]' "
-                          f"(or pip install matplotlib); {err}") from err
-    return plt
-
-
-def _axes(ax, figsize):
-    if ax is not None:
-        return ax
-    _, ax = _pyplot().subplots(figsize=figsize)
-    return ax
-
-
-def _finish(ax, path: Optional[str]):
-    if path is not None:
-        fig = ax.figure
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        _pyplot().close(fig)
-    return ax
-
-
-def _rows(x, name: str) -> np.ndarray:
-    if hasattr(x, "particles") and not isinstance(x, (torch.Tensor, np.ndarray)):
-        x = x.particles  # a flow
-    if isinstance(x, torch.Tensor):
-        x = x.detach().to("cpu", torch.float64).numpy()
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"{name} must be (rows, d) with at least one row, got shape {x.shape}")
-    return x
-
-
-# ------------------------------------------------------------------------------------------------ particles
-def particles(source, data=None, directions=None, *, ax=None, path: Optional[str] = None, max_points: int = 5000,
-              labels: Tuple[str, str] = ("particles", "data"), title: Optional[str] = None):
-    """Scatter of particles against data on two chosen directions.
-
-    Args:
-        source: the particles, (N, d): a tensor, an array, or an object with a ``particles`` attribute (a flow).
-        data: optional (M, d) rows drawn beneath (grey), e.g. the private data, a held-out set.
-        directions: the two directions of the picture: None (coordinates 0 and 1), a pair of coordinate indices
-            ``(i, j)``, or a (2, d) tensor / array of directions (each row normalised to unit length).
-        ax: axes to draw into (default: a new figure). path: save the figure there (PNG, 100 dpi) and close it.
-        max_points: at most this many rows of each cloud are drawn (an integer >= 1; a seeded public subsample: a
-            display choice).
-        labels: legend names of the particles and the data. title: the axes' title.
-
-    Shape:
-        source (N, d), data (M, d), directions (2, d) -> the picture of θ_1ᵀx against θ_2ᵀx.
-
-    Returns:
-        the ``matplotlib.axes.Axes``.
-
-    Raises:
-        ValueError: shapes that disagree, d < 2 without directions, coordinates out of range, a zero direction,
-            ``max_points`` not an integer >= 1 (0 would draw nothing).
-        ImportError: matplotlib is not installed (the ``plot`` extra).
-    """
-    max_points = check_int(max_points, "max_points", 1)
-    x = _rows(source, "particles")
-    d = x.shape[1]
-    y = None if data is None else _rows(data, "data")
-    if y is not None and y.shape[1] != d:
-        raise ValueError(f"particles and data must share d, got {d} and {y.shape[1]}")
-    theta, names = _directions(directions, d)
-    ax = _axes(ax, (4.5, 4.5))
-    g = np.random.default_rng(0)
-    for pts, label, color in ((y, labels[1], "tab:gray"), (x, labels[0], "tab:blue")):
-        if pts is None:
-            continue
-        if pts.shape[0] > max_points:
-            pts = pts[g.choice(pts.shape[0], max_points, replace=False)]
-        proj = pts @ theta.T
-        ax.scatter(proj[:, 0], proj[:, 1], s=2, c=color, label=label, alpha=0.6 if color == "tab:gray" else 0.8)
-    ax.set_xlabel(names[0])
-    ax.set_ylabel(names[1])
-    ax.legend(fontsize=8, markerscale=4)
-    ax.set_title(title or f"{x.shape[0]} particles" + ("" if y is None else f" against {y.shape[0]} data rows"),
-                 fontsize=9)
-    return _finish(ax, path)
-
-
-def _directions(directions, d: int):
-    if directions is None:
-        directions = (0, 1)
-    if isinstance(directions, (tuple, list)) and len(directions) == 2 and all(
-            isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in directions):
-        if d < 2:
-            raise ValueError(f"the rows have d = {d} < 2 coordinates: give directions=(2, d) rows")
-        for i in directions:
-            if not 0 <= i < d:
-                raise ValueError(f"coordinate {i} out of range for d = {d}")
-        theta = np.zeros((2, d))
-        theta[0, directions[0]] = theta[1, directions[1]] = 1.0
-        return theta, [f"coordinate {directions[0]}", f"coordinate {directions[1]}"]
-    theta = _rows(directions, "directions")
-    if theta.shape != (2, d):
-        raise ValueError(f"directions must be two coordinates (i, j) or a (2, d) = (2, {d}) array, got shape "
-                         f"{theta.shape}")
-    norms = np.linalg.norm(theta, axis=1, keepdims=True)
-    if not (norms > 0).all():
-        raise ValueError("directions must be non-zero rows")
-    return theta / norms, ["θ₁ᵀx", "θ₂ᵀx"]
-
-
-# ------------------------------------------------------------------------------------------------ epsilon
 def epsilon_curve(source, delta: Optional[float] = None, *, steps: Optional[int] = None,
                   points: int = 25) -> Tuple[np.ndarray, np.ndarray, int]:
     """ε at δ after t releases, for t on a grid of ``points`` values in [1, T], by replaying the source's releases in
@@ -171,8 +45,8 @@ def epsilon_curve(source, delta: Optional[float] = None, *, steps: Optional[int]
 
 def _curve(source, delta, steps, points):
     """:func:`epsilon_curve`'s numbers and the total δ they are stated at."""
-    from .privacy import PrivacyAccountant
-    from .privacy.ledger import PrivacyLedger
+    from ..privacy import PrivacyAccountant
+    from ..privacy.ledger import PrivacyLedger
 
     points = check_int(points, "points", 2)
     steps = None if steps is None else check_int(steps, "steps", 1)
@@ -210,7 +84,7 @@ def _plan(source, delta, PrivacyAccountant, PrivacyLedger) -> dict:
             raise ValueError("an accountant holds no δ: pass delta=")
         return dict(settings=_settings(source), events=source.history, total=source.steps, spent=source.steps,
                     delta=delta, delta_at=lambda t: delta)
-    from .privacy.composition import ComposedLedger
+    from ..privacy.composition import ComposedLedger
 
     if isinstance(source, ComposedLedger):
         if not source.private:
@@ -278,9 +152,9 @@ def _take(history: Sequence[Tuple[dict, int]], count: int) -> List[Tuple[dict, i
 def epsilon(source, delta: Optional[float] = None, *, ax=None, path: Optional[str] = None,
             steps: Optional[int] = None, points: int = 25, label: Optional[str] = None):
     """ε against the number of releases (:func:`epsilon_curve`): solid up to the releases made so far, dashed for
-    the rest of the plan, a dot at the current ε; the target ε as a dotted line where the source has one. The y axis
-    names the δ the curve is stated at (the legend names each curve's δ when curves of several δ share the axes); the
-    x axis has integer ticks (release counts).
+    the rest of the plan, a dot at the current ε; the target ε as a dotted line where the source has one; a composed
+    ledger's stages shaded and named along the top. The y axis names the δ the curve is stated at (the legend names
+    each curve's δ when curves of several δ share the axes); the x axis has integer ticks (release counts).
 
     Args:
         source, delta, steps, points: as :func:`epsilon_curve`.
@@ -314,10 +188,30 @@ def epsilon(source, delta: Optional[float] = None, *, ax=None, path: Optional[st
         artist.set_gid(f"fastdpot.epsilon delta={delta!r}")
     _name_delta(ax)
     ax.set_xlabel("releases (steps)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True))
     ax.legend(fontsize=8)
-    ax.set_title("privacy spent against steps", fontsize=9)
+    staged = _mark_stages(ax, source)
+    ax.set_title("privacy spent against steps" + (", in stage order" if staged else ""), fontsize=9,
+                 pad=18 if staged else 6)
     return _finish(ax, path)
+
+
+def _mark_stages(ax, source) -> bool:
+    """A composed ledger's stages on the release axis: shaded spans, named along the top (True when drawn)."""
+    from ..privacy.composition import ComposedLedger
+
+    if not isinstance(source, ComposedLedger) or len(source.stages) < 2:
+        return False
+    edge, centres = 0, []
+    for i, s in enumerate(source.stages):
+        ax.axvspan(edge + 0.5, edge + s["releases"] + 0.5, color="0.5", alpha=0.06 + 0.08 * (i % 2), lw=0)
+        centres.append(edge + 0.5 + s["releases"] / 2)
+        edge += s["releases"]
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(centres)
+    top.set_xticklabels([s["stage"] for s in source.stages], fontsize=8)
+    top.tick_params(length=0)
+    return True
 
 
 def _name_delta(ax) -> None:
@@ -343,48 +237,81 @@ def _target(source) -> Optional[float]:
     return None if value is None else float(value)
 
 
-# ------------------------------------------------------------------------------------------------ audit
-def audit(results, *, ax=None, path: Optional[str] = None, title: Optional[str] = None):
-    """The audit's empirical lower bounds on ε (bars; red where a claim is refuted) against the claimed ε (black
-    ticks), one pair per audited release.
+# ------------------------------------------------------------------------------------------------ stages
+def epsilon_stages(source, delta: Optional[float] = None, *, target: Optional[float] = None, ax=None,
+                   path: Optional[str] = None, title: Optional[str] = None):
+    """How a run's ε was spent, stage by stage: one bar per stage, in the order recorded, from the composed ε of the
+    stages before it (grey) up to the composed ε with it (blue: the stage's increment), each labelled with that ε;
+    the target ε dotted. ε does not add up under composition: an increment is what the stage added to the composed ε
+    after the stages before it, not its ε alone.
 
     Args:
-        results: a mapping ``label -> AuditResult`` or a sequence of ``(label, AuditResult)``
-            (:func:`fastdpot.audit.run_case`, :func:`fastdpot.audit.audit_mechanism`).
+        source: a :class:`~fastdpot.privacy.composition.ComposedLedger` (its stages, their releases and noise
+            multipliers, :meth:`~fastdpot.privacy.composition.ComposedLedger.epsilon_by_stage`, its δ and target ε),
+            or a sequence of ``(label, ε)`` pairs: the composed ε of each stage with the stages before it, as the
+            caller composed them (finite, >= 0, non-decreasing), with ``delta`` the δ they hold at.
+        delta: δ of the picture (default: the ledger's; required with pairs).
+        target: the target ε, dotted (default: the ledger's; none with pairs).
         ax: axes to draw into (default: a new figure). path: save and close. title: the axes' title.
 
     Returns:
         the ``matplotlib.axes.Axes``.
 
     Raises:
-        ValueError: no results, or an item without ``epsilon_lower`` / ``epsilon``.
-        ImportError: matplotlib is not installed (the ``plot`` extra).
-
-    References:
-        Jagielski, Ullman & Oprea, NeurIPS 2020; Nasr et al., USENIX Security 2023 (the lower bound:
-        :mod:`fastdpot.audit.core`).
+        ValueError: a non-private ledger or one without stages, pairs without ``delta``, an empty sequence, ε values
+            that are not finite, negative or decreasing. ImportError: matplotlib is not installed (the ``plot``
+            extra).
     """
-    items = list(results.items()) if hasattr(results, "items") else list(results)
-    if not items:
-        raise ValueError("no audit results to plot")
-    for label, r in items:
-        if not (hasattr(r, "epsilon_lower") and hasattr(r, "epsilon")):
-            raise ValueError(f"{label!r}: not an AuditResult (needs epsilon_lower and epsilon)")
-    ax = _axes(ax, (max(4.5, 0.9 * len(items) + 2), 3.8))
-    pos = np.arange(len(items))
-    lower = [r.epsilon_lower for _, r in items]
-    claimed = [r.epsilon for _, r in items]
-    colors = ["tab:red" if r.violated else "tab:blue" for _, r in items]
-    ax.bar(pos, lower, width=0.6, color=colors, label="audited ε ≥ (red: claim refuted)")
-    ax.scatter(pos, claimed, marker="_", s=900, c="black", linewidths=2, label="claimed ε", zorder=3)
+    from ..privacy.composition import ComposedLedger
+
+    if isinstance(source, ComposedLedger):
+        if not source.private:
+            raise ValueError("a non-private composed ledger (epsilon=inf) spends no ε: nothing to plot")
+        delta = source.delta if delta is None else delta
+        target = source.target_epsilon if target is None else target
+        values = source.epsilon_by_stage(delta)
+        labels = [_stage_label(s) for s in source.stages]
+    else:
+        if delta is None:
+            raise ValueError("(label, ε) pairs hold at a δ the picture must name: pass delta=")
+        pairs = list(source)
+        if not pairs or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+            raise ValueError("source must be a ComposedLedger or a non-empty sequence of (label, ε) pairs")
+        labels, values = [str(p[0]) for p in pairs], [float(p[1]) for p in pairs]
+    if not values:
+        raise ValueError("the ledger has no stage: nothing to plot")
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ValueError(f"every stage's ε must be finite and >= 0, got {values}")
+    if any(b < a * (1 - 1e-9) for a, b in zip(values, values[1:])):
+        raise ValueError(f"the composed ε of the stages so far cannot decrease, got {values}")
+    ax = _axes(ax, (max(5.5, 1.5 * len(values) + 2.2), 3.8))
+    pos = np.arange(len(values))
+    before = np.array([0.0] + values[:-1])
+    after = np.array(values)
+    ax.bar(pos, before, width=0.6, color="0.85", label="ε before the stage")
+    ax.bar(pos, np.maximum(after - before, 0.0), bottom=before, width=0.6, color="tab:blue",
+           label="added by the stage")
+    top = max(values + ([target] if target is not None and math.isfinite(target) else []))
+    for x, b, a in zip(pos, before, after):
+        text = f"ε = {a:.4g}" + (f"\n(+{a - b:.3g})" if x > 0 else "")
+        ax.text(x, a + 0.02 * top, text, ha="center", va="bottom", fontsize=8)
+    if target is not None and math.isfinite(target):
+        ax.axhline(target, color="black", ls=":", lw=1, label=f"target ε = {target:g}")
     ax.set_xticks(pos)
-    ax.set_xticklabels([str(label) for label, _ in items], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("ε")
-    ax.set_ylim(0, 1.08 * max(max(lower), max(claimed)))
-    conf = {round(r.confidence, 6) for _, r in items}
-    ax.set_title(title or "privacy audit: empirical lower bound\nagainst the claimed ε"
-                 + (f" (confidence {conf.pop():g})" if len(conf) == 1 else ""), fontsize=9, pad=24)
-    # above the axes, under the title: no bar or tick is ever hidden behind it
-    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False, markerscale=0.5,
-              borderaxespad=0.2)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xlim(-0.6, len(values) - 0.4)
+    ax.set_ylim(0, 1.25 * top if top > 0 else 1.0)
+    ax.set_ylabel(f"composed ε at δ = {float(delta):.3g}")
+    ax.set_title(title or f"privacy spent stage by stage: ε = {values[-1]:.4g} at δ = {float(delta):.3g}",
+                 fontsize=9, pad=24)
+    ax.legend(fontsize=7.5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False, borderaxespad=0.2,
+              handlelength=1.5, columnspacing=1.0)
     return _finish(ax, path)
+
+
+def _stage_label(stage: dict) -> str:
+    """A ledger stage's name, releases, noise multiplier and sampling (public settings)."""
+    e = stage["event"]
+    n, b = e["dataset_size"], e["batch_size"]
+    sampling = "all n rows" if b == n else f"B = {b} of n"
+    return f"{stage['stage']}\n{stage['releases']} × z = {stage['noise_multiplier']:.3g}\n{sampling}"
