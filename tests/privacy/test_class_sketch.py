@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
+from fastdpot.privacy.calibration import calibrate_noise_multiplier
 from fastdpot.privacy.class_sketch import (check_orthonormal_blocks, class_quantile_sketch, class_sketch_sensitivity,
-                                           fractional_bin_sums)
+                                           fractional_bin_sums, release_class_sketch)
 from fastdpot.privacy.randomness import PrivacyRandomness
 
 
@@ -176,3 +177,106 @@ def test_isotonic_rows_is_scipys_isotonic_regression():
         y = torch.randn(300, L, generator=g, dtype=torch.float64) * 2 + torch.linspace(0, 1, L, dtype=torch.float64)
         want = np.stack([isotonic_regression(r.numpy(), increasing=True).x for r in y])
         torch.testing.assert_close(isotonic_rows(y), torch.from_numpy(want), rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- issue 46: one set of conventions
+def _small():
+    x = torch.randn(12, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    return x, torch.arange(12) % 2, _blocks(3, 1), dict(num_classes=2, sketch_bins=2, noise_multiplier=1.0,
+                                                       clip_radius=1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_rows_are_refused_naming_them(dtype):
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match=rf"^x_private must have dtype in .*got {dtype}"):
+        class_quantile_sketch(x.to(dtype), y, th, **kw)
+    with pytest.raises(ValueError, match="^x_private must have dtype"):
+        release_class_sketch(x.to(dtype), y, th, epsilon=1.0, delta=1e-5, num_classes=2, sketch_bins=2,
+                             clip_radius=1.0)
+
+
+@pytest.mark.parametrize("bins", [2.0, [2.0, 2, 2], [2.5, 2, 2], torch.tensor([2.0, 2.0, 2.0]),
+                                  torch.tensor([True, True, True]), True, "2"])
+def test_sketch_bins_must_be_integers_never_truncated(bins):
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match="^sketch_bins must"):
+        class_quantile_sketch(x, y, th, **dict(kw, sketch_bins=bins))
+
+
+def test_integer_sketch_bins_in_every_form_give_the_same_release():
+    import numpy as np
+
+    x, y, th, kw = _small()
+    kw = dict(kw, noise_multiplier=0.0)
+    want = class_quantile_sketch(x, y, th, **dict(kw, sketch_bins=[2, 3, 2])).sums
+    for bins in ((2, 3, 2), torch.tensor([2, 3, 2]), np.array([2, 3, 2]), [np.int64(2), 3, 2]):
+        torch.testing.assert_close(class_quantile_sketch(x, y, th, **dict(kw, sketch_bins=bins)).sums, want)
+
+
+def test_flags_are_strict_bools():
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match="^return_noise must be a bool"):
+        class_quantile_sketch(x, y, th, **kw, return_noise=1)
+    rel = class_quantile_sketch(x, y, th, **kw)
+    with pytest.raises(ValueError, match="^shrink must be a bool"):
+        rel.quantile_tables(shrink="no")
+
+
+def test_a_generator_is_refused_as_the_other_releases_refuse_it():
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match="generator"):
+        class_quantile_sketch(x, y, th, **kw, generator=torch.Generator())  # secure mode: it would be unused
+    with pytest.raises(ValueError, match="generator"):
+        class_quantile_sketch(x, y, th, **kw, generator=3, secure_mode=False)
+
+
+def test_num_classes_beyond_memory_is_refused_naming_it():
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match=r"^num_classes=1000000000000 needs about .* GiB"):
+        class_quantile_sketch(x, y, th, **dict(kw, num_classes=10 ** 12))
+
+
+def test_noise_scale_below_one_is_refused_so_the_stated_epsilon_holds():
+    """A noise_scale < 1 gave less noise than the stated ε needs (ε = 1 stated, the noise giving 14.4)."""
+    x, y, th, kw = _small()
+    for bad in (0.5, 1 - 1e-12, 0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="^noise_scale must"):
+            class_quantile_sketch(x, y, th, **kw, noise_scale=bad)
+        with pytest.raises(ValueError, match="^noise_scale must"):
+            release_class_sketch(x, y, th, epsilon=1.0, delta=1e-5, num_classes=2, sketch_bins=2, clip_radius=1.0,
+                                 noise_scale=bad)
+    rel = release_class_sketch(x, y, th, epsilon=1.0, delta=1e-5, num_classes=2, sketch_bins=2, clip_radius=1.0,
+                               noise_scale=2.0)
+    z = calibrate_noise_multiplier(1.0, 1e-5, 1.0, 1, accountant="pld")
+    # more noise than calibrated: the release records its real noise multiplier, and its ε stays below the stated 1
+    assert rel.noise_multiplier == pytest.approx(2.0 * z, rel=1e-12)
+    assert rel.noise_std == pytest.approx(rel.noise_multiplier * rel.sensitivity, rel=1e-12)
+    assert rel.epsilon == 1.0 and _pld_epsilon(rel.noise_multiplier, 1e-5) < 1.0
+
+
+def _pld_epsilon(z, delta):
+    import dp_accounting
+
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    return acc.compose(dp_accounting.GaussianDpEvent(z)).get_epsilon(delta)
+
+
+def test_a_non_finite_private_row_is_refused_without_counting():
+    x, y, th, kw = _small()
+    x[1, 0], x[4, 2], x[5, 1] = math.nan, math.inf, -math.inf
+    with pytest.raises(ValueError) as err:
+        class_quantile_sketch(x, y, th, **kw)
+    msg = str(err.value)
+    assert msg.startswith("x_private contains non-finite values") and not any(c.isdigit() for c in msg), msg
+
+
+def test_an_unreachable_delta_is_refused_in_the_functions_own_terms():
+    x, y, th, _ = _small()
+    for eps, delta in ((1.0, 1e-300), (1.0, 1e-20), (1e9, 1e-5)):
+        with pytest.raises(ValueError) as err:
+            release_class_sketch(x, y, th, epsilon=eps, delta=delta, num_classes=2, sketch_bins=2, clip_radius=1.0)
+        msg = str(err.value)
+        assert msg.startswith(f"release_class_sketch cannot calibrate epsilon={eps!r} at delta={delta!r}"), msg
+        for foreign in ("target_epsilon", "value_discretization_interval", "accountant=", "steps"):
+            assert foreign not in msg, (foreign, msg)  # arguments release_class_sketch does not take

@@ -242,7 +242,7 @@ def generate_gaussian(cfg, codes: torch.Tensor, labels: torch.Tensor, num_partic
     flow's, samples per class in proportion to the public counts (at least 2). Labels private (private-only, with
     ``ledger``): one :func:`fastdpot.privacy.moments.release_class_moments` of noise multiplier z calibrated to the
     rest of the composed ε (over every seed) and recorded before the release, samples per class in proportion to the
-    noisy counts. ``calibration_size``: a stand-in's real-run size (its noise scaled by n / calibration_size).
+    noisy counts. ``calibration_size``: a stand-in's real-run size (noise multiplier z·n/calibration_size).
     """
     from ...privacy.moments import class_gaussians, dp_class_gaussians, release_class_moments, sample_class_gaussians
 
@@ -256,8 +256,11 @@ def generate_gaussian(cfg, codes: torch.Tensor, labels: torch.Tensor, num_partic
             z = ledger.calibrate(g.flow_seeds, sampling="full", dataset_size=n_cal) \
                 if noise_multiplier is None else noise_multiplier
             ledger.record("gaussian", z, 1, sampling="full", dataset_size=n_cal)
-        rel = release_class_moments(codes, labels, num_classes, z, generator=gen, secure_mode=not cfg.replayable_noise,
-                                    noise_scale=n / n_cal)
+        # a stand-in (n rows for n_cal) is released at its own noise multiplier z·n/n_cal (the real run's noise
+        # relative to its sums); the ledger holds the real run's z
+        rel = release_class_moments(codes, labels, num_classes, z * (n / n_cal),
+                                    generator=gen if cfg.replayable_noise else None,
+                                    secure_mode=not cfg.replayable_noise)
         means, covs = class_gaussians(rel["counts"], rel["sums"], rel["second"])
         x, y = sample_class_gaussians(means, covs, rel["counts"].clamp_min(1.0), num_particles, gen)
         return dict(samples=x, sample_labels=y, epsilon=ledger.epsilon(), resumed=False,

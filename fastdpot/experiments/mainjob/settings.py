@@ -103,7 +103,7 @@ class GenerationSettings:
             method's directions (``"default"`` or ``"p/sy/sx,..."``), bins by frequency (``"3:16,8:8,inf:2"``), clip
             radius r, centre (``"mean"``: the released class means, ``"half"``: the grey image 0.5), the means'
             share of the budget, and passes over the blocks (None: the ε table :data:`PRIVATE_ONLY_TABLE`);
-            sketch_block_directions: directions kept per block (None: all D pixels' when D <= 4096, else 2048).
+            sketch_block_directions: directions kept per block (None: all D pixels, a full basis per block).
     """
     method: Optional[str] = None
     num_particles: Optional[int] = None
