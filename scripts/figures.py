@@ -271,14 +271,15 @@ def epsilon_stages(out, s):
 def release_quantiles(out, s):
     from fastdpot.experiments.data import load_digits
     from fastdpot.flows import ClassConditionalFlow
-    from fastdpot.flows.directions import image_blocks
+    from fastdpot.flows.directions import patch_dct_blocks
     from fastdpot.privacy.class_sketch import class_quantile_sketch
 
     digits = load_digits("train")
     x, y = digits.images[:s["digits"]].flatten(1).double() / 255.0, digits.labels[:s["digits"]]
     led = _ledger(("sketch", 0.501, 1, None))  # the whole budget on the sketch, about the public grey image
-    theta, freq = image_blocks(28, 28, 1, ((28, 0, 0), (7, 0, 0)))
-    release = class_quantile_sketch(x, y, theta, num_classes=10, sketch_bins=4, clip_radius=7.0, block_size=784,
+    blocks = patch_dct_blocks(28, 28, 1, ((28, 0, 0), (7, 0, 0)))  # the public fast blocks, as the main job's
+    freq = torch.cat([b.frequency for b in blocks])
+    release = class_quantile_sketch(x, y, blocks, num_classes=10, sketch_bins=4, clip_radius=7.0,
                                     noise_multiplier=led.stages[0]["noise_multiplier"],
                                     centers=torch.full((784,), 0.5, dtype=torch.float64))
     flows = ClassConditionalFlow.from_release(release, s["particles"], domain=(0.0, 1.0),

@@ -177,15 +177,15 @@ def test_epsilon_stages_draws_each_stages_composed_epsilon(tmp_path):
 
 def _one_shot(C=2, n=400, seed=0):
     from fastdpot.flows import ClassConditionalFlow
-    from fastdpot.flows.directions import image_blocks
+    from fastdpot.flows.directions import patch_dct_blocks
     from fastdpot.privacy.class_sketch import class_quantile_sketch
 
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(n, 64, generator=g, dtype=torch.float64) ** 2
     y = torch.arange(n) % C
-    theta, _ = image_blocks(8, 8, 1, ((8, 0, 0), (4, 0, 0)))
-    release = class_quantile_sketch(x, y, theta, num_classes=C, sketch_bins=4, noise_multiplier=1.0,
-                                    clip_radius=4.0, block_size=64, centers=torch.full((64,), 0.5, dtype=torch.float64),
+    blocks = patch_dct_blocks(8, 8, 1, ((8, 0, 0), (4, 0, 0)))  # fast blocks, as the one-shot method's
+    release = class_quantile_sketch(x, y, blocks, num_classes=C, sketch_bins=4, noise_multiplier=1.0,
+                                    clip_radius=4.0, centers=torch.full((64,), 0.5, dtype=torch.float64),
                                     generator=g, secure_mode=False)
     flows = ClassConditionalFlow.from_release(release, 120, domain=(0.0, 1.0), generator=g)
     return release, *flows.run(steps=4)
@@ -194,20 +194,20 @@ def _one_shot(C=2, n=400, seed=0):
 def test_quantiles_of_a_release_against_the_generated_particles(tmp_path):
     release, samples, labels = _one_shot()
     path = str(tmp_path / "q.png")
-    ax = plot.quantiles(release, samples, labels, class_index=1, direction=2, path=path)
+    ax = plot.quantiles(release, samples, labels, class_index=1, direction=66, path=path)  # block 1, row 2
     _picture_ok(path)
     lines = {line.get_label(): line for line in ax.lines}
     mine = samples[labels == 1].double()
-    proj = np.sort(((mine - release.centers[1]) @ release.projections[2]).numpy())
+    proj = np.sort(((mine - release.centers[1]) @ release.projections[66]).numpy())  # the dense reference
     empirical = next(v for k, v in lines.items() if k.startswith("generated (") and k.endswith("empirical"))
-    np.testing.assert_allclose(empirical.get_ydata(), proj, rtol=1e-12, atol=1e-12)  # the particles' own
+    np.testing.assert_allclose(empirical.get_ydata(), proj, rtol=1e-10, atol=1e-12)  # the particles' own
     table, grid = release.quantile_tables()[1]
     released = lines["released (post-processed)"]
     np.testing.assert_allclose(released.get_xdata(), grid.numpy())
-    np.testing.assert_allclose(released.get_ydata(), table[2].numpy(), rtol=1e-12)
-    L = int(release.bins[2])
+    np.testing.assert_allclose(released.get_ydata(), table[66].numpy(), rtol=1e-12)
+    L = int(release.bins[66])
     means = [c for c in ax.containers if hasattr(c, "lines")][0].lines[0]  # the error bars' markers
-    np.testing.assert_allclose(means.get_ydata(), release.bin_means()[1, 2, :L].numpy(), rtol=1e-12)
+    np.testing.assert_allclose(means.get_ydata(), release.bin_means()[1, 66, :L].numpy(), rtol=1e-12)
     matplotlib.pyplot.close("all")
     for kw, err, match in ((dict(class_index=2), ValueError, "class_index"),
                            (dict(direction=release.projections.shape[0]), ValueError, "direction"),

@@ -28,13 +28,14 @@ def quantiles(release, particles, labels=None, *, class_index: int = 0, directio
         particles: (N, d) rows in the data's coordinates (tensor or array), e.g. the samples of
             :meth:`fastdpot.flows.ClassConditionalFlow.from_release`'s ``run``.
         labels: (N,) class of each row (None: every row is of class ``class_index``).
-        class_index: c in [0, C). direction: j in [0, k), a row of ``release.projections``.
+        class_index: c in [0, C). direction: j in [0, k), the release's direction j (row j mod p of its block
+            j // p; applied through the block, never materialising the others).
         shrink: the tables' James–Stein shrinkage, as the flows used it (a bool).
         tables: ``release.quantile_tables(shrink)`` computed once for many pictures (default: computed here).
         ax: axes to draw into (default: a new figure). path: save and close. title: the axes' title.
 
     Shape:
-        particles (N, d), labels (N,), d = ``release.projections.shape[1]``.
+        particles (N, d), labels (N,), d = the release's dimension (``release.centers.shape[1]``).
 
     Returns:
         the ``matplotlib.axes.Axes``.
@@ -46,9 +47,9 @@ def quantiles(release, particles, labels=None, *, class_index: int = 0, directio
     """
     from ..privacy.class_sketch import fractional_bin_sums
 
-    if not all(hasattr(release, a) for a in ("projections", "centers", "bins", "bin_means", "quantile_tables")):
+    if not all(hasattr(release, a) for a in ("blocks", "centers", "bins", "bin_means", "quantile_tables")):
         raise TypeError(f"release must be a ClassSketchRelease, got {type(release).__name__}")
-    C, (k, d) = release.num_classes, tuple(release.projections.shape)
+    C, k, d = release.num_classes, int(release.bins.numel()), int(release.centers.shape[1])
     c = check_int(class_index, "class_index", 0)
     j = check_int(direction, "direction", 0)
     shrink = check_bool(shrink, "shrink")
@@ -66,7 +67,10 @@ def quantiles(release, particles, labels=None, *, class_index: int = 0, directio
         x = x[y == c]
     if x.shape[0] < 1:
         raise ValueError(f"no particle of class {c} to compare")
-    theta = release.projections[j].to(torch.float64).numpy()
+    p = release.block_size
+    unit = torch.zeros(1, p, dtype=torch.float64)
+    unit[0, j % p] = 1.0
+    theta = release.blocks[j // p].transpose(unit)[0].numpy()  # θ_j = Θ_bᵀ e_(j mod p)
     center = release.centers[c].to(torch.float64).numpy()
     L = int(release.bins[j])
     levels = (np.arange(L) + 0.5) / L

@@ -30,7 +30,7 @@ def write_pictures(run_dir: str, cfg, result: Dict[str, Any], runs: Sequence[Dic
     if first.get("release") is not None:
         paths["quantiles"] = os.path.join(run_dir, "quantiles.png")
         quantiles_picture(paths["quantiles"], first["release"], first["samples"], first["sample_labels"],
-                          first.get("frequency"), class_names)
+                          class_names)
     return paths
 
 
@@ -86,15 +86,13 @@ def epsilon_picture(path: str, cfg, result: Dict[str, Any], curve=None) -> None:
     plt.close(fig)
 
 
-def picked_directions(release, frequency: Optional[torch.Tensor] = None) -> List[int]:
-    """A few directions of the release's first block, public choices: its lowest frequency (the block's mean), its
-    lowest non-zero frequency, and its lowest-frequency direction with fewer bins than the most (a coarser band of
-    the bin plan) or, with one band only, the direction nearest the block's median frequency; without
-    ``frequency``, the block's first three directions."""
+def picked_directions(release) -> List[int]:
+    """A few directions of the release's first block, public choices from the block's spatial frequencies: its
+    lowest frequency (the block's mean), its lowest non-zero frequency, and its lowest-frequency direction with fewer
+    bins than the most (a coarser band of the bin plan) or, with one band only, the direction nearest the block's
+    median frequency."""
     p = release.block_size
-    if frequency is None:
-        return list(range(min(3, p)))
-    f = frequency[:p].to(torch.float64)
+    f = release.blocks[0].frequency.to(torch.float64)
     bins = release.bins[:p]
     picks = [int(torch.argmin(f))]
     nonzero = torch.nonzero(f > f.min()).flatten()
@@ -109,8 +107,7 @@ def picked_directions(release, frequency: Optional[torch.Tensor] = None) -> List
 
 
 def quantiles_picture(path: str, release, samples: torch.Tensor, labels: Optional[torch.Tensor],
-                      frequency: Optional[torch.Tensor] = None, class_names: Optional[Sequence[str]] = None,
-                      max_classes: int = 3) -> None:
+                      class_names: Optional[Sequence[str]] = None, max_classes: int = 3) -> None:
     """``quantiles.png``: rows of classes (at most ``max_classes``, evenly spread over the C classes), columns of
     :func:`picked_directions`; each panel :func:`fastdpot.plot.quantiles` (the legend on the first)."""
     import matplotlib
@@ -122,7 +119,8 @@ def quantiles_picture(path: str, release, samples: torch.Tensor, labels: Optiona
 
     C = release.num_classes
     classes = sorted({round(i * (C - 1) / max(1, max_classes - 1)) for i in range(min(C, max_classes))})
-    directions = picked_directions(release, frequency)
+    directions = picked_directions(release)
+    frequency = release.blocks[0].frequency
     tables = release.quantile_tables()
     fig, axes = plt.subplots(len(classes), len(directions), figsize=(4.0 * len(directions), 3.3 * len(classes)),
                              squeeze=False)
@@ -130,7 +128,7 @@ def quantiles_picture(path: str, release, samples: torch.Tensor, labels: Optiona
     for r, c in enumerate(classes):
         for k, j in enumerate(directions):
             ax = axes[r, k]
-            f = "" if frequency is None else f", {float(frequency[j]):.3g} cycles/side"
+            f = f", {float(frequency[j]):.3g} cycles/side"
             plot.quantiles(release, samples, labels, class_index=c, direction=j, tables=tables,
                            ax=ax, title=f"{names[c] if names else f'class {c}'}: direction {j} "
                                         f"({int(release.bins[j])} bins{f})")
