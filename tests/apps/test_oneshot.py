@@ -111,6 +111,15 @@ def test_quick_oneshot_run_on_fashion_mnist(tmp_path):
     assert "one-shot per-class sliced quantile sketches" in text and "`generation.sketch_plan`" in text
     assert "validation split: the ε table" in text and f"({m['epsilon']:.4g}," in text
     assert "privacy-loss-distribution accountant" in text and "Rényi" not in text  # the accountant the ledger used
+    # issue 46: the run folder shows how ε was spent and the release against the generated images
+    from ..test_plot import _picture_ok
+
+    for picture in ("samples.png", "epsilon.png", "quantiles.png"):
+        _picture_ok(str(tmp_path / "run" / picture))
+    spent = m["epsilon_stages"]
+    assert [s["stage"].split(",")[0] for s in spent] == ["means", "sketch"]
+    assert spent[0]["epsilon"] == pytest.approx(_pld(m["stages"][:1], m["delta"]), rel=1e-6)  # the means alone
+    assert spent[1]["epsilon"] == pytest.approx(m["epsilon"], rel=1e-12)
 
 
 def test_the_same_code_runs_on_a_celeba_folder(tmp_path):
@@ -126,3 +135,7 @@ def test_the_same_code_runs_on_a_celeba_folder(tmp_path):
     assert [s["stage"] for s in m["stages"]] == ["means", "sketch"] and m["epsilon"] <= 5.0 + 1e-9
     assert "accuracy_cnn" not in m and "label_fidelity" not in m
     assert Image.open(tmp_path / "run" / "samples.png").size[0] > 64
+    from ..test_plot import _picture_ok
+
+    for picture in ("epsilon.png", "quantiles.png"):  # one class, colour images: the same pictures
+        _picture_ok(str(tmp_path / "run" / picture))

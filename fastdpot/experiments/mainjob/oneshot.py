@@ -70,7 +70,8 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
 
     Returns:
         dict with ``samples`` (N, D), ``sample_labels`` (N,), ``epsilon`` (the ledger's), ``privacy`` (the release's
-        settings and noise), ``resumed`` False.
+        settings and noise), ``resumed`` False, and for the run folder's pictures ``release`` (the
+        :class:`~fastdpot.privacy.class_sketch.ClassSketchRelease`, public: released without its noise).
     """
     from ...flows import ClassConditionalFlow
     from ...flows.directions import bins_by_frequency, patch_dct_blocks
@@ -121,4 +122,4 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     info.update(sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std, sensitivity=release.sensitivity,
                 count_noise_std=release.count_noise_std, released_counts=release.counts.tolist())
     return dict(samples=samples.float(), sample_labels=sample_labels, resumed=False,
-                epsilon=ledger.epsilon() if ledger.private else math.inf, privacy=info)
+                epsilon=ledger.epsilon() if ledger.private else math.inf, privacy=info, release=release)
