@@ -2,8 +2,8 @@
 
 Each option sets one setting of :class:`~fastdpot.experiments.mainjob.config.MainJobConfig` (the table
 :data:`OPTIONS`; ``--set NAME=VALUE`` sets any other by its dotted name). Runs
-:func:`fastdpot.experiments.mainjob.pipeline.run_pipeline` and writes ``runs/<name>/{samples.png, metrics.json,
-privacy.md, config.json}``. ``--help`` groups the options by stage and method and states each default as a run gets
+:func:`fastdpot.experiments.mainjob.pipeline.run_pipeline` and writes ``runs/<name>/{samples.png, epsilon.png,
+quantiles.png (one-shot), metrics.json, privacy.md, config.json}``. ``--help`` groups the options by stage and method and states each default as a run gets
 it (the ε table's values by ε, :func:`_table_text`); a setting whose dataclass field carries a help (the one-shot
 method's) is an option without a line here (:func:`_field_options`). A value the run would ignore (a private-only
 setting without ``--public-size 0``, a setting of another method, one that ``--quick`` lowers, a zero count) is
@@ -380,6 +380,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if resolved.generation.flow_seeds > 1:
         keys.append("seed_summary")
     print(json.dumps({k: metrics.get(k) for k in keys if k in metrics}, indent=2))
-    print(f"outputs in {run_dir}/ (samples.png, metrics.json, privacy.md; private/ holds the checkpoints, private "
+    print(f"outputs in {run_dir}/ (samples.png, epsilon.png, quantiles.png for the one-shot method, metrics.json, "
+          f"privacy.md; private/ holds the checkpoints, private "
           f"artefacts: do not publish them)")
     return 0

@@ -385,6 +385,8 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
             check_int(g.sketch_rounds, "sketch_rounds")
             if g.sketch_block_directions is not None:
                 check_int(g.sketch_block_directions, "sketch_block_directions")
+            check_int(g.sketch_rotations, "sketch_rotations", 0)
+            check_int(g.sketch_rotation_bins, "sketch_rotation_bins")
             check_choice(g.sketch_center, "sketch_center", SKETCH_CENTERS)
             check_probability(g.sketch_mean_share, "sketch_mean_share", low_open=True, high_open=True)
             if not 0 < g.step_size <= 1:

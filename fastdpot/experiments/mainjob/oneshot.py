@@ -8,8 +8,9 @@ once, then flow in pixel space as post-processing.
    of orthonormal patch-DCT directions ``sketch_blocks`` (:func:`fastdpot.flows.directions.patch_dct_blocks`, fast
    blocks applied by their own transform; each block a full basis of the D pixels, or its
    ``sketch_block_directions`` lowest frequencies when that is set), with the quantile bins ``sketch_plan`` by
-   frequency
-   (:func:`fastdpot.flows.directions.bins_by_frequency`);
+   frequency (:func:`fastdpot.flows.directions.bins_by_frequency`), then ``sketch_rotations`` random rotations of the
+   whole image (randomised Hadamard blocks from the public seeds :data:`ROTATION_SEED` + b, ``sketch_rotation_bins``
+   bins per direction: joint structure beyond patches);
 3. the flows: :meth:`fastdpot.flows.ClassConditionalFlow.from_release`, particles per class from the released
    counts, started from the release's own block-0 marginals, ``sketch_rounds`` passes over the blocks, kept in the
    public pixel range [0, 1]: post-processing, no privacy cost.
@@ -25,7 +26,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-__all__ = ["generate_oneshot", "parse_blocks", "parse_plan"]
+__all__ = ["generate_oneshot", "parse_blocks", "parse_plan", "ROTATION_SEED"]
+
+#: the public seed of the one-shot method's random-rotation blocks (rotation b: ROTATION_SEED + b); public like the
+#: patch grids: it depends on no image
+ROTATION_SEED = 28_11_2026
 
 
 def parse_blocks(spec: str) -> Optional[Tuple[Tuple[int, int, int], ...]]:
@@ -70,10 +75,11 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
 
     Returns:
         dict with ``samples`` (N, D), ``sample_labels`` (N,), ``epsilon`` (the ledger's), ``privacy`` (the release's
-        settings and noise), ``resumed`` False.
+        settings and noise), ``resumed`` False, and for the run folder's pictures ``release`` (the
+        :class:`~fastdpot.privacy.class_sketch.ClassSketchRelease`, public: released without its noise).
     """
     from ...flows import ClassConditionalFlow
-    from ...flows.directions import bins_by_frequency, patch_dct_blocks
+    from ...flows.directions import bins_by_frequency, hadamard_blocks, patch_dct_blocks
     from ...privacy.class_sketch import class_quantile_sketch
     from ...privacy.moments import release_class_means
 
@@ -88,6 +94,12 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     blocks = patch_dct_blocks(H, W, C, parse_blocks(g.sketch_blocks), per_block=g.sketch_block_directions)
     per_block = blocks[0].size
     bins = bins_by_frequency(torch.cat([b.frequency for b in blocks]), parse_plan(g.sketch_plan))
+    if g.sketch_rotations:  # random rotations of the whole image, from public seeds, after the patch blocks
+        if per_block != D:
+            raise ValueError("sketch_rotations needs full patch blocks (sketch_block_directions unset): every block "
+                             "of one release has one size")
+        blocks += hadamard_blocks(D, g.sketch_rotations, seed=ROTATION_SEED)
+        bins = torch.cat([bins, torch.full((g.sketch_rotations * D,), g.sketch_rotation_bins, dtype=torch.int64)])
     half = torch.full((D,), 0.5, dtype=torch.float64)
     z = 0.0
     if ledger.private:
@@ -96,6 +108,7 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     share = g.sketch_mean_share if g.sketch_center == "mean" else 0.0
     info: Dict[str, Any] = dict(method="oneshot", private=ledger.private, noise_multiplier=z,
                                 blocks=g.sketch_blocks, plan=g.sketch_plan, block_directions=per_block,
+                                rotations=g.sketch_rotations, rotation_bins=g.sketch_rotation_bins,
                                 clip_radius=g.sketch_radius, center=g.sketch_center, mean_share=share,
                                 rounds=g.sketch_rounds, step_size=g.step_size, directions=per_block * len(blocks),
                                 bins_histogram={int(b): int((bins == b).sum()) for b in bins.unique()})
@@ -121,4 +134,4 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     info.update(sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std, sensitivity=release.sensitivity,
                 count_noise_std=release.count_noise_std, released_counts=release.counts.tolist())
     return dict(samples=samples.float(), sample_labels=sample_labels, resumed=False,
-                epsilon=ledger.epsilon() if ledger.private else math.inf, privacy=info)
+                epsilon=ledger.epsilon() if ledger.private else math.inf, privacy=info, release=release)

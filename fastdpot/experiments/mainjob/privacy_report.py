@@ -253,6 +253,8 @@ SETTING_ORIGINS = {
     "generation.sketch_center": _TABLE,
     "generation.sketch_mean_share": _TABLE,
     "generation.sketch_rounds": _TABLE,
+    "generation.sketch_rotations": _TABLE,
+    "generation.sketch_rotation_bins": _TABLE,
     "generation.release": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.sketch_bins": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.step_size": _TABLE + " for the one-shot flow; for the per-step flow (h = 0.3) the validation split "

@@ -152,7 +152,12 @@ class GenerationSettings:
                                                   "(with --sketch-center mean)")
     sketch_rounds: Optional[int] = _oneshot("passes of the flows over the blocks (post-processing: no privacy cost)")
     sketch_block_directions: Optional[int] = _oneshot("directions kept per block, the lowest frequencies",
-                                                      default_text="all D pixels' when D <= 4096, else 2048")
+                                                      default_text="all D pixels: a full basis per block")
+    sketch_rotations: Optional[int] = _oneshot("random-rotation blocks after the patch blocks (randomised Hadamard "
+                                               "transforms, fastdpot.flows.directions.hadamard_blocks, from public "
+                                               "seeds): joint structure beyond patches; 0 for none")
+    sketch_rotation_bins: Optional[int] = _oneshot("quantile bins of every random-rotation direction (a rotation "
+                                                   "mixes all frequencies: one count for all)")
 
 
 @dataclass(frozen=True)
@@ -215,10 +220,12 @@ def steps_duration(steps: float, seconds_per_step: float = 1e-3) -> str:
 PRIVATE_ONLY_TABLE = {
     10.0: dict(representation=dict(latent_dim=32, share=0.3), flow=dict(init_scale=0.1),
                generation=dict(sketch_blocks="default", sketch_plan="inf:4", sketch_radius=7.0,
-                               sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0)),
+                               sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0,
+                               sketch_rotations=0, sketch_rotation_bins=4)),
     1.0: dict(representation=dict(latent_dim=16, share=0.6), flow=dict(init_scale=0.1),
               generation=dict(sketch_blocks="28/0/0,7/0/0", sketch_plan="inf:2", sketch_radius=7.0,
-                              sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0)),
+                              sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0,
+                              sketch_rotations=0, sketch_rotation_bins=2)),
 }
 
 
