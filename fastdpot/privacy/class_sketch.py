@@ -38,6 +38,7 @@ from .._validate import (COMPUTE_DTYPES, check_bool, check_int, check_memory, ch
 from .mechanisms import clip_rows
 from .moments import check_noise_scale, domain_labels
 from .randomness import PrivacyRandomness, privacy_randomness
+from .sketch_tables import isotonic_rows, piecewise_linear, shrink_quantiles
 
 __all__ = ["ClassSketchRelease", "class_quantile_sketch", "release_class_sketch", "class_sketch_sensitivity",
            "check_orthonormal_blocks", "direction_blocks", "fractional_bin_sums", "isotonic_rows"]
@@ -241,20 +242,22 @@ class ClassSketchRelease:
         """(C, k) the noise std of one bin mean, σ·L_j / ñ_c (from released quantities only)."""
         return self.noise_std * self.bins.to(self.sums)[None, :] / self.counts.clamp_min(1.0)[:, None]
 
-    def quantile_tables(self, shrink: bool = True) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+    def quantile_tables(self, shrink: bool = True, degree: int = 3) -> List[Tuple[torch.Tensor, torch.Tensor]]:
         """Per class c, the target of op ``flow_step``: ``(table (k, G), levels (G,))`` on the union grid G of every
         direction's levels (l − ½)/L_j, in the centred coordinates x − m_c.
 
-        Per direction: the noisy bin means, shrunk (``shrink``) towards their least-squares Gaussian quantile
-        function a + b·Φ⁻¹(level) (b ≥ 0, b² reduced by its own noise variance) by the positive-part James–Stein
-        factor of their known noise, then made non-decreasing (:func:`isotonic_rows`), then written
-        at every level of the grid: between its own levels it is linear, outside them extended with its end
+        Per direction: the noisy bin means, shrunk (``shrink``) towards their least-squares fit by a polynomial of
+        the normal quantile Φ⁻¹(level) by the positive-part James–Stein factor of their known noise
+        (:func:`fastdpot.privacy.sketch_tables.shrink_quantiles`: a Gaussian a + b·Φ⁻¹ for L <= 5 bins, a polynomial
+        of ``degree`` — skew and tails — from 6 bins on), then made non-decreasing (:func:`isotonic_rows`), then
+        written at every level of the grid: between its own levels it is linear, outside them extended with its end
         segments, exactly as the op reads a table. Post-processing: no privacy cost.
 
         Raises:
-            ValueError: ``shrink`` not a bool.
+            ValueError: ``shrink`` not a bool, ``degree`` not an integer >= 1.
         """
         check_bool(shrink, "shrink")
+        degree = check_int(degree, "degree")
         means, s = self.bin_means(), self.mean_noise_std()
         grid = torch.unique(torch.cat([(torch.arange(int(L)) + 0.5) / int(L) for L in self.bins.unique()]))
         grid = grid.to(torch.float64)
@@ -266,64 +269,11 @@ class ClassSketchRelease:
                 lv = (torch.arange(L, dtype=torch.float64) + 0.5) / L
                 m = means[c, idx, :L]
                 if shrink and self.noise_std > 0:
-                    m = _shrink(m, s[c, idx], lv)
+                    m = shrink_quantiles(m, s[c, idx], lv, degree)
                 m = isotonic_rows(m) if L > 1 else m
-                table[idx] = _piecewise_linear(m, lv, grid)
+                table[idx] = piecewise_linear(m, lv, grid)
             out.append((table, grid.clone()))
         return out
-
-
-def isotonic_rows(values: torch.Tensor) -> torch.Tensor:
-    r"""The least-squares non-decreasing fit of every row (equal weights), all rows at once:
-
-    .. math::  \hat y_i = \max_{a \le i} \min_{b \ge i} \frac{1}{b - a + 1} \sum_{t=a}^{b} y_t ,
-
-    the max-min formula of isotonic regression (Robertson, Wright & Dykstra, "Order Restricted Statistical Inference",
-    1988, Thm. 1.4.4), the same fit as pool-adjacent-violators (``scipy.optimize.isotonic_regression``); O(L³) per
-    row, for the small L of a sketch.
-
-    Shape: (k, L) -> (k, L), float64.
-    """
-    y = values.to(torch.float64)
-    k, L = y.shape
-    cs = torch.cat([torch.zeros(k, 1, dtype=torch.float64), torch.cumsum(y, 1)], 1)
-    a = torch.arange(L)
-    width = (a[None, :] - a[:, None] + 1).to(torch.float64)  # [a, b]
-    means = (cs[:, None, 1:] - cs[:, :L, None]) / width.clamp_min(1.0)  # (k, a, b)
-    means = means.masked_fill((a[None, :] < a[:, None])[None], float("inf"))
-    suffix_min = torch.flip(torch.cummin(torch.flip(means, [2]), 2).values, [2])  # min over b >= i, (k, a, i)
-    suffix_min = suffix_min.masked_fill((a[None, :] < a[:, None])[None], -float("inf"))  # a <= i only
-    return suffix_min.max(1).values
-
-
-def _shrink(m: torch.Tensor, s: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
-    """James–Stein shrinkage of noisy quantile rows m (k, L) with noise std s (k,) towards their Gaussian fit."""
-    k, L = m.shape
-    if L == 1:
-        return m
-    zq = torch.distributions.Normal(0.0, 1.0).icdf(levels.float()).double()
-    A = torch.stack([torch.ones(L, dtype=torch.float64), zq], 1)
-    coef = torch.linalg.lstsq(A, m.t()).solution  # (2, k): location, scale
-    b = coef[1].clamp_min(0.0)
-    var_b = s * s / float(((zq - zq.mean()) ** 2).sum())
-    b = b * (1.0 - var_b / (b * b).clamp_min(1e-300)).clamp_min(0.0).sqrt()
-    fit = coef[0][:, None] + b[:, None] * zq[None, :]
-    if L <= 2:
-        return fit
-    dev = m - fit
-    f = (1.0 - (L - 2) * (s * s)[:, None] / dev.pow(2).sum(1, keepdim=True).clamp_min(1e-300)).clamp_min(0.0)
-    return fit + f * dev
-
-
-def _piecewise_linear(values: torch.Tensor, levels: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-    """Rows through (levels, values), linear between them and extended with the end segments, read at ``grid``."""
-    k, L = values.shape
-    if L == 1:
-        return values.expand(k, grid.numel()).clone()
-    i = (torch.searchsorted(levels, grid, right=True) - 1).clamp(0, L - 2)
-    x0, x1 = levels[i], levels[i + 1]
-    y0, y1 = values[:, i], values[:, i + 1]
-    return y0 + (grid - x0) * (y1 - y0) / (x1 - x0)
 
 
 def _check_bins(sketch_bins, k: int) -> torch.Tensor:

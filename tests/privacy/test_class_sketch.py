@@ -365,3 +365,27 @@ def test_an_unreachable_delta_is_refused_in_the_functions_own_terms():
         assert msg.startswith(f"release_class_sketch cannot calibrate epsilon={eps!r} at delta={delta!r}"), msg
         for foreign in ("target_epsilon", "value_discretization_interval", "accountant=", "steps"):
             assert foreign not in msg, (foreign, msg)  # arguments release_class_sketch does not take
+
+
+def test_the_shrinkage_keeps_small_sketches_gaussian_and_fits_skewed_ones_closer():
+    from fastdpot.privacy.sketch_tables import shrink_quantiles
+
+    g = torch.Generator().manual_seed(0)
+    for L in (2, 4, 5):  # up to 5 bins: the Gaussian target whatever the degree
+        lv = (torch.arange(L, dtype=torch.float64) + 0.5) / L
+        m = torch.sort(torch.randn(50, L, generator=g, dtype=torch.float64), 1).values
+        s = torch.full((50,), 0.3, dtype=torch.float64)
+        # the same code path: equal up to LAPACK's least-squares rounding (its blocking may differ between calls)
+        torch.testing.assert_close(shrink_quantiles(m, s, lv, 3), shrink_quantiles(m, s, lv, 1), rtol=0, atol=1e-12)
+    # 16 bins of a skewed law (a lognormal's quantiles, per row a scale): the noisy bin means with std 0.1
+    L = 16
+    lv = (torch.arange(L, dtype=torch.float64) + 0.5) / L
+    z = torch.distributions.Normal(0.0, 1.0).icdf(lv)
+    truth = torch.rand(2000, 1, generator=g, dtype=torch.float64) * torch.exp(0.8 * z)[None, :]
+    s = torch.full((2000,), 0.1, dtype=torch.float64)
+    noisy = truth + 0.1 * torch.randn(2000, L, generator=g, dtype=torch.float64)
+    err = {d: float((shrink_quantiles(noisy, s, lv, d) - truth).pow(2).mean()) for d in (1, 3)}
+    raw = float((noisy - truth).pow(2).mean())
+    assert err[3] < 0.6 * raw and err[3] < 0.8 * err[1], (err, raw)  # the cubic fit follows the skew
+    exact = truth * 0 + torch.exp(0.5 * z)[None, :] ** 0  # no noise, constant rows: returned as they are
+    torch.testing.assert_close(shrink_quantiles(exact, torch.zeros(2000, dtype=torch.float64), lv, 3), exact)
