@@ -13,7 +13,8 @@ once, then flow in pixel space as post-processing.
    bins per direction: joint structure beyond patches);
 3. the flows: :meth:`fastdpot.flows.ClassConditionalFlow.from_release`, particles per class from the released
    counts, started from the release's own block-0 marginals, ``sketch_rounds`` passes over the blocks, kept in the
-   public pixel range [0, 1]: post-processing, no privacy cost.
+   public pixel range [0, 1] after every step (``sketch_clamp="step"``) or clamped to it at the end (``"end"``):
+   post-processing, no privacy cost.
 
 Both releases are full-batch Gaussian mechanisms recorded in the run's ledger; their noise multipliers z_m = z/√s and
 z_s = z/√(1 − s) (s = ``sketch_mean_share``) compose to exactly one Gaussian of multiplier z, calibrated to the rest
@@ -109,6 +110,7 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     info: Dict[str, Any] = dict(method="oneshot", private=ledger.private, noise_multiplier=z,
                                 blocks=g.sketch_blocks, plan=g.sketch_plan, block_directions=per_block,
                                 rotations=g.sketch_rotations, rotation_bins=g.sketch_rotation_bins,
+                                clamp=g.sketch_clamp,
                                 clip_radius=g.sketch_radius, center=g.sketch_center, mean_share=share,
                                 rounds=g.sketch_rounds, step_size=g.step_size, directions=per_block * len(blocks),
                                 bins_histogram={int(b): int((bins == b).sum()) for b in bins.unique()})
@@ -128,7 +130,8 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
                                     noise_multiplier=z_s * scale, clip_radius=g.sketch_radius,
                                     centers=centers,
                                     generator=noise_gen, secure_mode=secure)
-    flows = ClassConditionalFlow.from_release(release, num_particles, step_size=g.step_size, domain=(0.0, 1.0),
+    flows = ClassConditionalFlow.from_release(release, num_particles, step_size=g.step_size,
+                                              domain=(0.0, 1.0) if g.sketch_clamp == "step" else None,
                                               generator=gen, backend=cfg.backend)
     samples, sample_labels = flows.run(steps=g.sketch_rounds * release.num_blocks, progress=progress)
     info.update(sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std, sensitivity=release.sensitivity,

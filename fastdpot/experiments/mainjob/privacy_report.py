@@ -255,6 +255,7 @@ SETTING_ORIGINS = {
     "generation.sketch_rounds": _TABLE,
     "generation.sketch_rotations": _TABLE,
     "generation.sketch_rotation_bins": _TABLE,
+    "generation.sketch_clamp": _TABLE,
     "generation.release": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.sketch_bins": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.step_size": _TABLE + " for the one-shot flow; for the per-step flow (h = 0.3) the validation split "

@@ -8,7 +8,7 @@ from typing import Optional
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "METHODS",
            "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "PRIVATE_ONLY_TABLE", "table_row",
-           "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS", "SKETCH_CENTERS",
+           "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS", "SKETCH_CENTERS", "SKETCH_CLAMPS",
            "FLOW_ONLY_SETTINGS", "MAX_FLOW_STEPS", "QUICK_SKETCH_ROUNDS", "QUICK_SKETCH_BLOCKS", "steps_duration"]
 
 #: ``"decoded"``: the private-only protocol's ANALYSIS of its representation (the sensitive codes decoded: NOT private)
@@ -18,6 +18,7 @@ AE_ARCHS = ("conv", "convbn", "dcgan")  # fastdpot.experiments.mainjob.autoencod
 REPRESENTATION_KINDS = ("pixels", "pca", "autoencoder", "dct")  # the private-only protocol's code spaces
 DEFAULT_SKETCH_BINS = 5  # L of the default per-step sketch release: the public-only sweep (docs/mainjob/tuning.md)
 SKETCH_CENTERS = ("mean", "half")  # the one-shot release's centres: the released class means, the grey image 0.5
+SKETCH_CLAMPS = ("step", "end")  # the one-shot flows: clamp to [0, 1] after every step, or only the final images
 
 
 def _oneshot(text: str, choices=None, default_text: Optional[str] = None):
@@ -158,6 +159,8 @@ class GenerationSettings:
                                                "seeds): joint structure beyond patches; 0 for none")
     sketch_rotation_bins: Optional[int] = _oneshot("quantile bins of every random-rotation direction (a rotation "
                                                    "mixes all frequencies: one count for all)")
+    sketch_clamp: Optional[str] = _oneshot("when the particles are kept in the pixel range [0, 1]: after every flow "
+                                           "step, or only at the end (the images)", choices=SKETCH_CLAMPS)
 
 
 @dataclass(frozen=True)
@@ -221,11 +224,11 @@ PRIVATE_ONLY_TABLE = {
     10.0: dict(representation=dict(latent_dim=32, share=0.3), flow=dict(init_scale=0.1),
                generation=dict(sketch_blocks="default", sketch_plan="inf:4", sketch_radius=7.0,
                                sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0,
-                               sketch_rotations=0, sketch_rotation_bins=4)),
+                               sketch_rotations=0, sketch_rotation_bins=4, sketch_clamp="step")),
     1.0: dict(representation=dict(latent_dim=16, share=0.6), flow=dict(init_scale=0.1),
               generation=dict(sketch_blocks="28/0/0,7/0/0", sketch_plan="inf:2", sketch_radius=7.0,
                               sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0,
-                              sketch_rotations=0, sketch_rotation_bins=2)),
+                              sketch_rotations=0, sketch_rotation_bins=2, sketch_clamp="step")),
 }
 
 
