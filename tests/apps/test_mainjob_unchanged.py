@@ -6,6 +6,12 @@ The flows run on the reference backend; their particles are compared with a tole
 on another CPU (summation order), the rest exactly. The private-only DP Gaussian's SAMPLES changed on purpose (one
 sampler for both protocols, :func:`fastdpot.privacy.moments.sample_class_gaussians`): its release (the composed ε and
 the per-class label counts) is compared instead.
+
+The flow with private labels calibrates its noise multiplier more tightly since the accounting searched its orders
+anew (commit ad11fc4: the RDP orders that bind are searched, every order checked at the result): at the same target
+ε = 10 it spends 9.9996 instead of 9.9876, with z 0.66692 instead of 0.66713. Its z must not exceed the one before,
+its ε must stay within the target, and its particles move by at most what a 0.03 % smaller noise over the run moves
+them (measured 1.1e-3; checked at 2e-3).
 """
 import os
 
@@ -46,9 +52,15 @@ def test_public_half_flow_unchanged(before, labels):
     r = generate_flow(cfg.resolved(), lat, lab, 90, 4, public_labels=pub_lab, progress=False)
     want = before[f"flow_{labels}"]
     assert torch.equal(r["sample_labels"], want["labels"])
-    torch.testing.assert_close(r["samples"], want["samples"], rtol=0, atol=2e-5)
-    assert r["epsilon"] == pytest.approx(want["epsilon"], rel=1e-9)
-    assert [f["noise_multiplier"] for f in r["privacy"]["flows"]] == pytest.approx(want["z"], rel=1e-12)
+    z = [f["noise_multiplier"] for f in r["privacy"]["flows"]]
+    if labels == "public":
+        torch.testing.assert_close(r["samples"], want["samples"], rtol=0, atol=2e-5)
+        assert r["epsilon"] == pytest.approx(want["epsilon"], rel=1e-9)
+        assert z == pytest.approx(want["z"], rel=1e-12)
+    else:  # calibrated more tightly since ad11fc4 (module docstring)
+        assert want["epsilon"] < r["epsilon"] <= 10.0
+        assert all(a <= b for a, b in zip(z, want["z"])) and z == pytest.approx(want["z"], rel=1e-3)
+        torch.testing.assert_close(r["samples"], want["samples"], rtol=0, atol=2e-3)
 
 
 def test_public_half_gaussian_unchanged(before):
@@ -64,9 +76,10 @@ def test_private_only_generation_unchanged(before, method):
     torch.set_num_threads(1)
     _, _, _, imgs, ilab = _inputs()
     cfg = MainJobConfig(epsilon=10.0, replayable_noise=True, seed=5, backend="reference").with_settings(
-        public_size=0, method=method, kind="dct", lowpass=4, num_particles=200, **{"generation.epochs": 1.0,
-                                                                                    "generation.batch_size": 40},
-        **({"init_scale": 0.3} if method == "flow" else {}))  # the start of the commit before (0.1 chosen after)
+        public_size=0, method=method, kind="dct", lowpass=4, num_particles=200,
+        # the per-step flow's settings and start of the commit before (init_scale 0.1 chosen after); the Gaussian
+        # takes neither (a run refuses settings it would ignore)
+        **({"generation.epochs": 1.0, "generation.batch_size": 40, "init_scale": 0.3} if method == "flow" else {}))
     cfg = cfg.resolved()
     led = ComposedLedger(cfg.epsilon, 1e-5, accountant="rdp")  # the accounting of the commit before ("auto" came after)
     rep = stage_representation(cfg, dict(private=ImageData(imgs, ilab, "fixture")), led, progress=False)
