@@ -14,6 +14,8 @@ Environment flags
 FASTDPOT_SKIP_CPP_BUILD=1   build nothing compiled (pure-Python install; the ``cpu`` backend reports itself missing)
 FASTDPOT_EXT=a,b            build only these extensions (development: rebuild one kernel quickly)
 FASTDPOT_PORTABLE=1         compile without -march=native (for wheels that move between machines)
+FASTDPOT_MARCH=x86-64-v3    compile for this -march instead of native (a wheel for a SIMD level, or to build and test
+                            the AVX2 code paths on an AVX-512 machine: x86-64-v3 is AVX2 + FMA, x86-64-v4 AVX-512)
 FASTDPOT_CUDA=0 / 1         never build the CUDA extensions / build them even without a CUDA torch (needs nvcc)
 FASTDPOT_CUDA_ARCH=90;80    compute capabilities to build for (default: the visible GPU's, else 80;90)
 """
@@ -46,7 +48,10 @@ def _cpp_extensions():
 
     only = _only()
     cflags = ["-O3", "-fopenmp", "-fno-math-errno"]
-    if not _flag("FASTDPOT_PORTABLE"):
+    march = os.environ.get("FASTDPOT_MARCH", "").strip()
+    if march:
+        cflags.append(f"-march={march}")  # last on the line: it overrides any -march / -m flag of CFLAGS
+    elif not _flag("FASTDPOT_PORTABLE"):
         cflags.append("-march=native")
     exts = []
     for src in sorted(glob.glob(os.path.join("csrc", "*.cpp"))):

@@ -14,15 +14,30 @@ quantile table (L = 5 levels) instead of M noisy private projections, and the pa
 plus a table evaluation per rank.
 
 case ``pixel_step``: the one-shot flow's step in pixel space (:class:`fastdpot.flows.ReleasedTargetFlow`): for each of
-10 classes, op ``flow_step`` (backend ``cpu``) moves the class's N/10 particles onto a (784, 8) quantile table along
-one block of 784 orthonormal patch-DCT directions (torch.matmul around the C++ radix transport); anchor ``matmul``:
-the two ``torch.matmul`` calls of the same shapes per class (the projection and the drift), the floor of the step.
+``classes`` classes, op ``flow_step`` (backend ``cpu``, no drift returned, particles kept coordinate-major as the flow
+keeps them) moves the class's N/classes particles onto a (k, 8) quantile table along one block of k = D orthonormal
+patch-DCT directions (``patch`` × ``patch`` patches of a side × side × ``channels`` image), clamped to [0, 1]. impls:
+``fastdpot`` (the block as a fast transform: csrc/flow_block.cpp), ``dense`` (the same directions as a (k, D) matrix:
+torch.matmul around the C++ radix transport, the step before fast blocks); anchors ``matmul`` (the two
+``torch.matmul`` calls of the dense shapes per class, the projection and the drift) and ``npsort`` (``numpy.sort``,
+one thread, of the step's (k, N) float32 projections: the floor of any sort-based step, every projection ranked).
+
+case ``oneshot_generation``: the one-shot method's generation stage as the ε table runs it at ε = 10 (10 classes,
+the 8 default blocks, 4 passes: 32 steps of every class's flow, from the release's marginal start); impl
+``fastdpot`` (fast blocks) against ``dense`` (the same release's directions as dense blocks), the same samples to
+float tolerance (tests/flows/test_blocks.py).
 
 case ``histogram_step``: the same points step with ``quantiles="histogram"`` (``bins`` = 1024 bins per
 direction, no sort): impl ``fastdpot`` is the C++ histogram kernel (csrc/flow_histogram.cpp: three passes that
 recompute the projections per block of particles, nothing of size N·k stored), ``reference`` the torch reference
 (:func:`fastdpot.reference.flow.flow_step`). Compare it with case ``step`` impl ``fastdpot``
 (the C++ exact step) of the same run_id.
+
+case ``histogram_vs_exact`` (issue 45): the two C++ steps side by side in one group at N = 2·10⁵, d = 48, k = 64,
+M = 250, float32, σ = 0.5: impl ``histogram`` (the histogram step, ``bins`` = 1024) against its anchor ``exact``
+(the exact step it approximates); target: the histogram step at least as fast. Its rows record the CPU's SIMD level
+(``simd``: :func:`fastdpot.env.cpu_simd`) and the one the histogram kernel was compiled for (``kernel_simd``), since
+the ratio depends on it (AVX2 machines ran the histogram step at 3x the exact step's time before issue 45).
 
     pytest bench/test_flow.py --benchmark-only -k quick    # tiny sizes, checks that every case runs
 """
@@ -31,13 +46,19 @@ from __future__ import annotations
 from bench.harness import Case, suite_main, torch_noise
 
 SUITE = "flow"
-ANCHORS = ["reference", "matmul"]
+ANCHORS = ["reference", "matmul", "npsort", "exact"]
 
 # CelebA latent shape (d = 48, k = 300) at N = 10^6 and MNIST latent shape (d = 8, k = 70) at N = 10^5
 SIZES = {"quick": dict(n=3_000, m=250, d=8, k=20), "1e6": dict(n=1_000_000, m=250, d=48, k=300),
          "1e5": dict(n=100_000, m=250, d=8, k=70),
          # the one-shot pixel-space flow: 60 000 Fashion-MNIST particles (6 000 per class), one block of 784 directions
-         "pixel": dict(n=60_000, m=0, d=784, k=784), "pixel_quick": dict(n=600, m=0, d=784, k=784)}
+         "pixel": dict(n=60_000, m=0, d=784, k=784), "pixel_quick": dict(n=600, m=0, d=784, k=784),
+         # a million pixel-space particles in one flow; the CelebA shape (64 x 64 x 3) with full 12 288-direction blocks
+         "pixel_1e6": dict(n=1_000_000, m=0, d=784, k=784, classes=1),
+         "celeba": dict(n=100_000, m=0, d=12_288, k=12_288, classes=1, patch=8),
+         "celeba_quick": dict(n=200, m=0, d=12_288, k=12_288, classes=1, patch=8),
+         # issue 45's histogram-against-exact comparison
+         "2e5": dict(n=200_000, m=250, d=48, k=64)}
 
 
 def step_case(impl, n, m, d, k, quantiles="exact", noise_std=0.5, step_size=1.0):
@@ -110,55 +131,128 @@ def histogram_step_case(impl, n, m, d, k, bins=1024, noise_std=0.5, step_size=1.
     return step_case(impl, n, m, d, k, quantiles=("histogram", bins), noise_std=noise_std, step_size=step_size)
 
 
-def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8):
+def _image_shape(d):
+    """(side, channels) of a square image of d values: 1 channel when d is a square, else 3."""
+    side = int(round(d ** 0.5))
+    return (side, 1) if side * side == d else (int(round((d / 3) ** 0.5)), 3)
+
+
+def histogram_vs_exact_case(impl, n, m, d, k, bins=1024):
+    """The C++ histogram step (impl ``histogram``, ``bins`` bins) or the C++ exact step (impl ``exact``, the anchor)
+    of :func:`step_case`; the rows record the CPU's SIMD level and the histogram kernel's (module docstring)."""
+    if impl not in ("histogram", "exact"):
+        raise ValueError(f"histogram_vs_exact impls are histogram and exact, got {impl!r}")
+    from fastdpot.env import cpu_simd, kernel_simd
+
+    case = step_case("fastdpot", n, m, d, k, quantiles=("histogram", bins) if impl == "histogram" else "exact")
+    case.info = dict(simd=cpu_simd(), kernel_simd=kernel_simd("flow_histogram"))
+    return case
+
+
+def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8, patch=7):
     """One step of the one-shot pixel-space flow over ``classes`` classes of n/classes particles (module docstring);
-    impl ``fastdpot`` (op flow_step) or ``matmul`` (the anchor: two torch.matmul per class). ``m`` is unused."""
-    if impl not in ("fastdpot", "matmul"):
-        raise ValueError(f"pixel_step impls are fastdpot and matmul, got {impl!r}")
+    impl ``fastdpot`` (the fast block), ``dense`` (its matrix), ``matmul`` or ``npsort`` (the anchors). ``m`` is
+    unused; k must be d (a full block)."""
+    if impl not in ("fastdpot", "dense", "matmul", "npsort"):
+        raise ValueError(f"pixel_step impls are fastdpot, dense, matmul and npsort, got {impl!r}")
+    if k != d:
+        raise ValueError(f"pixel_step runs one full block: k must be d = {d}, got {k}")
     per = n // classes
 
     def setup():
         import torch
 
         import fastdpot.ops  # noqa: F401
-        from fastdpot.flows.directions import patch_block
+        from fastdpot.flows.directions import PatchDCTBlock
 
-        side = int(round(d ** 0.5))
-        th = patch_block(side, side, 7)[0].float()[:k]
+        side, ch = _image_shape(d)
+        block = PatchDCTBlock(side, side, patch, channels=ch)
         g = torch.Generator().manual_seed(0)
-        xs = [torch.rand(per, d, generator=g) for _ in range(classes)]
+        xs = [torch.rand(d, per, generator=g).t() for _ in range(classes)]  # coordinate-major, as the flow keeps them
         table = torch.sort(torch.randn(k, sketch_bins, generator=g, dtype=torch.float64), dim=1).values * 0.2
         levels = (torch.arange(sketch_bins, dtype=torch.float64) + 0.5) / sketch_bins
-        return dict(xs=xs, th=th, sketch=(table, levels))
+        state = dict(xs=xs, block=block, sketch=(table, levels))
+        if impl in ("dense", "matmul"):
+            state["th"] = block.matrix(torch.float32)
+        if impl == "npsort":  # the projections of all N particles, (k, N) float32, as the step sorts them
+            state["P"] = torch.cat([block.forward(x) for x in xs]).t().contiguous().numpy()
+        return state
 
     def forward(s):
         import torch
 
         from fastdpot.ops import flow_step
 
+        if impl == "npsort":
+            import numpy as np
+
+            return np.sort(s["P"], axis=1)  # numpy's sort runs on one thread
         out = []
         for x in s["xs"]:
             if impl == "matmul":
                 out.append(torch.matmul(torch.matmul(s["th"], x.t()).t(), s["th"]))
             else:
-                out.append(flow_step(x, None, s["th"], noise_std=0.0, step_size=float(k), quantiles="exact",
-                                     backend="cpu", sketch=s["sketch"])[0])
+                out.append(flow_step(x, None, s["block"] if impl == "fastdpot" else s["th"], noise_std=0.0,
+                                     step_size=float(k), quantiles="exact", backend="cpu", sketch=s["sketch"],
+                                     domain=(0.0, 1.0), return_drift=False)[0])
         return out
 
     return Case(setup=setup, forward=forward)
 
 
+def oneshot_generation_case(impl, n, m, d, k, classes=10, rounds=4, sketch_bins=4):
+    """The one-shot generation stage (module docstring): ``rounds`` passes over the default blocks for ``classes``
+    classes of n/classes particles, from a release of random images (noise-free, its tables shrunk as a run's);
+    impl ``fastdpot`` (fast blocks) or ``dense`` (dense blocks of the same directions). ``m`` and ``k`` are unused."""
+    if impl not in ("fastdpot", "dense"):
+        raise ValueError(f"oneshot_generation impls are fastdpot and dense, got {impl!r}")
+
+    def setup():
+        import torch
+
+        from fastdpot.flows.directions import DenseBlock, patch_dct_blocks
+        from fastdpot.privacy.class_sketch import class_quantile_sketch
+
+        side, ch = _image_shape(d)
+        blocks = patch_dct_blocks(side, side, ch)
+        if impl == "dense":
+            blocks = [DenseBlock(b.matrix()) for b in blocks]
+        g = torch.Generator().manual_seed(0)
+        x = torch.rand(2000, d, generator=g, dtype=torch.float64)
+        y = torch.arange(2000) % classes
+        release = class_quantile_sketch(x, y, blocks, num_classes=classes, sketch_bins=sketch_bins,
+                                        noise_multiplier=0.0, clip_radius=7.0,
+                                        centers=torch.full((d,), 0.5, dtype=torch.float64))
+        return dict(release=release, tables=release.quantile_tables())
+
+    def forward(s):
+        import torch
+
+        from fastdpot.flows import ReleasedClassFlows
+
+        flows = ReleasedClassFlows(s["release"], particles_per_class=[n // classes] * classes, domain=(0.0, 1.0),
+                                   generator=torch.Generator().manual_seed(1), backend="cpu")
+        return flows.run(steps=rounds * s["release"].num_blocks)
+
+    return Case(setup=setup, forward=forward)
+
+
 CASES = {"step": step_case, "sketch_step": sketch_step_case, "histogram_step": histogram_step_case,
-         "pixel_step": pixel_step_case}
+         "pixel_step": pixel_step_case, "oneshot_generation": oneshot_generation_case,
+         "histogram_vs_exact": histogram_vs_exact_case}
 
 
 IMPLS = {"step": ("fastdpot", "reference"), "histogram_step": ("fastdpot", "reference"), "sketch_step": ("fastdpot",),
-         "pixel_step": ("fastdpot", "matmul")}
-#: the sizes each case runs at (default: every size of SIZES but the pixel ones)
-CASE_SIZES = {"pixel_step": ("pixel", "pixel_quick")}
-_LATENT = tuple(s for s in SIZES if not s.startswith("pixel"))
+         "pixel_step": ("fastdpot", "dense", "matmul", "npsort"), "oneshot_generation": ("fastdpot", "dense"),
+         "histogram_vs_exact": ("histogram", "exact")}
+#: the sizes each case runs at (default: every size of SIZES that no case claims here)
+CASE_SIZES = {"pixel_step": ("pixel", "pixel_quick", "pixel_1e6", "celeba", "celeba_quick"),
+              "oneshot_generation": ("pixel", "pixel_quick"), "histogram_vs_exact": ("2e5", "quick")}
+_LATENT = tuple(s for s in SIZES if s == "quick" or not any(s in v for v in CASE_SIZES.values()))
+#: (size, case, impl) not measured: the dense products at a million particles or 12 288 dimensions (TFLOPs a step)
+SKIP = {(size, "pixel_step", impl) for size in ("pixel_1e6", "celeba", "celeba_quick") for impl in ("dense", "matmul")}
 #: extra parameters of a case (added to the size's)
-EXTRA = {"histogram_step": dict(bins=1024)}
+EXTRA = {"histogram_step": dict(bins=1024), "histogram_vs_exact": dict(bins=1024)}
 
 
 def main(argv=None):

@@ -43,13 +43,15 @@ class Case:
 
     setup() -> state (inputs; not timed, not counted in peak memory); forward(state) -> output;
     backward(state, output) -> None (optional: None means forward-only); round_setup(state) -> None (optional:
-    untimed, before every timed call, e.g. a fresh budget).
+    untimed, before every timed call, e.g. a fresh budget); info: facts the row records beside its measurement
+    (``extra_info`` of the pytest-benchmark entry, e.g. the CPU's SIMD level).
     """
     setup: Callable[[], Any]
     forward: Callable[[Any], Any]
     backward: Optional[Callable[[Any, Any], Any]] = None
     device: str = "cpu"
     round_setup: Optional[Callable[[Any], None]] = None
+    info: Optional[Dict[str, Any]] = None
 
 
 # ------------------------------------------------------------------------------------------------ peak memory
@@ -135,6 +137,7 @@ def run_benchmark(benchmark, case: Case, *, suite: str, name: str, impl: str, pa
     state = case.setup()
     peak = peak_rss_mb(lambda: (case.round_setup(state) if case.round_setup else None, call(case, state, mode)))
     benchmark.group = store.group_name(suite, name, params)
+    benchmark.extra_info.update(case.info or {})
     benchmark.extra_info.update(suite=suite, case=name, impl=impl, params=dict(params), mode=mode, device=case.device,
                                 anchor=impl in tuple(anchors), peak_mem_mb=peak, timing="perf_counter")
 

@@ -77,9 +77,13 @@ def _headline_key(key):
 
 
 def _measured(r):
-    """The row's machine note: machine, commit and, where recorded, the load average at the start of its run (marked
-    :data:`UNDER_LOAD` at :data:`LOAD_LIMIT` or above)."""
-    note = f"{r['machine']}, {r['git_rev']}"
+    """The row's machine note: machine (with its SIMD level, and the kernel's where it differs, where the row records
+    them), commit and, where recorded, the load average at the start of its run (marked :data:`UNDER_LOAD` at
+    :data:`LOAD_LIMIT` or above)."""
+    simd, kernel = r.get("simd"), r.get("kernel_simd")
+    note = r["machine"] + (f" ({simd}" + (f", kernel built for {kernel}" if kernel and kernel != simd else "") + ")"
+                           if simd else "")
+    note += f", {r['git_rev']}"
     load = r.get("load_average")
     if load is not None:
         note += f", load {load:g} at the start" + (f": {UNDER_LOAD}" if load >= LOAD_LIMIT else "")

@@ -9,9 +9,12 @@ from bench import flow as F
 from bench.harness import run_benchmark
 
 PARAMS = [(size, case, impl) for case in F.CASES for size in F.CASE_SIZES.get(case, F._LATENT)
-          for impl in F.IMPLS[case]]
+          for impl in F.IMPLS[case] if (size, case, impl) not in F.SKIP]
 #: the torch reference at N = 1e6 takes 30-60 s a call (the histogram one 15 GB): fewer rounds
-ROUNDS = {("1e6", "step", "reference"): 2, ("1e6", "histogram_step", "reference"): 1}
+ROUNDS = {("1e6", "step", "reference"): 2, ("1e6", "histogram_step", "reference"): 1,
+          ("pixel", "oneshot_generation", "dense"): 1, ("celeba", "pixel_step", "npsort"): 1,
+          # a ratio near 1 (issue 45): more rounds of these 0.3 s calls
+          ("2e5", "histogram_vs_exact", "histogram"): 7, ("2e5", "histogram_vs_exact", "exact"): 7}
 
 
 @pytest.mark.parametrize("size,case,impl", PARAMS, ids=["-".join(p) for p in PARAMS])

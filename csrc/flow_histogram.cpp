@@ -373,6 +373,7 @@ PYBIND11_MODULE(_C_flow_histogram, m) {
         "hist_flow_step(x, y | None, theta, noise_std, step_size, diffusion, seed, histogram_bins, out_new, out_drift, "
         "noise_particles=None, noise_private=None, brownian=None, index_offset=0, table=None, levels=None) runs "
         "1, 2, T, 3 on one array.";
+    m.attr("simd") = kSimdLevel;  // the SIMD level it was compiled for: avx512, avx2, avx, sse4.2, sse2, neon, none
     def_all<float>(m);
     def_all<double>(m);
 }

@@ -10,7 +10,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "common.h"
 #include "flow_normal.h"
@@ -21,38 +26,79 @@ namespace hist {
 constexpr int64_t BN = 64;                   // particles per block (one aligned batch of 64 smoothing normals)
 constexpr double kChunkBytes = 256.0 * 1024;  // per-thread projection buffer (chunk of directions x 64 particles)
 
-template <typename T>
-constexpr int kRows() { return sizeof(T) == 4 ? 4 : 2; }  // output rows of the register tile (16 zmm accumulators)
+// The register tile of the products, sized to the SIMD level the file is compiled for (the accumulators must stay in
+// registers: a tile wider than the register file spills every accumulator on every multiply-add):
+//   AVX-512 (32 zmm registers): native 64-byte vectors, R x BN accumulators = 16 zmm (float R = 4, double R = 2);
+//   AVX2 / AVX / SSE (16 ymm / xmm registers): native 32- / 16-byte vectors, R = 6 rows x 2 vectors of particles
+//   = 12 accumulators, + 2 vectors of b and one broadcast of a: 15 registers. (The 64-byte tile of AVX-512 is 32
+//   ymm accumulators there: they spilled on every FMA: pass 1 with σ = 0 took 0.35 s instead
+//   of 0.04 s at N = 2·10⁵, d = 48, k = 64 on one thread.)
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+#else
+constexpr int kVecBytes = 16;
+#endif
 
-// 64-byte vectors (GCC vector extensions): one AVX-512 register, or two / four narrower ones
+// the SIMD level this file is compiled for (module attribute _C_flow_histogram.simd; the bench rows record it)
+constexpr const char* kSimdLevel =
+#if defined(__AVX512F__)
+    "avx512";
+#elif defined(__AVX2__)
+    "avx2";
+#elif defined(__AVX__)
+    "avx";
+#elif defined(__SSE4_2__)
+    "sse4.2";
+#elif defined(__SSE2__)
+    "sse2";
+#elif defined(__ARM_NEON)
+    "neon";
+#else
+    "none";
+#endif
+
+template <typename T>
+constexpr int kRows() { return kVecBytes == 64 ? (sizeof(T) == 4 ? 4 : 2) : 6; }  // output rows of the tile
+template <typename T>
+constexpr int kTileCols() { return kVecBytes == 64 ? (int)BN : 2 * kVecBytes / (int)sizeof(T); }  // particles
+
+// native vectors (GCC vector extensions)
 template <typename T> struct Vec;
-template <> struct Vec<float> { typedef float type __attribute__((vector_size(64))); };
-template <> struct Vec<double> { typedef double type __attribute__((vector_size(64))); };
+template <> struct Vec<float> { typedef float type __attribute__((vector_size(kVecBytes))); };
+template <> struct Vec<double> { typedef double type __attribute__((vector_size(kVecBytes))); };
 
 // out[r][i] (+)= Σ_p a[p·lda + r] · b[p·BN + i], r < R, i < BN: the register-tiled product used for the projections
-// (a = Θᵀ of the chunk, b = the block's particles transposed) and for the drift (a = Θ, b = the residuals). The
-// R x BN accumulators are R·BN·sizeof(T)/64 = 16 vector registers (explicit vectors: GCC keeps them in registers).
+// (a = Θᵀ of the chunk, b = the block's particles transposed) and for the drift (a = Θ, b = the residuals), in
+// column tiles of kTileCols particles. Every output is the same sum in the same order (p ascending, one multiply-add
+// each) whatever the tile, so the AVX2 and AVX-512 builds (both with FMA) compute the same numbers.
 template <typename T, int R>
 static inline void gemm_rows(const T* __restrict a, int64_t lda, const T* __restrict b, int64_t P, T* __restrict out,
                              bool accumulate) {
     using V = typename Vec<T>::type;
-    constexpr int NV = (int)(BN * sizeof(T) / 64);
-    V acc[R][NV];
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < NV; ++v) {
-            if (accumulate) std::memcpy(&acc[r][v], out + r * BN + v * (64 / sizeof(T)), 64);
-            else acc[r][v] = V{} ;
+    constexpr int VL = kVecBytes / (int)sizeof(T);  // elements per vector
+    constexpr int W = kTileCols<T>();
+    constexpr int NV = W / VL;
+    static_assert(BN % W == 0 && W % VL == 0, "the column tiles must divide the block");
+    for (int w0 = 0; w0 < BN; w0 += W) {
+        V acc[R][NV];
+        for (int r = 0; r < R; ++r)
+            for (int v = 0; v < NV; ++v) {
+                if (accumulate) std::memcpy(&acc[r][v], out + r * BN + w0 + v * VL, kVecBytes);
+                else acc[r][v] = V{};
+            }
+        for (int64_t p = 0; p < P; ++p) {
+            V bv[NV];
+            for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + p * BN + w0 + v * VL, kVecBytes);
+            for (int r = 0; r < R; ++r) {
+                const V av = a[p * lda + r] - V{};  // a broadcast (x − 0 = x for every x; 0 + x is not, for −0)
+                for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
+            }
         }
-    for (int64_t p = 0; p < P; ++p) {
-        V bv[NV];
-        for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + p * BN + v * (64 / sizeof(T)), 64);
-        for (int r = 0; r < R; ++r) {
-            const V av = V{} + a[p * lda + r];
-            for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
-        }
+        for (int r = 0; r < R; ++r)
+            for (int v = 0; v < NV; ++v) std::memcpy(out + r * BN + w0 + v * VL, &acc[r][v], kVecBytes);
     }
-    for (int r = 0; r < R; ++r)
-        for (int v = 0; v < NV; ++v) std::memcpy(out + r * BN + v * (64 / sizeof(T)), &acc[r][v], 64);
 }
 
 // Q_j(u) of a table row (sketch mode), starting the segment search at s0 (a segment at or below u's): the segment
@@ -129,14 +175,55 @@ struct Scratch {
     std::vector<T> xT, S, dT, xi;
 };
 
+// dst[c·ldd + r] = src[r·lds + c] · scale for r < rows, c < cols: the transposes between the particles' row-major
+// layout and the blocks' (coordinate or direction) x particle layout. Float with AVX2: 8 x 8 tiles transposed in
+// registers (8 loads, 24 shuffles, 8 stores for 64 values, where the element-wise loop costs a load and a scattered
+// store each: the two transposes of pass 3 were 15 % of its profile on the AVX2 build); the edges element by
+// element. Multiplying by the scale is the only arithmetic, the same in both.
+template <typename T>
+static inline void transpose_scaled(const T* __restrict src, int64_t lds, T* __restrict dst, int64_t ldd, int64_t rows,
+                                    int64_t cols, T scale) {
+    int64_t r0 = 0;
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float>) {
+        const __m256 vs = _mm256_set1_ps(scale);
+        int64_t c0 = 0;
+        for (r0 = 0; r0 + 8 <= rows; r0 += 8)
+            for (c0 = 0; c0 + 8 <= cols; c0 += 8) {
+                __m256 a[8], b[8];
+                for (int q = 0; q < 8; ++q) a[q] = _mm256_mul_ps(_mm256_loadu_ps(src + (r0 + q) * lds + c0), vs);
+                for (int q = 0; q < 8; q += 2) {
+                    b[q] = _mm256_unpacklo_ps(a[q], a[q + 1]);
+                    b[q + 1] = _mm256_unpackhi_ps(a[q], a[q + 1]);
+                }
+                for (int q = 0; q < 8; q += 4) {
+                    a[q] = _mm256_shuffle_ps(b[q], b[q + 2], 0x44);
+                    a[q + 1] = _mm256_shuffle_ps(b[q], b[q + 2], 0xEE);
+                    a[q + 2] = _mm256_shuffle_ps(b[q + 1], b[q + 3], 0x44);
+                    a[q + 3] = _mm256_shuffle_ps(b[q + 1], b[q + 3], 0xEE);
+                }
+                // a[0..3]: columns 0, 1, 2, 3 of rows 0-3 | 4-7 of rows 0-3; a[4..7] the same of rows 4-7
+                for (int q = 0; q < 4; ++q) {
+                    _mm256_storeu_ps(dst + (c0 + q) * ldd + r0, _mm256_permute2f128_ps(a[q], a[4 + q], 0x20));
+                    _mm256_storeu_ps(dst + (c0 + 4 + q) * ldd + r0, _mm256_permute2f128_ps(a[q], a[4 + q], 0x31));
+                }
+            }
+        // the edges: columns c0.. of the full row tiles, then the rows r0..
+        for (int64_t r = 0; r < r0; ++r)
+            for (int64_t c = c0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c] * scale;
+    }
+#endif
+    for (int64_t r = r0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c] * scale;
+}
+
 template <typename T>
 static inline void load_block(const Geometry<T>& g, int64_t i0, int64_t i1, Scratch<T>& s) {
     const int64_t nb = i1 - i0, d = g.d;
     if ((int64_t)s.xT.size() < d * BN) s.xT.resize((size_t)(d * BN));
     if ((int64_t)s.S.size() < g.cpad * BN) s.S.resize((size_t)(g.cpad * BN));
     T* xT = s.xT.data();
-    for (int64_t i = 0; i < nb; ++i)
-        for (int64_t c = 0; c < d; ++c) xT[c * BN + i] = g.X[(i0 + i) * d + c];
+    transpose_scaled(g.X + i0 * d, d, xT, BN, nb, d, (T)1);
     for (int64_t c = 0; c < d; ++c)
         for (int64_t i = nb; i < BN; ++i) xT[c * BN + i] = (T)0;
 }

@@ -36,6 +36,8 @@ void minmax_impl(const Geometry<T>& g, T* out_min, T* out_max, T* nx_out) {
                 for (int64_t jj = 0; jj < cj; ++jj) {
                     const T* row = s.S.data() + jj * BN;
                     T a = tmn[j0 + jj], z = tmx[j0 + jj];
+                    // min and max are exact in any order: vectorised (the projections are finite)
+#pragma omp simd reduction(min : a) reduction(max : z)
                     for (int64_t i = 0; i < nb; ++i) { a = std::min(a, row[i]); z = std::max(z, row[i]); }
                     tmn[j0 + jj] = a;
                     tmx[j0 + jj] = z;

@@ -2,8 +2,8 @@
 //
 // fill_normal_fast(out, n, seed, stream, offset, scale) returns the same numbers as common.h's fill_normal up to
 // single-precision rounding (|difference| ~ 1e-6; tested in tests/test_flow_kernel.py): the same Philox blocks
-// (computed 16 counters at a time: one 512-bit vector per word with AVX-512, else plain loops the compiler
-// vectorises), the same Box-Muller pairing
+// (computed 16 counters at a time: one 512-bit vector per word with AVX-512, two 256-bit ones with AVX2, else
+// plain loops the compiler vectorises), the same Box-Muller pairing
 // (radius from the 64-bit uniform (r0, r1), angle from r2) -> (a cos 2πt, a sin 2πt), with float-precision log /
 // sin / cos polynomials (Cephes single-precision logf, sinf, cosf) instead of double libm calls, which cannot
 // vectorise. The radius uniform u = (r0 + (r1 + 0.5)·2^-32)·2^-32 keeps 56 bits where they matter (the Gaussian
@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -32,10 +32,14 @@ static inline uint32_t float_to_bits(float f) { uint32_t b; std::memcpy(&b, &f, 
 static inline float log_pos(float u) {
     uint32_t b = float_to_bits(u);
     float e = (float)((int32_t)((b >> 23) & 0xffu) - 126);
-    float m = bits_to_float((b & 0x807fffffu) | 0x3f000000u);  // mantissa in [0.5, 1)
-    const float small = (float)(int32_t)(m < 0.707106781186547524f);  // m < sqrt(1/2): use 2m − 1, exponent − 1
-    e -= small;
-    float x = m * (1.0f + small) - 1.0f;
+    uint32_t mb = (b & 0x807fffffu) | 0x3f000000u;  // mantissa m in [0.5, 1)
+    // m < sqrt(1/2): use 2m − 1, exponent − 1. m > 0, so the comparison is one of the bits, and 2m (exact) is one
+    // more in the exponent field: integer operations only. (m · (1 + small) became a branch around the float
+    // multiply, which may trap, so GCC's if-conversion gave up and no loop over lanes vectorised without AVX-512's
+    // masked operations: the normals of an AVX2 build ran one at a time, 4x slower.)
+    const uint32_t small = (uint32_t)(mb < 0x3f3504f3u);  // 0x3f3504f3: the float nearest sqrt(1/2)
+    e -= (float)(int32_t)small;
+    float x = bits_to_float(mb + (small << 23)) - 1.0f;
     float z = x * x;
     float y = 7.0376836292E-2f;
     y = y * x - 1.1514610310E-1f;
@@ -123,6 +127,49 @@ static inline void philox_lanes(uint64_t seed, uint64_t stream, uint64_t blk0, u
     }
     _mm512_storeu_si512(c0, x0); _mm512_storeu_si512(c1, x1); _mm512_storeu_si512(c2, x2); _mm512_storeu_si512(c3, x3);
 #pragma GCC diagnostic pop
+#elif defined(__AVX2__)
+    // The same with two 256-bit vectors per word (lanes 0-7, 8-15), the even / odd products' halves put back in lane
+    // order by blends. The plain loop below, as GCC vectorises it, goes through memory every round and costs about
+    // 5x this (one core of the Xeon of the benchmarks, built with FASTDPOT_MARCH=x86-64-v3): AVX2 machines drew
+    // their smoothing noise at a fifth of the speed they can.
+    static_assert(kLanes == 16, "two 256-bit vectors of counters");
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    const __m256i base_lo = _mm256_set1_epi32((int)(uint32_t)blk0);
+    const __m256i base_hi = _mm256_set1_epi32((int)(uint32_t)(blk0 >> 32));
+    const __m256i m0 = _mm256_set1_epi32((int)Philox::M0), m1 = _mm256_set1_epi32((int)Philox::M1);
+    __m256i x0[2], x1[2], x2[2], x3[2];
+    for (int h = 0; h < 2; ++h) {
+        x0[h] = _mm256_add_epi32(base_lo, _mm256_setr_epi32(8 * h, 8 * h + 1, 8 * h + 2, 8 * h + 3, 8 * h + 4,
+                                                             8 * h + 5, 8 * h + 6, 8 * h + 7));
+        // the low counter word wrapped in this lane (x0 < base_lo unsigned): all ones, and base_hi − (−1)
+        const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(base_lo, sign), _mm256_xor_si256(x0[h], sign));
+        x1[h] = _mm256_sub_epi32(base_hi, carry);
+        x2[h] = _mm256_set1_epi32((int)(uint32_t)stream);
+        x3[h] = _mm256_set1_epi32((int)(uint32_t)(stream >> 32));
+    }
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; ++r) {
+        const __m256i vk0 = _mm256_set1_epi32((int)k0), vk1 = _mm256_set1_epi32((int)k1);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i e0 = _mm256_mul_epu32(x0[h], m0), o0 = _mm256_mul_epu32(_mm256_srli_epi64(x0[h], 32), m0);
+            const __m256i e1 = _mm256_mul_epu32(x2[h], m1), o1 = _mm256_mul_epu32(_mm256_srli_epi64(x2[h], 32), m1);
+            const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
+            const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
+            const __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
+            const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
+            x0[h] = _mm256_xor_si256(_mm256_xor_si256(hi1, x1[h]), vk0);
+            x2[h] = _mm256_xor_si256(_mm256_xor_si256(hi0, x3[h]), vk1);
+            x1[h] = lo1;
+            x3[h] = lo0;
+        }
+        k0 += Philox::W0; k1 += Philox::W1;
+    }
+    for (int h = 0; h < 2; ++h) {
+        _mm256_storeu_si256((__m256i*)(c0 + 8 * h), x0[h]);
+        _mm256_storeu_si256((__m256i*)(c1 + 8 * h), x1[h]);
+        _mm256_storeu_si256((__m256i*)(c2 + 8 * h), x2[h]);
+        _mm256_storeu_si256((__m256i*)(c3 + 8 * h), x3[h]);
+    }
 #else
     const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32);
     for (int l = 0; l < kLanes; ++l) {

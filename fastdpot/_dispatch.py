@@ -18,6 +18,11 @@ registered or not available raises :class:`~fastdpot._ext.BackendUnavailableErro
 What a backend supports is declared here and nowhere else: a class above the ops that needs a feature asks
 :func:`require` when it is built (before anything is released), with the same check and the same message as the
 call's :func:`dispatch`.
+
+Under ``torch.compile`` the problem size may be symbolic (a ``SymInt``: automatic dynamic shapes, or
+``dynamic=True``); the ``auto`` choice depends on it only through the rule's thresholds, so a compiled caller asks
+:func:`size_class` for a plain integer with the same choice, and the graph guards on the comparisons with those
+thresholds, never on the size itself.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ._ext import BackendUnavailableError
 
 __all__ = ["BACKENDS", "register", "set_auto", "describe_features", "dispatch", "require", "available_backends",
-           "registered_ops", "MissingFeatureError"]
+           "registered_ops", "MissingFeatureError", "auto_thresholds", "size_class"]
 
 BACKENDS = ("reference", "cpu", "triton", "cuda", "keops")
 
@@ -86,6 +91,36 @@ def set_auto(op: str, device_type: str, order: List[Tuple[str, int]]):
     at most the problem size is chosen; ``reference`` is the final fallback.
     """
     _TABLE.setdefault(op, _Op()).auto[device_type] = list(order)
+
+
+def auto_thresholds(op: str, device_type: str) -> Tuple[int, ...]:
+    """The problem sizes at which ``backend="auto"`` of ``op`` on ``device_type`` can change its choice: the positive
+    ``min_size`` of its rule, sorted (empty: the choice does not depend on the size). Reads only the table, so its
+    answer is a constant within a process once the ops are registered (under ``torch.compile``: a constant of the
+    graph)."""
+    entry = _TABLE.get(op)
+    rule = entry.auto.get(device_type, []) if entry is not None else []
+    return tuple(sorted({int(m) for _, m in rule if m > 0}))
+
+
+# torch.compiler.assume_constant_result(auto_thresholds), without importing Dynamo at `import fastdpot`: the marker
+# that function sets (tests/ops/test_custom_ops.py checks that it still is)
+auto_thresholds._dynamo_marked_constant = True
+
+
+def size_class(op: str, device_type: str, size) -> int:
+    """A plain integer size with the same ``backend="auto"`` choice as ``size``: the largest threshold of
+    :func:`auto_thresholds` that is at most ``size``, 0 below them all.
+
+    Symbolic-shape safe: ``size`` may be a ``torch.SymInt`` (a traced batch size under ``torch.compile``); it is only
+    compared with the thresholds, so a graph guards on those comparisons (none for a rule without thresholds), and
+    the answer can be passed to a function the compiler treats as constant (``fastdpot.ops.library.fused_backend``).
+    """
+    cls = 0
+    for threshold in auto_thresholds(op, device_type):
+        if size >= threshold:
+            cls = threshold
+    return cls
 
 
 def describe_features(op: str, texts: Dict[str, str]) -> None:

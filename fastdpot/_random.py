@@ -82,7 +82,10 @@ def random_projections(num_projections: int, dim: int, generator=None, *, orthog
     check_generator(generator)
     if device is None:
         device = generator.device if isinstance(generator, torch.Generator) else "cpu"
-    if generator is None or isinstance(generator, torch.Generator):
+    if generator is None:  # torch.randn without generator=: the overload that takes symbolic sizes (torch.compile)
+        def normal(*shape):
+            return torch.randn(*shape, dtype=torch.float64, device=device)
+    elif isinstance(generator, torch.Generator):
         def normal(*shape):
             return torch.randn(*shape, generator=generator, dtype=torch.float64, device=device)
     else:

@@ -34,6 +34,42 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: the SIMD levels :func:`cpu_simd` and the compiled kernels name (``_C_flow_histogram.simd``), narrowest first
+SIMD_LEVELS = ("none", "neon", "sse2", "sse4.2", "avx", "avx2", "avx512")
+
+
+def cpu_simd(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The widest SIMD level of this CPU among :data:`SIMD_LEVELS`, from the ``flags`` (x86) or ``Features`` (ARM) of
+    ``cpuinfo``: ``avx512`` (AVX-512 F), ``avx2`` (AVX2 and FMA), ``avx``, ``sse4.2``, ``sse2``, ``neon``
+    (ASIMD); ``none`` where none of these is listed or the file cannot be read. The C++ kernels are compiled for the
+    build machine's level (``-march=native``) unless ``FASTDPOT_MARCH`` names another."""
+    flags = set()
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags.update(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return "none"
+    for level, needs in (("avx512", {"avx512f"}), ("avx2", {"avx2", "fma"}), ("avx", {"avx"}),
+                         ("sse4.2", {"sse4_2"}), ("sse2", {"sse2"}), ("neon", {"asimd"})):
+        if needs <= flags:
+            return level
+    return "none"
+
+
+def kernel_simd(name: str = "flow_histogram"):
+    """The SIMD level the compiled extension ``fastdpot._C_<name>`` was built for (its ``simd`` attribute), or None
+    where it is missing or records none."""
+    ok, _ = cpp_status(name)
+    if not ok:
+        return None
+    from ._ext import load_cpp
+
+    return getattr(load_cpp(name), "simd", None)
+
+
 def install_location() -> str:
     """Where pip installed fastdpot, checked against the package this interpreter imports.
 
@@ -79,7 +115,8 @@ def report() -> str:
     lines = [f"fastdpot {fastdpot.__version__} ({os.path.dirname(fastdpot.__file__)})",
              f"install: {install_location()}",
              f"python {sys.version.split()[0]} on {platform.platform()}",
-             f"cpu: {cpu_model()}, {os.cpu_count()} logical cores, torch threads {torch.get_num_threads()}",
+             f"cpu: {cpu_model()}, {os.cpu_count()} logical cores, SIMD {cpu_simd()}, torch threads "
+             f"{torch.get_num_threads()}",
              f"cuda: {'available: ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'not available'}"]
     lines.append("versions:")
     for mod in ["torch", "numpy", "scipy", "triton", "pykeops", "geomloss", "ot", "dp_accounting", "opacus", "tqdm"]:
@@ -93,7 +130,9 @@ def report() -> str:
         lines.append("  (none found)")
     for name in names:
         ok, reason = cpp_status(name)
-        lines.append(f"  _C_{name:12s} {'loaded' if ok else 'MISSING: ' + str(reason)}")
+        simd = kernel_simd(name) if ok else None
+        lines.append(f"  _C_{name:12s} {'loaded' if ok else 'MISSING: ' + str(reason)}"
+                     f"{f' (built for {simd})' if simd else ''}")
     from ._cuda_prims import cuda_status
 
     ok, reason = cuda_status()

@@ -43,9 +43,8 @@ def class_conditional(x: torch.Tensor, labels: torch.Tensor, num_classes: int, s
     if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.shape[0] != x.shape[0]:
         raise ValueError(f"labels must be a 1-D tensor of length {x.shape[0]}, got "
                          f"{tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__}")
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
-        raise ValueError(f"labels must lie in [0, {num_classes}), got range [{int(labels.min())}, "
-                         f"{int(labels.max())}]")
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):  # no value echoed: the
+        raise ValueError(f"labels must lie in [0, {num_classes})")  # labels of DP-Sinkhorn's real data are private
     onehot = torch.nn.functional.one_hot(labels.long(), num_classes).to(x.dtype)
     return torch.cat([x, check_nonnegative(scale, "scale") * onehot], dim=1)
 

@@ -19,6 +19,11 @@
    :class:`fastdpot.DPSlicedWassersteinLoss` part-way through its plan.
 6. ``audit_bounds.png``: :func:`fastdpot.plot.audit`: the audit's empirical lower bounds against the claimed ε, the
    local mechanisms correct and with their clipping removed (:func:`fastdpot.audit.run_case`).
+7. ``epsilon_stages.png``: :func:`fastdpot.plot.epsilon_stages`: how a run's ε was spent, stage by stage, in a
+   :class:`fastdpot.privacy.composition.ComposedLedger` (the one-shot release's two stages; a DP-SGD representation
+   and a per-step flow, with its ε against releases), as ``epsilon.png`` of a main-job run folder.
+8. ``release_quantiles.png``: :func:`fastdpot.plot.quantiles`: a one-shot release of the digits (ε ≈ 10) against the
+   images its flows generate, as ``quantiles.png`` of a one-shot run folder.
 
 Public draws (data, initial particles and weights, latents) are seeded; every privacy draw (batches, directions,
 mechanism noise) is secret operating-system randomness, so two runs give figures that differ in their noise only.
@@ -47,9 +52,9 @@ from fastdpot.privacy import gaussian_local_mechanism  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FULL = dict(points=4000, particles=1500, flow_steps=120, frames=(0, 20, 60, 120), gen_steps=300, gen_batch=500,
-            ldp_points=3000, ldp_steps=200, audit_trials=100_000)
+            ldp_points=3000, ldp_steps=200, audit_trials=100_000, digits=None)
 QUICK = dict(points=200, particles=60, flow_steps=6, frames=(0, 2, 4, 6), gen_steps=4, gen_batch=50, ldp_points=60,
-             ldp_steps=3, audit_trials=2_000)
+             ldp_steps=3, audit_trials=2_000, digits=300)
 
 
 def _two_moons(n, g):
@@ -224,7 +229,79 @@ def audit_bounds(out, s):
     fastdpot.plot.audit(results, path=os.path.join(out, "audit_bounds.png"))
 
 
-FIGURES = (flow_strip, dpswgen_curve, ldp_half_circle, particles_vs_data, epsilon_steps, audit_bounds)
+def _save_small(fig, path):
+    """Save with a 64-colour palette (a third of the bytes of full colour for these line drawings; docs/ stays under
+    its 1 MB budget)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    buf.seek(0)
+    Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
+def _ledger(*stages):
+    """A composed ledger at (ε, δ) = (10, 1e-5) of (name, noise multiplier, releases, batch size or None for the whole
+    set) stages on n = 1438 rows (the noise multipliers: each stage calibrated to a share of ε = 10 once, by
+    ``ComposedLedger.calibrate``, and written here: calibrating a subsampled stage takes seconds)."""
+    from fastdpot.privacy.composition import ComposedLedger
+
+    led = ComposedLedger(10.0, 1e-5)
+    for name, z, releases, batch in stages:
+        led.record(name, z, releases, dataset_size=1438, **(dict(sampling="full") if batch is None else
+                                                             dict(batch_size=batch)))
+    return led
+
+
+def epsilon_stages(out, s):
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fastdpot.plot.epsilon_stages(_ledger(("means", 1.27, 1, None), ("sketch", 0.545, 1, None)), ax=axes[0],
+                                 title="one-shot release: two full-batch Gaussians (PLD)")
+    per_step = _ledger(("representation", 2.83, s["flow_steps"] // 4, 256), ("flow", 1.36, s["flow_steps"], 128))
+    fastdpot.plot.epsilon_stages(per_step, ax=axes[1], title="a DP representation, then a per-step flow (RDP)")
+    fastdpot.plot.epsilon(per_step, ax=axes[2], label="run")
+    axes[2].set_title("the same run: ε against releases, in stage order", fontsize=9, pad=18)
+    fig.tight_layout()
+    _save_small(fig, os.path.join(out, "epsilon_stages.png"))
+
+
+def release_quantiles(out, s):
+    from fastdpot.experiments.data import load_digits
+    from fastdpot.flows import ClassConditionalFlow
+    from fastdpot.flows.directions import patch_dct_blocks
+    from fastdpot.privacy.class_sketch import class_quantile_sketch
+
+    digits = load_digits("train")
+    x, y = digits.images[:s["digits"]].flatten(1).double() / 255.0, digits.labels[:s["digits"]]
+    led = _ledger(("sketch", 0.501, 1, None))  # the whole budget on the sketch, about the public grey image
+    blocks = patch_dct_blocks(28, 28, 1, ((28, 0, 0), (7, 0, 0)))  # the public fast blocks, as the main job's
+    freq = torch.cat([b.frequency for b in blocks])
+    release = class_quantile_sketch(x, y, blocks, num_classes=10, sketch_bins=4, clip_radius=7.0,
+                                    noise_multiplier=led.stages[0]["noise_multiplier"],
+                                    centers=torch.full((784,), 0.5, dtype=torch.float64))
+    flows = ClassConditionalFlow.from_release(release, s["particles"], domain=(0.0, 1.0),
+                                              generator=torch.Generator().manual_seed(13))
+    samples, labels = flows.run(steps=2 * release.num_blocks)
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6.4))
+    for r, c in enumerate((0, 7)):
+        for k, j in enumerate((0, 1, 29)):  # the image's mean, the lowest horizontal frequency, a diagonal one
+            fastdpot.plot.quantiles(release, samples, labels, class_index=c, direction=j, ax=axes[r, k],
+                                    title=f"digit {c}: direction {j} ({float(freq[j]):.3g} cycles/side)")
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    for ax in axes.flat:
+        ax.get_legend().remove()
+    fig.legend(handles, names, loc="upper center", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.955))
+    fig.suptitle(f"a one-shot release of {len(y)} digits (ε = {led.epsilon():.3g}, δ = 1e-5, 4 bins) against the "
+                 f"{s['particles']} images its flows generate", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    _save_small(fig, os.path.join(out, "release_quantiles.png"))
+
+
+FIGURES = (flow_strip, dpswgen_curve, ldp_half_circle, particles_vs_data, epsilon_steps, audit_bounds, epsilon_stages,
+           release_quantiles)
 
 
 def main(argv=None):

@@ -6,7 +6,8 @@
 # the validation split's stand-in (python -m fastdpot.experiments.mainjob.tuning --set public_size=0).
 # Evaluation: the default one (CNN accuracy, label fidelity, FID of 2 000 synthetic against 2 000 sensitive images,
 # as the 2026-11-26 report) for the first seed; seeds 2 and 3 without FID (Inception costs ~5 min per 2 000 images
-# on 2 cores). FID=... widens it (e.g. FID="--fid-samples 10000 --fid-real 10000", ~25 min per run more).
+# on 2 cores). FID=... widens it (issue 44's report: FID="--fid-samples 10000 --fid-real 10000", ~23 min per run for
+# its own 10 000 images: the real side's statistics are cached by content in the user's cache, computed once).
 # Usage: bash scripts/private_only.sh [extra arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."

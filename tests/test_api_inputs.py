@@ -399,7 +399,8 @@ def test_cli_flow_help_gives_every_option_one_help_text_and_one_default():
             continue
         assert action.help, f"{action.option_strings} has no help text"
         text = fmt._expand_help(action)
-        assert text.lower().count("default") == 1, f"{action.option_strings}: {text!r}"
+        # one "(default ...)" clause; the word may also name a value (--sketch-blocks 'default')
+        assert text.lower().count("(default") == 1, f"{action.option_strings}: {text!r}"
 
 
 def test_cli_representation_kinds_are_the_settings_kinds():
@@ -533,3 +534,64 @@ def test_dpswgen_errors_name_the_target_as_the_caller_spelled_it(spelled):
     with pytest.raises(ValueError, match=rf"^{spelled}=1000000000.0 is unreachable"):
         train_dpswgen(data, MLPGenerator(4, 2), delta=1e-5, steps=3, batch_size=10, num_projections=4,
                       progress=False, **{spelled: 1e9})
+
+
+# ------------------------------------------------------------------------------------------ issue 46: wrong names
+@pytest.mark.parametrize("k,pattern", [(0, "must be >= 1"), (-3, "must be >= 1"), (2.0, "must be an integer"),
+                                       (True, "must be an integer"),
+                                       (10 ** 9, "directions in dimension d=3 exceed the maximum")])
+def test_pot_alias_errors_name_n_projections_as_passed(k, pattern):
+    x = CPU.double()
+    with pytest.raises(ValueError, match=rf"^n_projections(=\d+)? {pattern}"):
+        F.sliced_wasserstein(x, x + 1, n_projections=k)
+    if "maximum" not in pattern:  # the module does not know d yet
+        with pytest.raises(ValueError, match=rf"^n_projections {pattern}"):
+            F.SlicedWassersteinLoss(n_projections=k)
+    with pytest.raises(ValueError, match=r"^num_projections must be >= 1"):
+        F.sliced_wasserstein(x, x + 1, num_projections=0)  # the own name still named as passed
+
+
+# ----------------------------------------------------------- issue 46: no data-dependent count in an error message
+BAD = CPU.clone()
+BAD[1, 2], BAD[4, 0], BAD[6, 1] = float("nan"), float("inf"), -float("inf")
+
+# mechanisms reading private data, each given rows with three non-finite values, in the slot named
+PRIVATE_NON_FINITE = {
+    "dp_sliced_wasserstein": (lambda: F.dp_sliced_wasserstein(CPU, private=BAD, noise_std=0.1, num_projections=4),
+                              "private"),
+    "DPSlicedWassersteinLoss": (lambda: F.DPSlicedWassersteinLoss(0.1, 4, clip_radius=1.0)(CPU, private=BAD),
+                                "private"),
+    "flow.run": (lambda: F.DPSlicedWassersteinFlow(10, 3, 4, 0.5).run(BAD, steps=1, progress=False), "private_data"),
+    "ClassConditionalFlow.run": (lambda: F.ClassConditionalFlow(10, 3, 4, 0.5, num_classes=2).run(
+        BAD, LABELS, steps=1, progress=False), "private_data"),
+    "sliced_quantile_sketch": (lambda: P.sliced_quantile_sketch(BAD.double(), _theta(dtype=torch.float64), 2, 0.1,
+                                                                clip_radius=1.0), "x_private"),
+    "laplace_local_mechanism": (lambda: P.laplace_local_mechanism(BAD, 1.0, 1.0), "x"),
+    "gaussian_local_mechanism": (lambda: P.gaussian_local_mechanism(BAD, 1.0, 1e-5, 1.0), "x"),
+    "dp_second_moment": (lambda: P.moments.dp_second_moment(BAD, 1.0), "rows"),
+    "release_class_moments": (lambda: P.moments.release_class_moments(BAD, LABELS, 2, 1.0), "rows"),
+    "release_class_means": (lambda: P.moments.release_class_means(BAD, LABELS, 2, 1.0, clip_radius=1.0), "rows"),
+    "class_quantile_sketch": (lambda: P.class_sketch.class_quantile_sketch(
+        BAD, LABELS, torch.eye(3, dtype=torch.float64), num_classes=2, sketch_bins=2, noise_multiplier=1.0,
+        clip_radius=1.0), "x_private"),
+    "semi_debiased_sinkhorn_loss": (lambda: F.semi_debiased_sinkhorn_loss(CPU, None, BAD, 0.0), "real"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PRIVATE_NON_FINITE))
+def test_non_finite_private_rows_are_refused_without_counting_them(case):
+    import fastdpot.privacy.class_sketch  # noqa: F401  (P.class_sketch, P.moments)
+    import fastdpot.privacy.moments  # noqa: F401
+
+    fn, name = PRIVATE_NON_FINITE[case]
+    with pytest.raises(ValueError) as err:
+        fn()
+    msg = str(err.value)
+    assert msg.startswith(f"{name} contains non-finite values"), msg
+    assert not any(c.isdigit() for c in msg), msg  # how many (3), or where, is a statistic of the private rows
+
+
+def test_out_of_range_private_labels_are_not_echoed():
+    with pytest.raises(ValueError) as err:
+        F.sinkhorn.class_conditional(CPU, torch.tensor([0, 1, 0, 1, 7, 0, 1, -4]), 2)
+    assert str(err.value) == "labels must lie in [0, 2)"

@@ -123,6 +123,107 @@ def test_epsilon_curve_of_a_ledger_flow_and_loss_ends_at_their_own_epsilon(tmp_p
         plot.epsilon_curve(fastdpot.DPSlicedWassersteinLoss(0.5, 4, clip_radius=1.0))
 
 
+def test_epsilon_curve_of_a_composed_ledger_ends_at_its_epsilon():
+    from fastdpot.privacy.composition import ComposedLedger
+
+    def ledger(*stages):
+        led = ComposedLedger(8.0, 1e-5)
+        for name, z, n, b in stages:
+            led.record(name, z, n, **(dict(sampling="full") if b is None else dict(batch_size=b)), dataset_size=1000)
+        return led
+
+    rep, flow = ("representation", 2.0, 5, 100), ("flow", 3.0, 20, 50)
+    led = ledger(rep, flow)  # subsampled stages: RDP
+    t, eps, spent = plot.epsilon_curve(led, points=30)
+    assert spent == 25 and list(t) == list(range(1, 26)) and np.all(np.diff(eps) > 0)
+    assert eps[-1] == pytest.approx(led.epsilon(), rel=1e-9)
+    assert eps[4] == pytest.approx(ledger(rep).epsilon(), rel=1e-9)  # after the representation's 5 releases
+    full = ledger(("means", 9.0, 1, None), ("sketch", 3.0, 1, None))  # full-batch Gaussians: PLD, exact
+    t, eps, _ = plot.epsilon_curve(full)
+    assert full.accountant_used == "pld" and list(t) == [1, 2]
+    assert eps[0] == pytest.approx(ledger(("means", 9.0, 1, None)).epsilon(), rel=1e-6)
+    assert eps[1] == pytest.approx(full.epsilon(), rel=1e-6)
+    with pytest.raises(ValueError, match="non-private"):
+        plot.epsilon_curve(ComposedLedger(float("inf"), 1e-5))
+
+
+def test_epsilon_stages_draws_each_stages_composed_epsilon(tmp_path):
+    from fastdpot.privacy.composition import ComposedLedger
+
+    led = ComposedLedger(8.0, 1e-5)
+    led.record("representation", 2.0, 5, dataset_size=1000, batch_size=100)
+    led.record("flow", 3.0, 40, dataset_size=1000, batch_size=50)
+    path = str(tmp_path / "stages.png")
+    ax = plot.epsilon_stages(led, path=path)
+    _picture_ok(path)
+    grey, blue = ax.patches[:2], ax.patches[2:4]  # the ε before each stage, and what the stage added
+    tops, spent = [b.get_y() + b.get_height() for b in blue], led.epsilon_by_stage()
+    np.testing.assert_allclose(tops, spent, rtol=1e-12)
+    np.testing.assert_allclose([g.get_height() for g in grey], [0.0, spent[0]], rtol=1e-12)
+    assert ax.get_ylabel() == "composed ε at δ = 1e-05"
+    assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["representation", "flow"]
+    assert any(line.get_label() == "target ε = 8" for line in ax.lines)
+    ax = plot.epsilon_stages([("a", 1.0), ("b", 2.5)], delta=1e-6)  # a caller's own composition
+    assert ax.get_ylabel() == "composed ε at δ = 1e-06"
+    matplotlib.pyplot.close("all")
+    for bad, kw, match in (([("a", 1.0)], {}, "delta"), ([], dict(delta=1e-5), "non-empty"),
+                           ([("a", 2.0), ("b", 1.0)], dict(delta=1e-5), "cannot decrease"),
+                           ([("a", float("inf"))], dict(delta=1e-5), "finite"),
+                           (ComposedLedger(float("inf"), 1e-5), {}, "non-private"),
+                           (ComposedLedger(1.0, 1e-5), {}, "no stage")):
+        with pytest.raises(ValueError, match=match):
+            plot.epsilon_stages(bad, **kw)
+
+
+def _one_shot(C=2, n=400, seed=0):
+    from fastdpot.flows import ClassConditionalFlow
+    from fastdpot.flows.directions import patch_dct_blocks
+    from fastdpot.privacy.class_sketch import class_quantile_sketch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 64, generator=g, dtype=torch.float64) ** 2
+    y = torch.arange(n) % C
+    blocks = patch_dct_blocks(8, 8, 1, ((8, 0, 0), (4, 0, 0)))  # fast blocks, as the one-shot method's
+    release = class_quantile_sketch(x, y, blocks, num_classes=C, sketch_bins=4, noise_multiplier=1.0,
+                                    clip_radius=4.0, centers=torch.full((64,), 0.5, dtype=torch.float64),
+                                    generator=g, secure_mode=False)
+    flows = ClassConditionalFlow.from_release(release, 120, domain=(0.0, 1.0), generator=g)
+    return release, *flows.run(steps=4)
+
+
+def test_quantiles_of_a_release_against_the_generated_particles(tmp_path):
+    release, samples, labels = _one_shot()
+    path = str(tmp_path / "q.png")
+    ax = plot.quantiles(release, samples, labels, class_index=1, direction=66, path=path)  # block 1, row 2
+    _picture_ok(path)
+    lines = {line.get_label(): line for line in ax.lines}
+    mine = samples[labels == 1].double()
+    proj = np.sort(((mine - release.centers[1]) @ release.projections[66]).numpy())  # the dense reference
+    empirical = next(v for k, v in lines.items() if k.startswith("generated (") and k.endswith("empirical"))
+    np.testing.assert_allclose(empirical.get_ydata(), proj, rtol=1e-10, atol=1e-12)  # the particles' own
+    table, grid = release.quantile_tables()[1]
+    released = lines["released (post-processed)"]
+    np.testing.assert_allclose(released.get_xdata(), grid.numpy())
+    np.testing.assert_allclose(released.get_ydata(), table[66].numpy(), rtol=1e-12)
+    L = int(release.bins[66])
+    means = [c for c in ax.containers if hasattr(c, "lines")][0].lines[0]  # the error bars' markers
+    np.testing.assert_allclose(means.get_ydata(), release.bin_means()[1, 66, :L].numpy(), rtol=1e-12)
+    matplotlib.pyplot.close("all")
+    for kw, err, match in ((dict(class_index=2), ValueError, "class_index"),
+                           (dict(direction=release.projections.shape[0]), ValueError, "direction"),
+                           (dict(shrink="no"), ValueError, "shrink")):
+        with pytest.raises(err, match=match):
+            plot.quantiles(release, samples, labels, **kw)
+    with pytest.raises(ValueError, match="columns"):
+        plot.quantiles(release, samples[:, :10], labels)
+    with pytest.raises(ValueError, match="one entry per particle"):
+        plot.quantiles(release, samples, labels[:-1])
+    with pytest.raises(ValueError, match="no particle of class 1"):
+        plot.quantiles(release, samples[labels == 0], labels[labels == 0], class_index=1)
+    with pytest.raises(TypeError, match="ClassSketchRelease"):
+        plot.quantiles(object(), samples, labels)
+
+
 def test_audit_picture_and_the_cli_writes_it(tmp_path, capsys):
     from fastdpot.audit import run_case
     from fastdpot.audit.__main__ import main as audit_main
@@ -146,6 +247,68 @@ def test_audit_picture_and_the_cli_writes_it(tmp_path, capsys):
                           timeout=600)
     assert proc.returncode == 0 and "wrote audit.png" in proc.stdout, proc.stderr[-2000:]
     _picture_ok(str(tmp_path / "audit.png"))
+
+
+def test_arguments_that_would_draw_nothing_are_refused():
+    # issue 46: max_points=0 drew two empty clouds and points=1 was read as 2; both are refused, naming the argument
+    parts = torch.randn(20, 2)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_points"):
+            plot.particles(parts, max_points=bad)
+    acc = PrivacyAccountant("rdp")
+    acc.step(1.1, 0.01, num_steps=5)
+    for bad in (1, 0, 2.5):
+        with pytest.raises(ValueError, match="points"):
+            plot.epsilon_curve(acc, 1e-5, points=bad)
+        with pytest.raises(ValueError, match="points"):
+            plot.epsilon(acc, 1e-5, points=bad)
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError, match="steps"):
+            plot.epsilon_curve(acc, 1e-5, steps=bad)
+    t, _, _ = plot.epsilon_curve(acc, 1e-5, points=2)
+    assert list(t) == [1, 5]
+
+
+def _integer_ticks(ax):
+    lo, hi = ax.get_xlim()
+    ticks = [float(v) for v in ax.get_xticks() if lo <= v <= hi]
+    return len(ticks) >= 2 and all(v == round(v) for v in ticks)  # tick positions are exact small integers
+
+
+def test_epsilon_picture_names_delta_and_counts_releases_in_whole_steps():
+    # issue 46: the y axis named no δ ("at the source's δ") and a short plan had ticks at 1.25, 1.5, ... releases
+    acc = PrivacyAccountant("rdp")
+    acc.step(1.1, 0.01, num_steps=3)
+    ax = plot.epsilon(acc, 1e-5)
+    assert ax.get_ylabel() == "ε at δ = 1e-05" and _integer_ticks(ax)
+    matplotlib.pyplot.close(ax.figure)
+    ledger = PrivacyLedger(2e-5, 4, noise_multiplier=1.3)
+    ledger.bind(0.1, "poisson")
+    ledger.record(2)
+    ax = plot.epsilon(ledger)  # δ from the source itself
+    assert ax.get_ylabel() == "ε at δ = 2e-05" and _integer_ticks(ax)
+    plot.epsilon(acc, 1e-5, ax=ax, label="acc")  # two δ on one axes: the legend names each curve's δ
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert "δ" in ax.get_ylabel() and any(lab.endswith("δ = 2e-05") for lab in labels)
+    assert any(lab.startswith("acc") and lab.endswith("δ = 1e-05") for lab in labels)
+    matplotlib.pyplot.close(ax.figure)
+
+
+def test_audit_legend_covers_no_bar():
+    # issue 46: the legend sat in the upper right of the axes, over the tallest bars
+    from types import SimpleNamespace
+
+    items = {f"case {i}": SimpleNamespace(epsilon_lower=lower, epsilon=1.0, violated=lower > 1.0, confidence=0.95)
+             for i, lower in enumerate((0.5, 0.9, 3.0, 3.1))}
+    ax = plot.audit(items)
+    fig = ax.figure
+    fig.tight_layout()
+    fig.canvas.draw()
+    legend, frame = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.y0 >= frame.y1 - 1  # above the axes, not over them
+    title = ax.title.get_window_extent()
+    assert title.y0 >= legend.y1 - 1  # and under the title, not over it
+    matplotlib.pyplot.close(fig)
 
 
 def test_the_gallerys_quick_mode_draws_every_picture(tmp_path):

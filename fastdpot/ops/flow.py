@@ -33,6 +33,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 
 from . import cpu_histogram as _hist
+from .._blocks import coordinate_major, is_block
 from .._dispatch import describe_features, dispatch, register, set_auto
 from .._ext import cpp_status, load_cpp
 from .._validate import check_int, check_nonnegative, check_positive, check_tensor
@@ -47,8 +48,11 @@ __all__ = ["flow_step", "Shard", "QUANTILE_MODES", "step_draws", "step_needs"]
 QUANTILE_MODES = _ref.QUANTILE_MODES
 
 # the op's optional features (a row declares those it implements; a call needs those of step_needs)
-_FEATURES = ("shard", "sketch:grid", "sketch:histogram")
+_FEATURES = ("shard", "sketch:grid", "sketch:histogram", "block")
 describe_features("flow_step", {
+    "block": "takes no direction block (fastdpot.flows.directions.PatchDCTBlock, RandomHadamardBlock, DenseBlock): "
+             "the fast blocks run on CPU (backend 'cpu', or 'reference' through the materialised directions); pass "
+             "block.matrix() as projections on a GPU",
     "shard": "takes no shard (a step on one process's rows of particles sharded over processes)",
     "sketch:grid": "takes no quantile-table target (release='sketch', or a sharded flow's release) with "
                    "quantiles='grid'; it takes one with quantiles='exact'",
@@ -57,7 +61,7 @@ describe_features("flow_step", {
 })
 
 
-def step_needs(*, quantiles: str = "exact", table: bool = False, shard: bool = False,
+def step_needs(*, quantiles: str = "exact", table: bool = False, shard: bool = False, block: bool = False,
                **step_keywords) -> Tuple[str, ...]:
     """The optional features of op ``flow_step`` that a step needs (what :func:`fastdpot._dispatch.dispatch` and
     :func:`fastdpot._dispatch.require` match against each row's ``features``): ``"shard"`` for a sharded step, and
@@ -67,6 +71,7 @@ def step_needs(*, quantiles: str = "exact", table: bool = False, shard: bool = F
         quantiles: one of :data:`QUANTILE_MODES`.
         table: the target is a quantile table (``sketch=(table, levels)``), not private rows.
         shard: the step runs on one process's rows of sharded particles (a :class:`Shard`).
+        block: the directions are a :class:`fastdpot.flows.directions.DirectionBlock` (feature ``"block"``).
         **step_keywords: the step's other keywords (a flow passes its ``config.step_kwargs()``); none of today's
             needs a feature.
 
@@ -75,6 +80,8 @@ def step_needs(*, quantiles: str = "exact", table: bool = False, shard: bool = F
     needs = ("shard",) if shard else ()
     if table and quantiles != "exact":
         needs += (f"sketch:{quantiles}",)
+    if block:
+        needs += ("block",)
     return needs
 
 
@@ -139,8 +146,11 @@ def step_draws(n: int, d: int, k: int, m: int, *, noise_std: float, diffusion: f
 # ------------------------------------------------------------------------------------------------------------
 @register("flow_step", "reference", features=_FEATURES)
 def _flow_step_reference(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
-                         num_quantiles, histogram_bins, return_noise, sketch=None, shard=None):
-    """Reference backend: :func:`step_draws`, then :func:`fastdpot.reference.flow.flow_step`."""
+                         num_quantiles, histogram_bins, return_noise, sketch=None, shard=None, domain=None):
+    """Reference backend: :func:`step_draws`, then :func:`fastdpot.reference.flow.flow_step` (a block's directions
+    materialised), then the domain clamp."""
+    if is_block(projections):
+        projections = projections.matrix(particles.dtype, particles.device)
     n, d = particles.shape
     k, m = projections.shape[0], 0 if private is None else private.shape[0]
     nx, ny, br = step_draws(n, d, k, m, noise_std=noise_std, diffusion=diffusion, seed=seed,
@@ -151,7 +161,12 @@ def _flow_step_reference(particles, private, projections, *, noise_std, step_siz
                                 quantiles=quantiles, num_quantiles=num_quantiles, histogram_bins=histogram_bins,
                                 sketch=sketch, shard=shard)
     noise = dict(particles=nx, private=ny, brownian=br) if return_noise else None
-    return new, drift, noise
+    return _clamp(new, domain), drift, noise
+
+
+def _clamp(x: torch.Tensor, domain) -> torch.Tensor:
+    """x clamped in place to the validated ``domain`` (lo (d,), hi (d,)) coordinate-wise; x when None."""
+    return x if domain is None else torch.max(torch.min(x, domain[1], out=x), domain[0], out=x)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -185,7 +200,8 @@ def _sharded_histogram_cpu(x, th, sketch, *, noise_std, step_size, diffusion, se
 
 @register("flow_step", "cpu", available=_cpu_available, features=_FEATURES)
 def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
-                   num_quantiles, histogram_bins, return_noise, sketch=None, shard=None):
+                   num_quantiles, histogram_bins, return_noise, sketch=None, shard=None, domain=None,
+                   return_drift=True):
     """Fused C++/OpenMP step: Philox noise of ``csrc/common.h`` (streams of the module docstring; vectorised
     single-precision Box-Muller of ``csrc/flow_normal.h``, equal to the reference's float64 draws to ~2e-6),
     radix sort per direction, rank -> target quantile by index interpolation (sketch mode: level -> the table's
@@ -193,11 +209,47 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, dif
     d >= 256 with no diffusion: projection and drift by torch.matmul around the C++ transport, :func:`_sketch_step_gemm`).
     Histogram mode:
     the sort-free kernel (:mod:`fastdpot.ops.cpu_histogram`). Sharded: histogram steps run the kernel's passes around
-    the shard's all-reduces; exact and grid steps need every projection and run the reference's code."""
+    the shard's all-reduces; exact and grid steps need every projection and run the reference's code.
+    A fast direction block (patch DCT, randomised Hadamard) with a sketch target in exact mode and no smoothing noise:
+    the fused block step of ``csrc/flow_block.cpp`` (transform, radix ranks, table lookup, inverse transform, step,
+    clamp); any other block is materialised first. Every step then takes the domain clamp."""
     if particles.device.type != "cpu":
         raise ValueError(f"backend 'cpu' needs CPU tensors, got particles on {particles.device}")
     if particles.dtype not in (torch.float32, torch.float64):
         raise ValueError(f"backend 'cpu' supports float32/float64 particles, got {particles.dtype}")
+    kw = dict(noise_std=noise_std, step_size=step_size, diffusion=diffusion, seed=seed)
+    if is_block(projections):
+        if sketch is not None and quantiles == "exact" and noise_std == 0 and not return_noise and shard is None \
+                and projections.spec() is not None and cpp_status("flow_block")[0]:
+            return _block_sketch_step(particles, projections, sketch, step_size, diffusion, seed, domain,
+                                      return_drift)
+        projections = projections.matrix(particles.dtype)
+    new, drift, noise = _flow_step_cpu_dense(particles, private, projections, quantiles=quantiles,
+                                             num_quantiles=num_quantiles, histogram_bins=histogram_bins,
+                                             return_noise=return_noise, sketch=sketch, shard=shard, **kw)
+    return _clamp(new, domain), drift, noise
+
+
+def _block_sketch_step(particles, block, sketch, step_size, diffusion, seed, domain, return_drift=True):
+    """The fused sketch-target exact step on a fast block (``fastdpot._C_flow_block.sketch_step``); without
+    ``return_drift`` no drift is written (its memory is not taken)."""
+    cm = coordinate_major(particles)  # particles kept transposed (a flow's layout): no tile is transposed
+    x = particles.detach().t() if cm else particles.detach().contiguous()
+    new = torch.empty_like(x)
+    drift = torch.empty_like(x) if return_drift else None
+    tb = sketch[0].detach().to("cpu", torch.float64).contiguous().numpy()
+    lv = sketch[1].detach().to("cpu", torch.float64).contiguous().numpy()
+    lo, hi = (None, None) if domain is None else (domain[0].contiguous().numpy(), domain[1].contiguous().numpy())
+    load_cpp("flow_block").sketch_step(block.spec(), x.numpy(), tb, lv, float(step_size), float(diffusion), int(seed),
+                                       lo, hi, new.numpy(), None if drift is None else drift.numpy(), cm)
+    if cm:
+        return new.t(), None if drift is None else drift.t(), None
+    return new, drift, None
+
+
+def _flow_step_cpu_dense(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
+                         num_quantiles, histogram_bins, return_noise, sketch=None, shard=None):
+    """The cpu row on a (k, d) direction matrix (above)."""
     kw = dict(noise_std=noise_std, step_size=step_size, diffusion=diffusion, seed=seed)
     if shard is not None:
         if quantiles != "histogram" or private is not None or return_noise:
@@ -277,7 +329,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
               noise_std: float, step_size: float, diffusion: float = 0.0, seed: int = 0, quantiles: str = "exact",
               num_quantiles: Optional[int] = None, histogram_bins: Optional[int] = None, return_noise: bool = False,
               backend: str = "auto", sketch: Optional[Sequence[torch.Tensor]] = None,
-              shard: Optional[Shard] = None):
+              shard: Optional[Shard] = None, domain=None, return_drift: bool = True):
     """One flow step through the dispatch table (low level; :class:`fastdpot.flows.DPSlicedWassersteinFlow` is the
     private API, and calls this).
 
@@ -291,8 +343,14 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     ``(levels[l], table[j, l])``, the end segments extended, u clamped to [0, 1], constant when L = 1.
     ``noise_std`` is then only the particles' smoothing noise (no private draw happens).
 
+    Direction blocks: ``projections`` may be a :class:`fastdpot.flows.directions.DirectionBlock` (k = its size) in
+    place of the (k, d) matrix: the same step on its directions. On CPU, a fast block (patch DCT, randomised
+    Hadamard) with a sketch target in exact mode and ``noise_std=0`` runs the fused block kernel (Θx and Θᵀy by the
+    block's own transform: O(N·d) memory, no Θ); other modes and the reference materialise Θ; the GPU rows take no
+    block yet (BackendUnavailableError).
+
     Args:
-        particles, private, projections: see Shape; ``projections`` rows must be unit vectors.
+        particles, private, projections: see Shape; ``projections`` rows must be unit vectors (or a block).
         noise_std: σ >= 0, the noise standard deviation on every projected value (particles and private rows).
         step_size: h > 0. diffusion: λ >= 0, the Brownian term ``sqrt(2λh)·ξ``.
         seed: integer in [0, 2**63) keying every draw of the step (all 64 bits of the Philox key are used), or a
@@ -306,6 +364,10 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         shard: None (one process), or this process's :class:`Shard`: ``particles`` are then rows
             ``[shard.offset, shard.offset + n)`` of ``shard.num_particles``; every process calls this with its rows
             and the same target, projections and seed.
+        domain: None, or ``(lo, hi)``: after the step every coordinate c is clamped to [lo_c, hi_c] (each a number or
+            a (d,) tensor, finite, lo <= hi): the projection onto a box, e.g. the data's public range.
+        return_drift: False returns None in place of the drift (the fused block step then never forms it: a flow
+            that keeps only the particles saves one (N, d) tensor).
 
     Shape:
         particles (N, d) (n, d sharded); private (M, d) or None; projections (k, d); sketch: table (k, L), levels
@@ -328,9 +390,12 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
         (DPSWflow-r's step; the ``"grid"`` mode is the authors' procedure).
     """
-    from .._validate import check_seed, check_unit_rows
+    from .._validate import check_bool, check_box, check_seed, check_unit_rows
 
     if torch.compiler.is_compiling():
+        if is_block(projections) or domain is not None:
+            raise ValueError("flow_step: direction blocks and domain are not supported under torch.compile; call the "
+                             "step outside the compiled function")
         return _compiled_step(particles, private, projections, noise_std, step_size, diffusion, seed, quantiles,
                               num_quantiles, histogram_bins, return_noise, backend, sketch, shard)
     if isinstance(seed, torch.Tensor):
@@ -339,7 +404,9 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         seed = int(seed.reshape(()).item())
 
     check_tensor(particles, "particles", 2)
-    check_tensor(projections, "projections", 2)
+    block = is_block(projections)
+    if not block:
+        check_tensor(projections, "projections", 2)
     if (private is None) == (sketch is None):
         raise ValueError("give exactly one target: private rows (private=...) or a quantile table "
                          "(private=None, sketch=(table, levels))")
@@ -354,6 +421,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     if projections.shape[1] != particles.shape[1]:
         raise ValueError(f"particles and projections must share d, got {particles.shape[1]}, "
                          f"{projections.shape[1]}")
+    domain = check_box(domain, particles)
     num_quantiles, histogram_bins = _ref.check_quantile_sizes(quantiles, num_quantiles, histogram_bins)
     if shard is not None:
         if not isinstance(shard, Shard):
@@ -361,17 +429,26 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         shard.check(particles.shape[0], quantiles)
     elif particles.shape[0] < 2:
         raise ValueError(f"particles must have at least 2 rows (N >= 2), got N={particles.shape[0]}")
-    check_unit_rows(projections, "projections")
+    if not block:
+        check_unit_rows(projections, "projections")
     seed = check_seed(seed, "seed")
     check_nonnegative(noise_std, "noise_std")
     check_positive(step_size, "step_size")
     check_nonnegative(diffusion, "diffusion")
-    needs = step_needs(quantiles=quantiles, table=sketch is not None, shard=shard is not None)
-    _, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0],
-                     needs=needs)
-    return fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
-              diffusion=float(diffusion), seed=int(seed), quantiles=quantiles, num_quantiles=num_quantiles,
-              histogram_bins=histogram_bins, return_noise=return_noise, sketch=sketch, shard=shard)
+    check_bool(return_drift, "return_drift")
+    needs = step_needs(quantiles=quantiles, table=sketch is not None, shard=shard is not None, block=block)
+    row, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0],
+                       needs=needs)
+    extra = {}
+    if row in ("reference", "cpu"):  # the rows of this module clamp to the domain themselves
+        extra = dict(domain=domain) if domain is not None else {}
+        if row == "cpu" and not return_drift:
+            extra["return_drift"] = False
+    new, drift, noise = fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
+                           diffusion=float(diffusion), seed=int(seed), quantiles=quantiles,
+                           num_quantiles=num_quantiles, histogram_bins=histogram_bins, return_noise=return_noise,
+                           sketch=sketch, shard=shard, **extra)
+    return (new if "domain" in extra else _clamp(new, domain)), (drift if return_drift else None), noise
 
 
 def _compiled_step(particles, private, projections, noise_std, step_size, diffusion, seed, quantiles, num_quantiles,

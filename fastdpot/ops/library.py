@@ -59,7 +59,9 @@ def fused_backend(device_type: str, backend: str = "auto", size: int = 0) -> str
     """The fused backend op ``"sliced_wasserstein"`` runs for ``backend`` on ``device_type`` ("cpu", "cuda") at
     problem size N + M = ``size``, or ``""`` when the call runs the ``reference`` backend (asked for, or the
     ``auto`` choice where no fused backend is built). Under ``torch.compile`` it is read while tracing and its answer
-    is a constant of the graph (what is built does not change within a process).
+    is a constant of the graph (what is built does not change within a process), so ``size`` must be a plain
+    integer: a traced caller, whose N + M may be symbolic (a ``SymInt``: dynamic shapes), passes
+    :func:`fastdpot._dispatch.size_class` of it, a size with the same ``auto`` choice.
 
     Raises:
         ValueError: unknown backend name.

@@ -288,8 +288,8 @@ def check_values(x: torch.Tensor, y: torch.Tensor, projections: Optional[torch.T
     kernel, so a compiled call checks them too, when it runs.
 
     Raises:
-        ValueError: a non-finite value (the message names the tensor and counts them), rows that are not unit
-            vectors or not orthonormal blocks.
+        ValueError: a non-finite value (the message names the tensor, not how many: it may be private), rows that
+            are not unit vectors or not orthonormal blocks.
     """
     check_finite_tensor(x, names[0])
     check_finite_tensor(y, names[1])

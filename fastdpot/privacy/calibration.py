@@ -6,8 +6,19 @@ releases reports at most the target. Re-exported by :mod:`fastdpot.privacy.accou
 
 Bounded by construction: a target outside the reachable range (the ε of :data:`Z_MAX` and :data:`Z_MIN`) is refused
 after at most three accountant evaluations, naming that range; a reachable one is found with a bounded number of
-evaluations (each one RDP or PLD computation of dp-accounting: 0.04 s for Poisson, 0.2 s for sampling without
-replacement on one core), and a search that lasts over a second shows a progress line (:mod:`fastdpot._progress`).
+evaluations, and a search that lasts over a second shows a progress line (:mod:`fastdpot._progress`).
+
+What an evaluation costs: one RDP evaluation of dp-accounting over the 161 default orders takes 0.04 s for Poisson
+sampling and 0.2 s (quiet Intel core) to 0.7 s (2-core AMD EPYC) for sampling without replacement, almost all of it
+in the per-order RDP (an integer order α costs O(α²) there, up to α = 256). So the RDP search runs on
+:data:`_SEARCH_ORDERS`, 27 of the default orders up to 32 (about 1/25 of the cost), and every default order is
+computed once, at the search's result z (:func:`_rdp_calibrate`): where no other order meets the target there, z is
+the accountant's smallest z too; where some do, those predicted to meet it at the smallest z join the search, which
+runs again (then once more on every order, the search of earlier versions, if that is not enough). ε is the minimum
+over the orders of each order's own ε, and an order's RDP is the same number whatever the others, so a z found on a
+subset of the orders meets the target for the accountant's orders too: privacy never rests on the subset, only the
+search's speed does. The one full evaluation is of one release's RDP vector at z, which an accountant of the
+calibrated releases reuses (:func:`fastdpot.privacy.events._event_rdp`, cached).
 """
 from __future__ import annotations
 
@@ -17,7 +28,7 @@ from typing import Callable, Dict, Optional
 from .._validate import (check_bool, check_choice, check_delta, check_epsilon, check_int, check_nonnegative,
                          check_positive)
 from .events import (ACCOUNTANTS, ADD_REMOVE, PLD_MAX_EPSILON, PLD_MAX_STEPS, PLD_MIN_NOISE_MULTIPLIER, _calibration,
-                     _default_orders, _Event, _make_event, _relation, _relation_of, check_discretization,
+                     _default_orders, _Event, _event_rdp, _make_event, _relation, _relation_of, check_discretization,
                      dp_accounting, dp_pld, dp_rdp, pld_min_noise_multiplier, quiet_dp_accounting)
 
 __all__ = ["calibrate_noise_multiplier", "calibration_tolerance", "Z_MIN", "Z_MAX"]
@@ -32,6 +43,15 @@ _DOUBLING_END = 64.0
 _REL_TOL = 1e-5
 #: The progress line appears when a calibration runs longer than this (seconds).
 _PROGRESS_DELAY_S = 1.0
+#: The RDP orders the search evaluates (module docstring): the three lowest (where ε drops to 0, the KL bound), then
+#: spaced about 10 % to 25 % apart up to 32, where the optimal order of targets from about 1 to 10 lies at the usual
+#: T (ε = 5 over 10^12 steps: 6; ε = 1 over 1000 steps at q = 0.01: 17; ε = 0.1 there: above 100). The others join
+#: the search only where they meet the target at its result.
+_SEARCH_ORDERS = (1.01, 1.02, 1.05, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
+                  12, 14, 16, 20, 24, 28, 32)
+#: Of the default orders that meet the target at the search's result, this many (those predicted to meet it at the
+#: smallest z) join the search with their neighbours in the default orders, before it runs again.
+_JOINING_ORDERS = 3
 
 
 def calibration_tolerance(z: float, tol: float = 1e-3) -> float:
@@ -123,6 +143,116 @@ def _large_z_search(ev: Callable[[float], float], eps: float, lo: float, hi: flo
     return hi
 
 
+def _rdp_calibrate(eps, delta, steps, proto, rel, event_of, tol, bar) -> float:
+    """The RDP calibration: :func:`_rdp_search` on :data:`_SEARCH_ORDERS`, then every default order at its result z
+    (and, where some meet the target there, at z less the tolerance); where some still meet it, the
+    :data:`_JOINING_ORDERS` predicted to meet it at the smallest z join the search with their neighbours, and it runs
+    again, and once more on every order if that is not enough (module docstring). Its refusals are made on every
+    order."""
+    orders = _default_orders()
+    relation = _relation_of(proto) or ADD_REMOVE
+
+    def evaluations(subset):
+        return _Evaluations(lambda: dp_rdp.RdpAccountant(orders=list(subset), neighboring_relation=rel), event_of,
+                            delta, bar)
+
+    def meeting(z, candidates):
+        """``{order: (T·RDP, ε)}`` of the ``candidates`` that meet the target at z: one release's RDP vector over
+        them (over every order: the vector an accountant of these releases computes, and finds cached) times T."""
+        one = _Event(float(z), proto.sample_rate, proto.sampling, proto.dataset_size, proto.batch_size)
+        bar.update(1)
+        rdp = steps * _event_rdp(one, relation, tuple(candidates))
+        return {a: (r, e) for a, r in zip(candidates, rdp) if (e := _order_epsilon(a, r, delta)) <= eps}
+
+    full = evaluations(orders)
+    search = tuple(o for o in orders if o in _SEARCH_ORDERS)
+    for _ in range(2):
+        z = _rdp_search(evaluations(search), full, eps, delta, steps, tol, rel)
+        found = {a: v for a, v in meeting(z, orders).items() if a not in search}
+        predicted = {a: _predicted_z(a, *found[a], z, eps, delta) for a in found}
+        below = z - calibration_tolerance(z, tol)
+        if found and min(predicted.values()) >= below > 0:  # they may meet it within the tolerance only: ask them
+            found = meeting(below, found)  # there (orders in (1, 2) share their RDP without replacement, e.g.)
+            predicted = {a: _predicted_z(a, *found[a], below, eps, delta) for a in found}
+        if not found:  # no other order meets the target below z (each order's ε falls with z): z is the smallest
+            return z
+        first = sorted(found, key=predicted.get)[:_JOINING_ORDERS]
+        near = {orders[j] for a in first for j in range(orders.index(a) - 1, orders.index(a) + 2)
+                if 0 <= j < len(orders)}
+        search = tuple(o for o in orders if o in near or o in search)
+    return _rdp_search(full, full, eps, delta, steps, tol, rel)
+
+
+def _order_epsilon(order: float, rdp: float, delta: float) -> float:
+    """ε of one RDP order at δ: dp-accounting's conversion (what its accountant minimises over the orders)."""
+    return float(dp_rdp.compute_epsilon([order], [rdp], delta)[0])
+
+
+def _predicted_z(order: float, rdp: float, epsilon: float, at: float, eps: float, delta: float) -> float:
+    """Where ``order`` would meet the target ``eps``, predicted from its T·RDP ``rdp`` (and ε ``epsilon`` <= ``eps``)
+    at z = ``at`` with RDP ∝ 1/z² (the Gaussian's, the large-z behaviour of the subsampled ones): bisection on log z,
+    arithmetic only. Ranks the orders that join the search; nothing is released at a predicted z."""
+    if not rdp > 0:  # ε = 0 at every z (dp-accounting reads a negative RDP, rounding's, as ε = 0, and warns)
+        return Z_MIN
+    lo, hi = math.log(Z_MIN), math.log(at)
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if _order_epsilon(order, rdp * (at / math.exp(mid)) ** 2, delta) <= eps else (mid, hi)
+    return math.exp(hi)
+
+
+def _rdp_search(rdp: _Evaluations, full: _Evaluations, eps: float, delta: float, steps: int, tol: float,
+                rel) -> float:
+    """The smallest z (to :func:`calibration_tolerance`) whose ε on ``rdp``'s orders meets the target: doubling from
+    1 and Brent's method up to z = 64, :func:`_large_z_search` above. ε on a subset of the orders is at least the
+    accountant's (``full``: every default order), so a z found meets the target for the accountant too; a
+    refusal, and the reachable range it names, are decided on ``full``: a target that ``rdp``'s orders cannot reach
+    below :data:`Z_MAX` but the accountant's can returns :data:`Z_MAX` (the caller's check of every order widens
+    the search).
+    """
+    where = f"at delta={delta!r} over {steps} steps"
+
+    def reachable():
+        """The reachable range, for the refusals (two more evaluations at most: known values are reused)."""
+        return (f"the reachable targets for these settings are {full(Z_MAX):.4g} <= target_epsilon < "
+                f"{full(Z_MIN):.4g} (noise multipliers {Z_MIN} to {Z_MAX:g})")
+
+    # bracket: [2^(k-1), 2^k] with ε(2^(k-1)) > target >= ε(2^k), z = 1 and below as [Z_MIN, 1] (Z_MIN is
+    # asked only when z = 1 meets the target); up to z = 64 Brent then runs on the bracket of doubling from 1
+    lo, hi = Z_MIN, 1.0
+    if rdp(hi) <= eps and rdp(lo) <= eps:  # on a subset of the orders: then on all of them too
+        raise ValueError(f"target_epsilon={eps!r} is unreachable by the calibration: even the smallest noise "
+                         f"multiplier it searches, z = {Z_MIN}, spends only ε = {full(lo):.4g} <= target {where}, so "
+                         f"the target buys essentially no privacy; {reachable()}: use a smaller target_epsilon or "
+                         f"pass a noise multiplier directly")
+    if rdp(hi) > eps:  # z > 1: the power of 2 that brackets it, guessed from ε ∝ 1/z (an overestimate at small z)
+        hi = 2.0 ** min(max(math.ceil(math.log2(rdp(1.0) / eps)), 1), round(math.log2(_DOUBLING_END)))
+        while rdp(hi) > eps and hi < _DOUBLING_END:
+            hi *= 2.0
+        while rdp(hi) <= eps and hi > 2.0 and rdp(hi / 2.0) <= eps:
+            hi /= 2.0
+        lo = hi / 2.0  # ε(lo) > target >= ε(hi): the bracket of doubling from 1, with fewer evaluations
+    if rdp(hi) > eps:  # z > 64: is the target reachable at all, then a search on log z
+        if rdp(Z_MAX) > eps:
+            if full(Z_MAX) > eps:
+                raise ValueError(f"target_epsilon={eps!r} is unreachable: no noise multiplier <= {Z_MAX:g} reaches "
+                                 f"it {where} (ε shrinks with the noise but not below {full(Z_MAX):.4g} at z = "
+                                 f"{Z_MAX:g}); {reachable()}: use a larger target_epsilon or fewer steps")
+            return Z_MAX  # reachable on other orders only
+        low_orders = [_default_orders()[0], 2.0]  # where dp-accounting's RDP is smallest at large z (order 2:
+        # the fractional orders' series stop at a floor there)
+
+        def zero_at(z):  # ε = 0 from the low orders alone: where the jump to ε = 0 happens
+            acc = dp_rdp.RdpAccountant(orders=low_orders, neighboring_relation=rel)
+            return acc.compose(rdp.event_of(z)).get_epsilon(delta) == 0
+
+        return _large_z_search(rdp, eps, hi, Z_MAX, tol, zero_at)
+    z = _brent(rdp, eps, delta, lo, hi, tol / 4)
+    if rdp(z) > eps:  # Brent returns a value within tol; make it feasible
+        z += tol / 4
+    return z
+
+
 def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, steps: int,
                                sampling: str = "poisson", accountant: Optional[str] = None,
                                dataset_size: Optional[int] = None, batch_size: Optional[int] = None,
@@ -134,8 +264,9 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
     The returned z always satisfies the target: ``get_epsilon(delta) <= target_epsilon`` for an accountant that
     records ``step(z, sample_rate, steps, sampling, ...)`` with the same ``accountant`` method (and, for PLD, the
     same ``value_discretization_interval``). Up to z = 64 the search is dp-accounting's ``calibrate_dp_mechanism``
-    (Brent's method on z, bracketed by doubling from 1); above, regula falsi on log z up to :data:`Z_MAX`. For PLD
-    the bracket is first narrowed with the faster RDP calibration (RDP needs at least as much noise as PLD).
+    (Brent's method on z, bracketed by doubling from 1); above, Brent's method on log z up to :data:`Z_MAX`; the RDP
+    search runs on a subset of the orders first (module docstring). For PLD the bracket is first narrowed with the
+    faster RDP calibration (RDP needs at least as much noise as PLD).
 
     Args:
         target_epsilon: ε > 0.
@@ -151,9 +282,10 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float, sample_rate:
             :mod:`fastdpot._progress`), from ``progress_delay`` seconds on (default 1: a calibration that answers
             within a second shows nothing; the flows pass 0 when their run shows progress).
 
-    Cost: every evaluation is one dp-accounting RDP (PLD) computation of the event (about 0.04 s for Poisson and
-    0.2 s for sampling without replacement on one core); a target outside the reachable range is refused after at
-    most three, a reachable one takes about 10 (at most 60 for the large-z search).
+    Cost (module docstring): about 10 RDP evaluations over 27 search orders (each about 1/25 of one over the 161
+    default orders: 0.04 s for Poisson, 0.2 s to 0.7 s for sampling without replacement, on one core) and one over
+    every order, or twice that where the optimal order is not among the search's (e.g. 17 at ε = 1, T = 1000,
+    q = 0.01); a target outside the reachable range is refused after at most three evaluations over every order.
 
     PLD is searched only within its range (:meth:`PrivacyAccountant.pld_in_range`): a target whose RDP-calibrated
     z is below :data:`PLD_MIN_NOISE_MULTIPLIER` (0.1; ε of several hundred and more for typical q and T), above
@@ -205,47 +337,7 @@ def _calibrate(eps, delta, steps, proto, rel, accountant, accountant_arg, tol, v
         e = _Event(float(z), proto.sample_rate, proto.sampling, proto.dataset_size, proto.batch_size)
         return dp_accounting.SelfComposedDpEvent(e.dp_event(), steps)
 
-    rdp = _Evaluations(lambda: dp_rdp.RdpAccountant(orders=list(_default_orders()), neighboring_relation=rel),
-                       event_of, delta, bar)
-    where = f"at delta={delta!r} over {steps} steps"
-
-    def reachable():
-        """The reachable range, for the refusals (two more evaluations at most: known values are reused)."""
-        return (f"the reachable targets for these settings are {rdp(Z_MAX):.4g} <= target_epsilon < {rdp(Z_MIN):.4g} "
-                f"(noise multipliers {Z_MIN} to {Z_MAX:g})")
-
-    # bracket for RDP: [2^(k-1), 2^k] with ε(2^(k-1)) > target >= ε(2^k), z = 1 and below as [Z_MIN, 1] (Z_MIN is
-    # asked only when z = 1 meets the target); up to z = 64 Brent then runs on the bracket of doubling from 1
-    lo, hi = Z_MIN, 1.0
-    if rdp(hi) <= eps and rdp(lo) <= eps:
-        raise ValueError(f"target_epsilon={eps!r} is unreachable by the calibration: even the smallest noise "
-                         f"multiplier it searches, z = {Z_MIN}, spends only ε = {rdp(lo):.4g} <= target {where}, so "
-                         f"the target buys essentially no privacy; {reachable()}: use a smaller target_epsilon or "
-                         f"pass a noise multiplier directly")
-    if rdp(hi) > eps:  # z > 1: the power of 2 that brackets it, guessed from ε ∝ 1/z (an overestimate at small z)
-        hi = 2.0 ** min(max(math.ceil(math.log2(rdp(1.0) / eps)), 1), round(math.log2(_DOUBLING_END)))
-        while rdp(hi) > eps and hi < _DOUBLING_END:
-            hi *= 2.0
-        while rdp(hi) <= eps and hi > 2.0 and rdp(hi / 2.0) <= eps:
-            hi /= 2.0
-        lo = hi / 2.0  # ε(lo) > target >= ε(hi): the bracket of doubling from 1, with fewer evaluations
-    if rdp(hi) > eps:  # z > 64: is the target reachable at all, then a search on log z
-        if rdp(Z_MAX) > eps:
-            raise ValueError(f"target_epsilon={eps!r} is unreachable: no noise multiplier <= {Z_MAX:g} reaches it "
-                             f"{where} (ε shrinks with the noise but not below {rdp(Z_MAX):.4g} at z = {Z_MAX:g}); "
-                             f"{reachable()}: use a larger target_epsilon or fewer steps")
-        low_orders = [_default_orders()[0], 2.0]  # where dp-accounting's RDP is smallest at large z (order 2:
-        # the fractional orders' series stop at a floor there)
-
-        def zero_at(z):  # ε = 0 from the low orders alone: where the jump to ε = 0 happens
-            acc = dp_rdp.RdpAccountant(orders=low_orders, neighboring_relation=rel)
-            return acc.compose(event_of(z)).get_epsilon(delta) == 0
-
-        z = _large_z_search(rdp, eps, hi, Z_MAX, tol, zero_at)
-    else:
-        z = _brent(rdp, eps, delta, lo, hi, tol / 4)
-        if rdp(z) > eps:  # Brent returns a value within tol; make it feasible
-            z += tol / 4
+    z = _rdp_calibrate(eps, delta, steps, proto, rel, event_of, tol, bar)
     if accountant == "rdp":
         return float(z)
     z_rdp, z_min = float(z), pld_min_noise_multiplier(vdi)

@@ -186,6 +186,28 @@ class ComposedLedger:
                 return
         self._stages.append(dict(stage=stage, noise_multiplier=z, event=event, releases=num_steps))
 
+    def epsilon_by_stage(self, delta: Optional[float] = None) -> List[float]:
+        """How the run's ε was spent: for each stage of :attr:`stages` (in the order first recorded), the composed ε
+        at δ (default: the run's δ) of that stage and every stage before it, in the accountant of the whole run
+        (:attr:`accountant_used`); the last is :meth:`epsilon`. The differences are each stage's increment of the
+        composed ε, not its ε alone (ε does not add up under composition).
+
+        Returns:
+            one float per stage, non-decreasing ([] before any release; inf each for a non-private run).
+        """
+        if not self.private:
+            return [float("inf")] * len(self._stages)
+        delta = self.delta if delta is None else check_delta(delta)
+        full = self.accountant_used == "pld"
+        acc, out = PrivacyAccountant("pld" if full else "rdp"), []
+        for s in self._stages[:-1]:
+            if full:
+                acc.step(s["noise_multiplier"], sample_rate=1.0, num_steps=s["releases"])
+            else:
+                acc.step(s["noise_multiplier"], num_steps=s["releases"], **s["event"])
+            out.append(float(acc.get_epsilon(delta)))
+        return out + [self.epsilon(delta)] if self._stages else []
+
     def state_dict(self) -> Dict[str, Any]:
         """The run's ε, δ, stages and accountant (plain Python types)."""
         return dict(epsilon=self.target_epsilon, delta=self.delta, stages=self.stages,

@@ -20,9 +20,10 @@ from typing import Dict, Optional
 
 import torch
 
-from .._validate import check_delta, check_epsilon, check_int, check_nonnegative, check_positive, check_tensor
+from .._validate import (COMPUTE_DTYPES, check_bool, check_delta, check_epsilon, check_int, check_memory,
+                         check_nonnegative, check_positive, check_tensor)
 from .mechanisms import clip_rows, gaussian_mechanism_sigma, normalize_rows
-from .randomness import privacy_randomness
+from .randomness import PrivacyRandomness, privacy_randomness
 
 __all__ = ["domain_labels", "moments_sensitivity", "label_private_moments_sensitivity", "dp_second_moment",
            "dp_class_gaussians", "release_class_moments", "release_class_means", "class_gaussians"]
@@ -44,6 +45,39 @@ def domain_labels(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
                          f"shape {tuple(getattr(labels, 'shape', ()))}")
     y = labels.long()
     return torch.where((y >= 0) & (y < C), y, torch.zeros_like(y))
+
+
+def check_noise_scale(v, name: str = "noise_scale") -> float:
+    """A factor s >= 1 on a mechanism's σ. s < 1 would give less noise than the noise multiplier (or the (ε, δ)) the
+    release is accounted for, so the stated or accounted ε would not hold; a stand-in run on a smaller public set
+    (n rows for n_real) passes its own noise multiplier z·n/n_real instead.
+
+    Raises:
+        ValueError: s not a finite real >= 1.
+    """
+    s = check_positive(v, name)
+    if not s >= 1.0:
+        raise ValueError(f"{name} must be >= 1, got {v!r}: less noise than the noise multiplier (or ε) the release is "
+                         f"accounted for would break its stated guarantee; a stand-in on n public rows for n_real "
+                         f"private ones passes its noise multiplier z·n/n_real instead")
+    return s
+
+
+def _check_private_rows(rows, name: str = "rows") -> int:
+    """(n, d) float32 / float64 finite private rows, n >= 1; returns n (messages name nothing computed from them)."""
+    check_tensor(rows, name, 2, dtypes=COMPUTE_DTYPES)
+    if rows.shape[0] == 0:
+        raise ValueError(f"{name} is empty")
+    return int(rows.shape[0])
+
+
+def _noise_source(secure_mode, generator):
+    """The noise's source, with the rule of :func:`fastdpot.privacy.class_sketch.class_quantile_sketch`: a
+    replayable ``generator`` only with ``secure_mode=False``, and a generator given in secure mode is refused (it
+    would be silently unused), as is one that is not a ``torch.Generator``."""
+    if isinstance(generator, PrivacyRandomness):
+        return generator
+    return privacy_randomness(secure_mode, generator)
 
 
 def moments_sensitivity(clip_radius: float = 1.0) -> float:
@@ -198,9 +232,9 @@ def dp_class_gaussians(latents: torch.Tensor, labels: torch.Tensor, epsilon: flo
         composition); Balle & Wang, "Improving the Gaussian mechanism for differential privacy", ICML 2018
         (analytic σ).
     """
-    check_tensor(latents, "latents", 2)
-    if latents.shape[0] == 0:
-        raise ValueError("latents is empty")
+    _check_private_rows(latents, "latents")
+    check_bool(normalize, "normalize")
+    check_bool(return_noise, "return_noise")
     if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64 or labels.shape != latents.shape[:1]:
         raise ValueError(f"labels must be an int64 tensor of shape ({latents.shape[0]},)")
     eps = check_epsilon(epsilon, "epsilon", allow_inf=True)
@@ -222,8 +256,7 @@ def dp_class_gaussians(latents: torch.Tensor, labels: torch.Tensor, epsilon: flo
     d = latents.shape[1]
     sums, second = _class_sums(_bounded_rows(latents, labels, clip_radius, normalize, centers), labels, C)
     delta_f = moments_sensitivity(clip_radius)
-    if not check_positive(noise_scale, "noise_scale") >= 1.0:
-        raise ValueError(f"noise_scale must be >= 1 (less noise than (ε, δ) needs), got {noise_scale!r}")
+    check_noise_scale(noise_scale)
     sigma = 0.0 if math.isinf(eps) else gaussian_mechanism_sigma(eps, delta, delta_f) * noise_scale
     nv = rng.normal((C, d)) * sigma
     nw = rng.normal((C, d, d)) * sigma
@@ -250,36 +283,39 @@ def release_class_moments(rows: torch.Tensor, labels: torch.Tensor, num_classes:
         rows: (n, d) private rows. labels: (n,) integer private labels. num_classes: C (public).
         noise_multiplier: z >= 0 (0: the exact statistics, not private).
         clip_radius: r > 0. generator, secure_mode: as :func:`dp_class_gaussians`.
-        noise_scale: multiplies σ (default 1). A stand-in run on a smaller public set passes n / n_real so its
-            noise relative to its sums is that of the real run (the stand-in's accounting is the real run's).
+        noise_scale: s >= 1 multiplies σ (default 1): the release is then at least as private as z states. s < 1
+            is refused (:func:`check_noise_scale`): a stand-in run on a smaller public set (n rows for n_real) passes
+            its own noise multiplier z·n/n_real, so that its noise relative to its sums is the real run's.
 
     Returns:
         dict with noisy ``counts`` (C,), ``sums`` (C, d), ``second`` (C, d, d) (float64), ``noise_std`` σ and
         ``sensitivity`` Δ.
 
     Raises:
-        ValueError: bad rows or labels shape, z < 0, r <= 0, noise_scale <= 0.
+        ValueError: bad rows (not (n, d), float16 / bfloat16, non-finite: the message never counts them) or labels
+            shape, z < 0, r <= 0, noise_scale < 1, a generator in secure mode or not a ``torch.Generator``, C classes
+            whose statistics would not fit in memory — all before anything is drawn.
 
     References:
         Dwork & Roth, "The algorithmic foundations of differential privacy", 2014 (Gaussian mechanism).
     """
-    check_tensor(rows, "rows", 2)
-    n, d = rows.shape
-    if n == 0:
-        raise ValueError("rows is empty")
+    n, d = _check_private_rows(rows), rows.shape[1]
     y = domain_labels(labels, num_classes)
     if y.shape[0] != n:
         raise ValueError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
     C = int(num_classes)
     z = check_nonnegative(noise_multiplier, "noise_multiplier")
     r = check_positive(clip_radius, "clip_radius")
+    scale = check_noise_scale(noise_scale)
+    rng = _noise_source(secure_mode, generator)
+    # the statistics, their noise, the noisy sum and its copies out: 4 (C, 1 + d + d²) float64
+    check_memory(32 * C * (1 + d + d * d), "num_classes", C, "cpu", f"the moments of {C} classes in dimension {d}")
     x = clip_rows(rows.double(), r)
     stats = torch.zeros(C, 1 + d + d * d, dtype=torch.float64)
     stats.index_add_(0, y, torch.cat([torch.ones(n, 1, dtype=torch.float64), x,
                                       (x[:, :, None] * x[:, None, :]).reshape(n, -1)], dim=1))
     sens = label_private_moments_sensitivity(r)
-    sigma = z * sens * check_positive(noise_scale, "noise_scale")
-    rng = privacy_randomness(secure_mode, generator if not secure_mode else None)
+    sigma = z * sens * scale
     noisy = stats + rng.normal(stats.shape) * sigma
     q = noisy[:, 1 + d:].view(C, d, d)
     return dict(counts=noisy[:, 0].clone(), sums=noisy[:, 1:1 + d].clone(), second=q.clone(), noise_std=sigma,
@@ -307,12 +343,11 @@ def release_class_means(rows: torch.Tensor, labels: torch.Tensor, num_classes: i
         dict with ``means`` (C, d) float64, noisy ``counts`` (C,), ``noise_std`` σ, ``sensitivity`` Δ.
 
     Raises:
-        ValueError: bad rows or labels shape, z < 0, r <= 0, w <= 0, a centre of the wrong shape.
+        ValueError: bad rows (as :func:`release_class_moments`) or labels shape, z < 0, r <= 0, w <= 0,
+            noise_scale < 1, a centre of the wrong shape, a bad generator, C classes whose means would not fit in
+            memory — all before anything is drawn.
     """
-    check_tensor(rows, "rows", 2)
-    n, d = rows.shape
-    if n == 0:
-        raise ValueError("rows is empty")
+    n, d = _check_private_rows(rows), rows.shape[1]
     y = domain_labels(labels, num_classes)
     if y.shape[0] != n:
         raise ValueError(f"labels must have shape ({n},), got {tuple(labels.shape)}")
@@ -320,15 +355,20 @@ def release_class_means(rows: torch.Tensor, labels: torch.Tensor, num_classes: i
     z = check_nonnegative(noise_multiplier, "noise_multiplier")
     r = check_positive(clip_radius, "clip_radius")
     w = check_positive(count_weight, "count_weight")
+    scale = check_noise_scale(noise_scale)
+    if center is not None:
+        check_tensor(center, "center")
     c0 = torch.zeros(d, dtype=torch.float64) if center is None else center.detach().to(torch.float64).flatten()
     if c0.shape != (d,):
         raise ValueError(f"center must have shape ({d},), got {tuple(center.shape)}")
+    rng = _noise_source(secure_mode, generator)
+    # the sums, their noise, the noisy sums and the means: 4 (C, d) float64
+    check_memory(32 * C * (d + 1), "num_classes", C, "cpu", f"the means of {C} classes in dimension {d}")
     x = clip_rows(rows.detach().to(torch.float64) - c0, r)
     sums = torch.zeros(C, d, dtype=torch.float64).index_add_(0, y, x)
     counts = torch.bincount(y, minlength=C)[:C].double()
     sens = max(math.sqrt(2.0 * (w * w + r * r)), 2.0 * r)
-    sigma = z * sens * check_positive(noise_scale, "noise_scale")
-    rng = privacy_randomness(secure_mode, generator if not secure_mode else None)
+    sigma = z * sens * scale
     noisy_sums = sums + rng.normal((C, d)) * sigma
     noisy_counts = counts + rng.normal((C,)) * sigma / w
     return dict(means=c0 + noisy_sums / noisy_counts.clamp_min(1.0)[:, None], counts=noisy_counts, noise_std=sigma,

@@ -24,6 +24,7 @@ from typing import Optional
 
 import torch
 
+from .. import _dispatch
 from ..ops import library as _lib
 from ..ops import sliced_wasserstein as _op
 
@@ -41,8 +42,8 @@ def supported(x, y, backend: str, *, projections=None, eager_only: bool = False)
         return ""
     if backend not in ("auto",) + _lib.FUSED:
         return ""
-    sizes = (x.shape[0], y.shape[0])
-    size = sum(sizes) if all(isinstance(s, int) for s in sizes) else 0  # a dynamic size: the rules at size 0
+    # N + M may be symbolic (dynamic shapes): the constant fused_backend gets a plain size with the same choice
+    size = _dispatch.size_class(_op.OP, x.device.type, x.shape[0] + y.shape[0])
     try:
         return _lib.fused_backend(x.device.type, backend, size)
     except (ValueError, RuntimeError):  # unknown or unavailable backend: the eager call raises it

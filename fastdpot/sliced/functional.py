@@ -11,8 +11,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .._validate import (check_bool, check_choice, check_generator, check_int, check_nonnegative, check_positive,
-                         check_tensor, resolve_alias)
+from .._validate import (check_bool, check_choice, check_generator, check_int, check_nonnegative,
+                         check_num_projections, check_positive, check_tensor, resolve_alias)
 from ..ops import sliced_wasserstein as _op
 from ..ops.sliced_wasserstein import _DTYPES
 from ..reference import sliced as _ref
@@ -97,6 +97,9 @@ def sliced_wasserstein(x, y, a=None, b=None, num_projections: Optional[int] = No
         Transport", JMLR 2021 (``ot.sliced_wasserstein_distance``, which returns the p-th root).
     """
     num_projections = resolve_alias(num_projections, n_projections, "num_projections", "n_projections")
+    if n_projections is not None:  # POT's name: its errors name it as passed (the checks below say num_projections)
+        dim = None if torch.compiler.is_compiling() or getattr(x, "ndim", None) != 2 else int(x.shape[1])
+        check_num_projections(n_projections, dim, "n_projections")
     generator = resolve_alias(generator, _seed_generator(seed), "generator", "seed")
     check_generator(generator, allow_privacy=False)
     check_bool(log, "log")

@@ -138,9 +138,10 @@ class SlicedWassersteinLoss(nn.Module):
                  generator: Optional[torch.Generator] = None, backend: str = "auto", *,
                  n_projections: Optional[int] = None, seed=None):
         super().__init__()
+        k_name = "num_projections" if n_projections is None else "n_projections"  # errors name what was passed
         num_projections = resolve_alias(num_projections, n_projections, "num_projections", "n_projections")
         self.num_projections = check_num_projections(
-            DEFAULT_NUM_PROJECTIONS if num_projections is None else num_projections, None)
+            DEFAULT_NUM_PROJECTIONS if num_projections is None else num_projections, None, k_name)
         self.p = check_choice(p, "p", (1, 2))
         self.generator = check_generator(resolve_alias(generator, _seed_generator(seed), "generator", "seed"),
                                          allow_privacy=False)

@@ -66,7 +66,7 @@ def test_cnn_learns_a_separable_task_and_checks_inputs():
 
 
 def test_cnn_augmentation_shifts_and_mirrors_each_image_and_still_learns():
-    from fastdpot.experiments.metrics import _shift_flip
+    from fastdpot.experiments.classifiers import _shift_flip
 
     x = torch.rand(64, 2, 6, 5, generator=torch.Generator().manual_seed(3)) * 2 - 1
     out = _shift_flip(x, torch.Generator().manual_seed(4), max_shift=2, fill=-1.0)
@@ -93,7 +93,7 @@ def test_cnn_augmentation_shifts_and_mirrors_each_image_and_still_learns():
 
 
 def test_dropout_cnn_shape_learns_and_checks_inputs():
-    from fastdpot.experiments.metrics import _cnn
+    from fastdpot.experiments.classifiers import _cnn
 
     # DPImageBench's F-MNIST shape: 28 px -> 26 -> 13 -> 11 -> 5 -> 3 (128·3·3 = 1152 features); 32 px -> 2048
     for side, feats in ((28, 1152), (32, 2048), (18, 128)):

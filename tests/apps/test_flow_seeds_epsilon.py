@@ -57,6 +57,18 @@ def _run(monkeypatch, tmp_path, **settings):
     return m, json.loads((run / "metrics.json").read_text()), (run / "privacy.md").read_text()
 
 
+def _spent(tmp_path, m):
+    """The run folder's picture of how ε was spent (issue 46: run folders held samples.png only), and its numbers:
+    one stage per seed, the last the run's ε."""
+    from ..test_plot import _picture_ok
+
+    _picture_ok(str(tmp_path / "run" / "epsilon.png"))
+    stages = m["epsilon_stages"]
+    assert stages[-1]["epsilon"] == pytest.approx(m["epsilon_spent"], rel=1e-12)
+    assert all(b["epsilon"] >= a["epsilon"] for a, b in zip(stages, stages[1:]))
+    return [s["epsilon"] for s in stages], [s["stage"] for s in stages]
+
+
 def _rdp_epsilon(n, b, z, steps, delta):
     """dp-accounting directly: RDP of `steps` sampled-without-replacement Gaussian releases, replace-one."""
     acc = rdp.RdpAccountant(orders=list(PrivacyAccountant().orders),
@@ -77,6 +89,10 @@ def test_label_private_flow_seeds_share_the_budget(monkeypatch, tmp_path, seeds)
     assert 9.9 < m["epsilon_spent"] <= 10.0 + 1e-9
     assert m["delta"] == 1e-5 and not m["epsilon_spent_is_bound"]  # orthogonal directions: no tail
     assert len(m["seeds"]) == seeds
+    values, names = _spent(tmp_path, m)  # seed i: the RDP composition of the first i seeds' steps
+    for i, v in enumerate(values):
+        assert v == pytest.approx(_rdp_epsilon(n, b, z, (i + 1) * T, 1e-5), rel=1e-9)
+        assert names[i].startswith(f"flow, {T} steps × z = ") and (seeds == 1 or names[i].endswith(f"seed {i + 1}"))
     if seeds == 1:
         assert m["epsilon_spent"] == m["epsilon_per_seed"] and "Seeds: the ε" not in text
     else:
@@ -92,6 +108,7 @@ def test_each_seed_at_epsilon_is_explicit_and_states_the_composition(monkeypatch
     assert m["epsilon_spent"] == pytest.approx(_rdp_epsilon(n, b, z, 2 * T, 1e-5), rel=1e-9)
     assert m["epsilon_spent"] > 10.5
     assert "--each-seed-at-epsilon" in text and "more than the ε asked for" in text
+    assert _spent(tmp_path, m)[0][0] == pytest.approx(m["epsilon_per_seed"], rel=1e-12)
 
 
 def test_uniform_directions_charge_every_seeds_tails_within_the_budget(monkeypatch, tmp_path):
@@ -99,6 +116,7 @@ def test_uniform_directions_charge_every_seeds_tails_within_the_budget(monkeypat
     # each seed at (ε/2, δ/2), its flow's δ/2 = δ_acc + T·δ_tail: the two compose (RDP over 2·T steps at δ_acc, plus
     # 2·T tails; or basic composition, whichever is smaller) within (ε, δ)
     assert m["delta"] <= 1e-5 * (1 + 1e-12) and m["epsilon_spent"] <= 10.0 + 1e-9
+    assert len(_spent(tmp_path, m)[0]) == 2
 
 
 def test_per_class_flows_publish_a_bound_within_the_budget(monkeypatch, tmp_path):
@@ -106,6 +124,8 @@ def test_per_class_flows_publish_a_bound_within_the_budget(monkeypatch, tmp_path
     assert m["epsilon_spent"] == 10.0 and m["delta"] == 1e-5 and m["epsilon_spent_is_bound"]
     assert m["epsilon_per_seed"] == 5.0 and "basic composition" in m["epsilon_composition"]
     assert "(10.0000, 1e-05) (an upper bound)" in text
+    values, names = _spent(tmp_path, m)  # the bound, seed by seed: no per-class value (it would read n_c)
+    assert values == pytest.approx([5.0, 10.0]) and names == [f"per-class flows, seed {i}, ε ≤ 5 each" for i in (1, 2)]
 
 
 def test_gaussian_baseline_seeds_compose_exactly_to_the_budget(monkeypatch, tmp_path):
@@ -121,6 +141,17 @@ def test_gaussian_baseline_seeds_compose_exactly_to_the_budget(monkeypatch, tmp_
     assert eps(3) == pytest.approx(10.0, abs=0.02)  # three seeds at σ·√3: one release at the analytic σ
     assert m["epsilon_spent"] == pytest.approx(eps(3), rel=1e-9)
     assert m["epsilon_per_seed"] < 10.0 and "Seeds: the ε of everything this run releases" in text
+    values, _ = _spent(tmp_path, m)  # the first i seeds: one Gaussian of noise σ/√i
+    assert values == pytest.approx([eps(1), eps(2), eps(3)], rel=1e-9)
+
+
+@pytest.mark.parametrize("settings", [dict(method="public", labels="public"), dict(epsilon=math.inf)])
+def test_a_run_that_spends_no_epsilon_says_so_in_its_picture(monkeypatch, tmp_path, settings):
+    _run(monkeypatch, tmp_path, **settings)
+    from ..test_plot import _picture_ok
+
+    _picture_ok(str(tmp_path / "run" / "epsilon.png"), min_bytes=2_000)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["epsilon_stages"] == []
 
 
 def test_privacy_md_names_the_settings_chosen_on_private_data(monkeypatch, tmp_path):

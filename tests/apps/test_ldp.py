@@ -56,7 +56,7 @@ def test_bad_input():
     ((torch.nn.Linear(2, 2), torch.randn(10, 2), 1.0), {}, ValueError, "latent_dim"),
     ((MLPGenerator2D(), torch.randn(10, 3), 1.0), {}, ValueError, r"rows of shape \(2, 3\), got \(2, 2\)"),
     ((MLPGenerator2D(), torch.randn(10), 1.0), {}, ValueError, "data must have 2 dimensions"),
-    ((MLPGenerator2D(), torch.full((10, 2), float("nan")), 1.0), {}, ValueError, "data contains 20 non-finite"),
+    ((MLPGenerator2D(), torch.full((10, 2), float("nan")), 1.0), {}, ValueError, "data contains non-finite"),
     ((MLPGenerator2D(), torch.randn(10, 2), 1.0), dict(backend="dense"), ValueError, "backend"),
     ((MLPGenerator2D(), torch.randn(10, 2), 1.0), dict(scaling=1.0), ValueError, "scaling"),
     ((MLPGenerator2D(), torch.randn(10, 2), 1.0), dict(lr=0.0), ValueError, "lr"),
@@ -94,9 +94,9 @@ def test_train_generator_replays_from_the_seed_and_the_initial_weights():
 
 def test_wasserstein2_refuses_bad_input():
     x = torch.randn(5, 2)
-    with pytest.raises(ValueError, match="x contains 1 non-finite"):
+    with pytest.raises(ValueError, match="x contains non-finite"):
         wasserstein2(torch.tensor([[0.0, float("nan")]]), x)
-    with pytest.raises(ValueError, match="y contains 1 non-finite"):
+    with pytest.raises(ValueError, match="y contains non-finite"):
         wasserstein2(x, torch.tensor([[float("inf"), 0.0]]))
     with pytest.raises(ValueError, match="x must not be empty"):
         wasserstein2(torch.zeros(0, 2), x)

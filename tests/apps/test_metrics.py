@@ -80,19 +80,66 @@ def test_fid_cache_is_keyed_by_the_real_pixels(tmp_path, imgs, monkeypatch):
         return images.flatten(1).double().numpy()[:, :64]
 
     monkeypatch.setattr(M, "inception_features", fake_features)
-    cache = str(tmp_path / "real.npz")
+    cache = str(tmp_path / "stats")
     real, gen = imgs["a"], imgs["b"]
-    v1 = M.fid(gen, real, cache=cache)
+    v1 = M.fid(gen, real, cache_dir=cache)
     assert calls == [4, 4]
-    _, _, hit = M.real_statistics(real, cache=cache)
+    _, _, hit = M.real_statistics(real, cache_dir=cache)
     assert hit and calls == [4, 4]
-    v2 = M.fid(gen, real, cache=cache)
+    v2 = M.fid(gen, real, cache_dir=cache)
     assert v2 == pytest.approx(v1, rel=1e-12) and calls == [4, 4, 4]  # only the generated images recomputed
-    _, _, hit = M.real_statistics(imgs["noise"], cache=cache)  # other pixels: recomputed, not reused
+    assert M.fid(gen, real) == pytest.approx(v2, rel=1e-9) and calls == [4, 4, 4, 4, 4]  # a hit = a fresh FID
+    calls[:] = [4, 4, 4]
+    _, _, hit = M.real_statistics(imgs["noise"], cache_dir=cache)  # other pixels: recomputed, not reused
     assert not hit and calls == [4, 4, 4, 4]
+    # one file per real set, named by its content: the first set is still cached after the second
+    assert sorted(p.name for p in (tmp_path / "stats").glob("*.npz")) == sorted(
+        M.real_statistics_key(x) + ".npz" for x in (real, imgs["noise"]))
+    assert M.real_statistics(real, cache_dir=cache)[2] and calls == [4, 4, 4, 4]
     mu, sig = M.feature_statistics(fake_features(gen))
     mu_r, sig_r = M.feature_statistics(fake_features(real))
     assert v1 == pytest.approx(M.frechet_distance(mu_r, sig_r, mu, sig), rel=1e-9)
+
+
+def test_fid_cache_key_is_the_content_the_network_sees_and_a_hit_equals_a_fresh_fid(tmp_path, imgs):
+    # the real network on 4 + 4 images (one batch shape throughout): the cache is a folder keyed by content
+    # (statistics compared, not FIDs: an FID takes the square root of a 2048 x 2048 matrix, ~20 s of CPU; the FID
+    # of a hit against a fresh one: the slow test below, and with a cheap feature map above)
+    cache = tmp_path / "stats"
+    real = imgs["a"]
+    mu0, sig0, hit = M.real_statistics(real, batch_size=4, cache_dir=str(cache))  # computed and stored
+    assert not hit
+    mu1, sig1, hit = M.real_statistics(real, batch_size=4, cache_dir=str(cache))  # read back
+    assert hit
+    mu2, sig2 = M.feature_statistics(M.inception_features(real, batch_size=4))   # fresh, no cache
+    # the same float32 network on the same pixels: equal up to its own rounding across calls
+    for a, b in ((mu1, mu2), (sig1, sig2), (mu0, mu1), (sig0, sig1)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * np.abs(b).max())
+    # the key is the 8-bit pixels the resampler quantises to: a change below half a level is the same content, one
+    # level in one pixel is another real set (a miss, never a stale hit)
+    key = M.real_statistics_key(real)
+    assert M.real_statistics_key(real + 0.4 / 255 * (real < 0.5)) == key
+    changed = real.clone()
+    level = float(torch.round(changed[0, 0, 14, 14] * 255))
+    changed[0, 0, 14, 14] = (level + (1 if level < 128 else -1)) / 255
+    assert M.real_statistics_key(changed) != key
+    assert M.real_statistics_key(real[[1, 0, 2, 3]]) != key and M.real_statistics_key(real[:3]) != key
+    assert not M.real_statistics(changed, batch_size=4, cache_dir=str(cache))[2]
+    # the folder says what it holds, readable by its owner only (the statistics of sensitive images)
+    notice = (cache / "README.txt").read_text()
+    assert "sensitive-derived" in notice and "never publish" in notice
+    assert oct(cache.stat().st_mode & 0o777) == oct(0o700)
+    assert all(oct(p.stat().st_mode & 0o777) == oct(0o600) for p in cache.glob("*.npz"))
+
+
+@pytest.mark.slow
+def test_a_cached_fid_equals_a_fresh_one_with_the_real_network(tmp_path, imgs):
+    # two FIDs of 4 against 4 images: each about 20 s of CPU in the 2048 x 2048 matrix square root
+    real, gen = imgs["a"], imgs["b"]
+    M.real_statistics(real, batch_size=4, cache_dir=str(tmp_path))
+    hit = M.fid(gen, real, batch_size=4, cache_dir=str(tmp_path))
+    fresh = M.fid(gen, real, batch_size=4)
+    assert hit == pytest.approx(fresh, rel=1e-5, abs=1e-5)
 
 
 def test_fid_argument_errors(imgs):

@@ -135,6 +135,15 @@ def test_quick_oneshot_run_on_fashion_mnist(tmp_path):
     assert "one-shot per-class sliced quantile sketches" in text and "`generation.sketch_plan`" in text
     assert "validation split: the ε table" in text and f"({m['epsilon']:.4g}," in text
     assert "privacy-loss-distribution accountant" in text and "Rényi" not in text  # the accountant the ledger used
+    # issue 46: the run folder shows how ε was spent and the release against the generated images
+    from ..test_plot import _picture_ok
+
+    for picture in ("samples.png", "epsilon.png", "quantiles.png"):
+        _picture_ok(str(tmp_path / "run" / picture))
+    spent = m["epsilon_stages"]
+    assert [s["stage"].split(",")[0] for s in spent] == ["means", "sketch"]
+    assert spent[0]["epsilon"] == pytest.approx(_pld(m["stages"][:1], m["delta"]), rel=1e-6)  # the means alone
+    assert spent[1]["epsilon"] == pytest.approx(m["epsilon"], rel=1e-12)
 
 
 def test_the_same_code_runs_on_a_celeba_folder(tmp_path):
@@ -150,3 +159,29 @@ def test_the_same_code_runs_on_a_celeba_folder(tmp_path):
     assert [s["stage"] for s in m["stages"]] == ["means", "sketch"] and m["epsilon"] <= 5.0 + 1e-9
     assert "accuracy_cnn" not in m and "label_fidelity" not in m
     assert Image.open(tmp_path / "run" / "samples.png").size[0] > 64
+    from ..test_plot import _picture_ok
+
+    for picture in ("epsilon.png", "quantiles.png"):  # one class, colour images: the same pictures
+        _picture_ok(str(tmp_path / "run" / picture))
+
+
+def test_random_rotation_blocks_join_the_release_after_the_patch_blocks(tmp_path):
+    from fastdpot.experiments.mainjob.oneshot import ROTATION_SEED, generate_oneshot
+    from fastdpot.flows.directions import RandomHadamardBlock
+    from fastdpot.privacy.composition import ComposedLedger
+
+    cfg = MainJobConfig(epsilon=10.0, replayable_noise=True).with_settings(
+        public_size=0, sketch_blocks="8/0/0", sketch_rotations=2, sketch_rotation_bins=3, sketch_plan="inf:2",
+        sketch_rounds=1).resolved()
+    g = torch.Generator().manual_seed(0)
+    codes = torch.rand(200, 64, generator=g, dtype=torch.float64)
+    labels = torch.arange(200) % 2
+    out = generate_oneshot(cfg, codes, labels, 40, seed=1, ledger=ComposedLedger(10.0, 1e-5),
+                           num_classes=2, image_shape=(1, 8, 8))
+    rel = out["release"]
+    assert rel.num_blocks == 3 and isinstance(rel.blocks[1], RandomHadamardBlock)
+    assert [b.seed for b in rel.blocks[1:]] == [ROTATION_SEED, ROTATION_SEED + 1]
+    assert rel.bins[:64].tolist() == [2] * 64 and rel.bins[64:].tolist() == [3] * 128
+    assert out["privacy"]["rotations"] == 2 and out["samples"].shape == (40, 64)
+    with pytest.raises(ValueError, match="sketch_rotations"):
+        MainJobConfig().with_settings(public_size=0, sketch_rotations=-1).resolved()

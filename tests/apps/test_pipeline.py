@@ -66,9 +66,10 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     # the per-class flows (--labels public); the default, label-private run: the next test
     assert cli.main(_args(idx_dir, tmp_path, "--labels", "public")) == 0
     run = tmp_path / "runs" / "r"
-    for f in ("samples.png", "metrics.json", "privacy.md", "config.json", "private/flow_checkpoint.pt",
+    for f in ("samples.png", "epsilon.png", "metrics.json", "privacy.md", "config.json", "private/flow_checkpoint.pt",
               "private/flows.json"):
         assert (run / f).is_file(), f
+    assert not (run / "quantiles.png").exists()  # the one-shot method's picture only
     assert not (run / "flow_checkpoint.pt").exists()  # the checkpoint (a private artefact) is kept apart
     m = json.loads((run / "metrics.json").read_text())
     assert m["private"] and m["class_conditional"] and m["n_public"] + m["n_private"] == 200
@@ -84,6 +85,8 @@ def test_quick_run_end_to_end_and_resume(idx_dir, tmp_path, capsys):
     assert m["num_particles"] == 40 and m["fid_generated_samples"] == 4 and m["fid_real_samples"] == 4
     assert math.isfinite(m["fid"]) and m["fid"] > 0
     assert 0 <= m["accuracy_logreg"] <= 1 and 0 <= m["accuracy_mlp"] <= 1
+    # the CNN's checkpoint is chosen on public images of the public half (public-half protocol), never the test set
+    assert "the public part (100 images)" in m["cnn_selection"] and m["cnn_selected_epoch"] == 1
     assert set(m["wall_time_s"]) == {"data", "representation", "generation", "decode", "metrics", "total"}
     d = Cfg().resolved().generation  # the public-half defaults, resolved
     assert m["spread"] == d.spread == "flow" and m["spread_scales"] is None
@@ -120,6 +123,10 @@ def test_quick_run_default_is_label_private_and_resumes(idx_dir, tmp_path):
     assert "sample_rates" not in m and "noise_multipliers_per_flow" not in m
     text = (run / "privacy.md").read_text()
     assert "ITS LABEL FREE TO CHANGE" in text and "LABEL UNCHANGED" not in text
+    from ..test_plot import _picture_ok
+
+    _picture_ok(str(run / "epsilon.png"))  # issue 46: how the ε was spent (the flow's stage and its steps)
+    assert [s["epsilon"] for s in m["epsilon_stages"]] == pytest.approx([m["epsilon_spent"]], rel=1e-12)
     assert cli.main(_args(idx_dir, tmp_path)) == 0  # resumes: nothing more is spent
     m2 = json.loads((run / "metrics.json").read_text())
     assert m2["resumed"] and m2["epsilon_spent"] == pytest.approx(m["epsilon_spent"])

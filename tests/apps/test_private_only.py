@@ -31,10 +31,10 @@ def test_protocol_delta_and_split():
         private_split(100, 100, seed=0)
 
 
-def _independent_epsilon(stages, delta):
+def _independent_epsilon(stages, delta, rdp=False):
     """dp-accounting directly: the PLD of the composed Gaussians when every stage releases the whole data set (their
-    composition is one Gaussian), else RDP (replace-one, sampling without replacement)."""
-    if all(s["event"]["batch_size"] == s["event"]["dataset_size"] for s in stages):
+    composition is one Gaussian), else (or with ``rdp``) RDP (replace-one, sampling without replacement)."""
+    if not rdp and all(s["event"]["batch_size"] == s["event"]["dataset_size"] for s in stages):
         pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
         for s in stages:
             pld.compose(dp_accounting.GaussianDpEvent(s["noise_multiplier"]), s["releases"])
@@ -127,8 +127,9 @@ def test_privacy_md_names_the_accountant_call_and_recomputing_it_gives_the_state
 def _quick(tmp_path, **kw):
     settings = dict(dataset="fashion-mnist", public_size=0, max_train=1200, max_test=300, validation_size=200,
                     num_particles=200, fid_samples=50, fid_real=50, classifiers="cnn", cnn_epochs=1, latent_dim=6,
-                    ae_width=4, **{"representation.epochs": 0.5, "representation.batch_size": 100,
-                                   "generation.epochs": 1.0, "generation.batch_size": 50})
+                    ae_width=4, **{"representation.epochs": 0.5, "representation.batch_size": 100})
+    if kw.get("method") == "flow":  # the per-step flow's settings (another method refuses them: it would ignore them)
+        settings.update({"generation.epochs": 1.0, "generation.batch_size": 50})
     return MainJobConfig(epsilon=8.0).with_settings(**dict(settings, **kw))
 
 
@@ -185,6 +186,24 @@ def test_quick_private_only_run_on_fashion_mnist(tmp_path, monkeypatch, kind):
     text = (tmp_path / "run" / "privacy.md").read_text()
     assert f"({m['epsilon']:.4g}," in text and "Rényi-DP accountant" in text  # subsampled flow steps: RDP
     assert "one composed ledger (RDP" in m["epsilon_composition"]
+    # issue 46: epsilon.png, and its numbers: the representation alone, then with the flow (the run's ε)
+    from ..test_plot import _picture_ok
+
+    _picture_ok(str(tmp_path / "run" / "epsilon.png"))
+    assert not (tmp_path / "run" / "quantiles.png").exists()
+    spent = m["epsilon_stages"]
+    assert [s["stage"].split(",")[0] for s in spent] == ["representation", "flow"]
+    rep = _independent_epsilon(m["stages"][:1], m["delta"], rdp=True)  # in the run's accountant (RDP)
+    assert spent[0]["epsilon"] == pytest.approx(rep, rel=1e-9) and spent[0]["epsilon"] < spent[1]["epsilon"]
+    assert spent[1]["epsilon"] == pytest.approx(m["epsilon"], rel=1e-12)
+    # the CNN's checkpoint chosen on the validation split; the FID statistics of the sensitive set (and of the test
+    # set) cached by content in the user's cache, said to be sensitive-derived, and absent from the run folder
+    assert m["cnn_selected_epoch"] == 1 and len(m["cnn_validation_accuracy"]) == 1  # cnn_epochs=1
+    assert "the validation split (200 images)" in m["cnn_selection"]
+    stats = tmp_path / "cache" / "fid_real_stats"
+    assert "sensitive-derived" in (stats / "README.txt").read_text() and len(list(stats.glob("*.npz"))) == 2
+    assert not list((tmp_path / "run").rglob("*.npz"))
+    assert "`fid_real_stats/` folder of the user's cache" in text and "sensitive-derived data" in text
 
 
 def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):

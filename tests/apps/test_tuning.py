@@ -11,7 +11,7 @@ from fastdpot.experiments.data import ImageData
 from fastdpot.experiments.data.datasets import load_fashion_mnist_available
 from fastdpot.experiments.mainjob import MainJobConfig, parse_settings
 from fastdpot.experiments.mainjob.protocols import private_split
-from fastdpot.experiments.mainjob.tuning import main, run_tuning, stand_in_split, tuning_split
+from fastdpot.experiments.mainjob.tuning import main, run_tuning, stand_in_data, stand_in_split, tuning_split
 
 
 def _public(n=90):
@@ -134,8 +134,55 @@ def test_a_private_only_point_runs_on_the_validation_split_only(tmp_path, monkey
     sens, val = private_split(1500, 300, seed=0)
     stand, held = stand_in_split(300, 200, seed=0)
     assert torch.equal(seen["data"]["private"].images, train.images[val[stand]])  # validation images only
-    assert torch.equal(seen["data"]["test"].images, train.images[val[held]])
+    # the held-out part's two disjoint halves: the stand-in's validation split (selects the CNN) and its test set
+    assert torch.equal(seen["data"]["validation"].images, train.images[val[held[:50]]])
+    assert torch.equal(seen["data"]["test"].images, train.images[val[held[50:]]])
     assert seen["calibration"] == len(sens) == 1200
     (row,) = rows
     assert 0.0 <= row["accuracy_cnn"] <= 1.0 and 4.8 < row["epsilon_spent"] <= 5.0 * (1 + 1e-9)
-    assert row["n_holdout"] == 100 and row["n_standin_private"] == 200
+    assert row["n_holdout"] == 50 and row["n_standin_private"] == 200
+    with pytest.raises(ValueError, match="held-out part needs >= 4"):
+        stand_in_data(base, stand_in_size=297)
+
+
+def test_fold_split_scores_every_validation_image_once_and_never_the_stand_in():
+    from fastdpot.experiments.mainjob.tuning import fold_split
+
+    scored, selected = [], []
+    for k in range(3):
+        stand, sel, score = fold_split(300, 3, k, seed=1)
+        assert stand.numel() == 200 and sel.numel() == score.numel() == 50
+        assert not set(stand.tolist()) & set(sel.tolist()) | set(score.tolist()) & set(stand.tolist())
+        scored += score.tolist()
+        selected += sel.tolist()
+    assert sorted(scored + selected) == list(range(300))  # every image held out once, half of it scored
+    assert torch.equal(fold_split(300, 3, 1, seed=1)[0], fold_split(300, 3, 1, seed=1)[0])  # seeded
+    with pytest.raises(ValueError, match="folds"):
+        fold_split(300, 1, 0, seed=0)
+    with pytest.raises(ValueError, match="fold must be"):
+        fold_split(300, 2, 2, seed=0)
+
+
+def test_cross_fitted_points_run_every_fold_and_seed_and_report_the_spread(tmp_path, monkeypatch):
+    import fastdpot.experiments.mainjob.pipeline as pipeline
+
+    calls = []
+
+    def fake(cfg, run_dir, data=None, calibration_size=None, **kw):  # a point's metric = its seed + fold offset
+        calls.append((cfg.seed, data["dataset"], data["private"].images.shape[0], data["test"].images.shape[0]))
+        acc = 0.5 + 0.01 * cfg.seed + (0.1 if data["dataset"].endswith("fold1of2") else 0.0)
+        return dict(accuracy_cnn=acc, epsilon_spent=10.0, n_private=data["private"].images.shape[0],
+                    n_test=data["test"].images.shape[0], wall_time_s=dict(total=1.0))
+
+    monkeypatch.setattr(pipeline, "run_pipeline", fake)
+    base = MainJobConfig(epsilon=10.0).with_settings(dataset="fashion-mnist", public_size=0, max_train=1500,
+                                                     validation_size=300, classifiers="cnn", fid_samples=0)
+    rows = run_tuning(base, {"sketch_radius": [5.0, 7.0]}, str(tmp_path / "t"), folds=2, seeds=[1, 2])
+    assert len(calls) == 8 and {c[0] for c in calls} == {1, 2} and {c[2] for c in calls} == {150}
+    assert {c[1].rsplit(":", 1)[1] for c in calls} == {"fold0of2", "fold1of2"}
+    row = rows[0]
+    vals = [0.51, 0.52, 0.61, 0.62]
+    assert row["seed_means"]["accuracy_cnn"] == pytest.approx(sum(vals) / 4)
+    assert row["seed_stds"]["accuracy_cnn"] == pytest.approx(float(torch.tensor(vals).std()))
+    assert row["n_holdout"] == 150 and len(row["runs"]) == 4  # 75 scored per fold, both folds
+    assert "2-fold cross-fitting" in (tmp_path / "t" / "table.md").read_text()

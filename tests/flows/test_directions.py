@@ -41,3 +41,36 @@ def test_frequencies_and_bins():
         bins_by_frequency(f, [(3, 4)])
     B, fb = image_blocks(28, 28, patches=((28, 0, 0), (7, 0, 0)))
     assert B.shape == (2 * 784, 784) and fb.shape == (2 * 784,)
+
+
+# ---------------------------------------------------------------------------- issue 46: one set of conventions
+@pytest.mark.parametrize("patches", [[(2, 0)], [2], 2, "2/0/0", [(2.5, 0, 0)], [(2, 0.5, 0)], [(2, True, 0)],
+                                     [(0, 0, 0)], [(2, -1, 0)], [(2, 0, 2)], [(4, 0, 0), (2, 0)]])
+def test_malformed_patches_are_refused_before_any_block(patches):
+    with pytest.raises(ValueError, match="^patches"):
+        image_blocks(4, 4, 1, patches=patches)
+
+
+@pytest.mark.parametrize("shift", [(0,), 1, (1.5, 0), (-1, 0), (2, 0), (0, 0, 0), None])
+def test_a_malformed_shift_is_refused_naming_it(shift):
+    with pytest.raises(ValueError, match=r"^shift must be a pair \(shift_y, shift_x\) of integers in \[0, patch = 2\)"):
+        patch_block(4, 4, 2, shift)
+
+
+def test_non_finite_frequencies_and_malformed_plans_are_refused():
+    plan = [(1.0, 4), (math.inf, 2)]
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError, match="^frequency contains non-finite"):
+            bins_by_frequency(torch.tensor([0.0, bad]), plan)
+    with pytest.raises(TypeError, match="^frequency must be a torch.Tensor"):
+        bins_by_frequency([0.0, 1.0], plan)
+    for bad_plan in ([(math.nan, 4)], [(1.0,)], [4], [("1", 4)]):
+        with pytest.raises(ValueError, match="^plan entries must be"):
+            bins_by_frequency(torch.tensor([0.0, 1.0]), bad_plan)
+
+
+def test_an_image_too_large_for_memory_is_refused_naming_its_size():
+    for build in (lambda: image_blocks(4096, 4096), lambda: image_blocks(4096, 4096, per_block=2048),
+                  lambda: patch_block(4096, 4096, 4096)):
+        with pytest.raises(ValueError, match=r"^\(height, width, channels\)=\(4096, 4096, 1\) needs about .* GiB"):
+            build()

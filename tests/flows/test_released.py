@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from fastdpot.flows import ClassConditionalFlow, ReleasedTargetFlow
+from fastdpot.flows import ClassConditionalFlow, ReleasedClassFlows, ReleasedTargetFlow
 from fastdpot.privacy import calibrate_noise_multiplier
 from fastdpot.privacy.class_sketch import class_quantile_sketch, release_class_sketch
 
@@ -87,3 +87,54 @@ def test_domain_box_marginal_start_and_bad_arguments():
     with pytest.raises(ValueError, match="num_particles or particles_per_class"):
         ClassConditionalFlow.from_release(rel)
     assert math.isfinite(float(out.sum()))
+
+
+# ---------------------------------------------------------------------------- issue 46: one set of conventions
+def _release():
+    x, y = _data(200)
+    return class_quantile_sketch(x, y, _blocks(4, 1), num_classes=2, sketch_bins=4, noise_multiplier=0.0,
+                                 clip_radius=5.0)
+
+
+@pytest.mark.parametrize("bad", ["release", {"num_classes": 2}, None, 3])
+def test_a_wrong_object_as_the_release_is_a_type_error(bad):
+    for build in (lambda: ReleasedTargetFlow(bad, 0, 10), lambda: ReleasedClassFlows(bad, 10),
+                  lambda: ClassConditionalFlow.from_release(bad, 10)):
+        with pytest.raises(TypeError, match="^release must be a fastdpot.privacy.class_sketch.ClassSketchRelease"):
+            build()
+
+
+@pytest.mark.parametrize("domain", [(0.0,), (0.0, 1.0, 2.0), 3, "ab", ("a", "b"), (0.0, math.nan), (True, 2),
+                                    (1.0, 1.0), (0.0, math.inf)])
+def test_a_malformed_domain_is_refused_naming_it(domain):
+    with pytest.raises(ValueError, match="^domain must be None or a pair"):
+        ReleasedTargetFlow(_release(), 0, 10, domain=domain)
+
+
+def test_half_precision_start_flags_and_generators_are_refused():
+    rel = _release()
+    for dtype in (torch.float16, torch.bfloat16):
+        with pytest.raises(ValueError, match=rf"^init must have dtype in .*got {dtype}"):
+            ReleasedTargetFlow(rel, 0, 10, init=torch.zeros(10, 4, dtype=dtype))
+    for build in (lambda: ReleasedTargetFlow(rel, 0, 10, shrink="no"), lambda: ReleasedClassFlows(rel, 10, shrink=1)):
+        with pytest.raises(ValueError, match="^shrink must be a bool"):
+            build()
+    for build in (lambda: ReleasedTargetFlow(rel, 0, 10, generator=3),
+                  lambda: ReleasedClassFlows(rel, 10, generator=3)):
+        with pytest.raises(TypeError, match="^generator must be a torch.Generator"):
+            build()
+    with pytest.raises(ValueError, match="^progress must be a bool"):
+        ReleasedTargetFlow(rel, 0, 10).run(steps=1, progress="no")
+
+
+def test_num_particles_beyond_memory_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"^num_particles=1000000000000 needs about .* GiB"):
+        ReleasedTargetFlow(_release(), 0, 10 ** 12)
+
+
+def test_particles_per_class_must_agree_with_num_particles():
+    rel = _release()
+    with pytest.raises(ValueError, match="^num_particles=100 contradicts particles_per_class, whose sum is 10"):
+        ReleasedClassFlows(rel, 100, particles_per_class=[5, 5])
+    flows = ReleasedClassFlows(rel, 10, particles_per_class=[4, 6])  # both given, agreeing
+    assert [f.num_particles for f in flows.flows] == [4, 6]

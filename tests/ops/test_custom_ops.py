@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fastdpot
+from fastdpot import _dispatch
 from fastdpot import sliced as S
 from fastdpot._ext import cpp_status
 from fastdpot.ops import flow_step, library
@@ -58,6 +59,7 @@ def test_importing_fastdpot_imports_neither_dynamo_nor_triton():
     assert out == ["False", "False"]
     marked = torch.compiler.assume_constant_result(lambda: 0)
     assert marked._dynamo_marked_constant is True and library.fused_backend._dynamo_marked_constant is True
+    assert _dispatch.auto_thresholds._dynamo_marked_constant is True
 
 
 # ------------------------------------------------------------------------------------------------ opcheck
@@ -269,6 +271,105 @@ def test_a_replayable_generator_is_drawn_eagerly_at_a_graph_break():
     torch._dynamo.reset()
     got = torch.compile(run, backend="aot_eager")(public, private, 11)
     assert float(got) == pytest.approx(float(want), rel=1e-12)
+
+
+# issue 46: a last batch of another size. Dynamo's automatic dynamic shapes compile the second size with symbolic
+# batch sizes (SymInt) and reuse that graph for the third; dynamic=True makes them symbolic from the first call.
+# One compiled function per test, reused across the sizes (compiling is the slow part); aot_eager runs the fake
+# kernels and AOT autograd with the symbolic sizes, as inductor does.
+DYNAMIC = [pytest.param(None, id="automatic"), pytest.param(True, id="dynamic=True")]
+SIZES = ((16, 19, 14), (12, 15, 10), (9, 11, 7))  # (generated N, public, private M) of three batches
+
+
+@needs_cpp
+@pytest.mark.parametrize("dynamic", DYNAMIC)
+def test_both_losses_compile_over_three_batch_sizes_with_no_graph_break(dynamic):
+    """fullgraph=True over three batch sizes of every side: the losses along given directions (σ = 0) give the eager
+    values and gradients, the private releases (points, sketch, orthogonal directions) run with fresh secret draws,
+    and the third size compiles nothing (main: Unsupported assume_constant_result ... fused_backend at the second
+    graph, or at once with dynamic=True)."""
+    th = S.random_projections(8, 3, torch.Generator().manual_seed(1), dtype=F64)
+
+    def step(y, y2, public, private):  # y2: a copy of y, so that one backward gives each sum's gradient
+        given = (fastdpot.sliced_wasserstein(y, public, projections=th)
+                 + fastdpot.dp_sliced_wasserstein(y, private=private, noise_std=0.0, clip_radius=1.5, projections=th))
+        noisy = (fastdpot.sliced_wasserstein(y2, public, num_projections=6, p=1)
+                 + fastdpot.dp_sliced_wasserstein(y2, private=private, noise_std=0.5, clip_radius=1.5,
+                                                  num_projections=6)
+                 + fastdpot.dp_sliced_wasserstein(y2, private=private, noise_std=0.5, clip_radius=1.5,
+                                                  num_projections=5, release="sketch", sketch_bins=3)
+                 + fastdpot.dp_sliced_wasserstein(y2, private=private, noise_std=0.5, clip_radius=1.5,
+                                                  num_projections=4, directions="orthogonal"))
+        return given, noisy
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+    g = torch.Generator().manual_seed(2)
+    for i, (n, m_pub, m_priv) in enumerate(SIZES):
+        y = torch.randn(n, 3, generator=g, dtype=F64).requires_grad_(True)
+        y2 = y.detach().clone().requires_grad_(True)
+        public = torch.randn(m_pub, 3, generator=g, dtype=F64)
+        private = torch.randn(m_priv, 3, generator=g, dtype=F64) * 2
+        # automatic dynamic shapes recompile once, at the second size; the third (and dynamic=True's second) reuse
+        with torch._dynamo.config.patch(error_on_recompile=i >= (1 if dynamic else 2)):
+            given, noisy = compiled(y, y2, public, private)
+        g_given, g_noisy = torch.autograd.grad(given * 0.7 + noisy, (y, y2))
+        want = step(y, y2, public, private)[0]
+        (g_want,) = torch.autograd.grad(want * 0.7, y)
+        torch.testing.assert_close(given.detach(), want.detach(), rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(g_given, g_want, rtol=1e-10, atol=1e-14)
+        assert g_noisy.shape == (n, 3) and math.isfinite(float(noisy.detach())) and bool(torch.isfinite(g_noisy).all())
+
+
+@pytest.mark.parametrize("dynamic", DYNAMIC)
+def test_the_flow_step_compiles_over_three_sizes(dynamic):
+    """The op flow_step over three sizes of the particles and the private rows (a guard against the losses'
+    problem: it passed on main too): the eager step's values, no recompilation after the dynamic graph."""
+    g = torch.Generator().manual_seed(7)
+    th = S.random_projections(5, 3, g, dtype=torch.float32)
+
+    def step(parts, priv, key):
+        return flow_step(parts, priv, th, noise_std=0.5, step_size=0.5, diffusion=0.1, seed=key,
+                         quantiles="histogram", histogram_bins=6)[0]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+    for i, (n, m) in enumerate(((40, 15), (33, 12), (27, 20))):
+        parts, priv = torch.randn(n, 3, generator=g), torch.randn(m, 3, generator=g)
+        with torch._dynamo.config.patch(error_on_recompile=i >= (1 if dynamic else 2)):
+            got = compiled(parts, priv, _key(9 + i))
+        want = flow_step(parts, priv, th, noise_std=0.5, step_size=0.5, diffusion=0.1, seed=9 + i,
+                         quantiles="histogram", histogram_bins=6)[0]
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_size_class_keeps_the_auto_choice_and_guards_on_thresholds_only(monkeypatch):
+    """_dispatch.size_class: a plain size with the same auto choice as a (symbolic) size; compiled with
+    dynamic=True, sizes on one side of a threshold share a graph and crossing it recompiles."""
+    monkeypatch.setattr(_dispatch, "_TABLE", dict(_dispatch._TABLE))
+    _dispatch.register("_test_sizes", "reference")(lambda: "reference")
+    _dispatch.register("_test_sizes", "cpu")(lambda: "cpu")
+    _dispatch.register("_test_sizes", "keops")(lambda: "keops")
+    _dispatch.set_auto("_test_sizes", "cpu", [("keops", 20), ("cpu", 8)])
+    assert _dispatch.auto_thresholds("_test_sizes", "cpu") == (8, 20)
+    assert _dispatch.auto_thresholds("_test_sizes", "cuda") == () == _dispatch.auto_thresholds("sliced_wasserstein",
+                                                                                                 "cpu")
+    for size in (0, 7, 8, 19, 20, 10 ** 9):
+        cls = _dispatch.size_class("_test_sizes", "cpu", size)
+        assert cls <= size and (_dispatch.dispatch("_test_sizes", device_type="cpu", size=cls)[0]
+                                == _dispatch.dispatch("_test_sizes", device_type="cpu", size=size)[0])
+    compiles = []
+
+    def count(gm, inputs):
+        compiles.append(1)
+        return gm.forward
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * _dispatch.size_class("_test_sizes", "cpu", x.shape[0]), backend=count,
+                      dynamic=True, fullgraph=True)
+    for n, cls in ((10, 8), (12, 8), (15, 8), (25, 20), (30, 20)):
+        assert float(f(torch.ones(n))[0]) == cls
+    assert len(compiles) == 2  # one graph per class, not per size
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -214,7 +214,8 @@ def test_fastdpot_ops_flow_step_is_the_op():
 @pytest.mark.skipif(not HAVE_CPU, reason="the C++ extension is not built")
 @pytest.mark.parametrize("per_block", [2, 4])
 @pytest.mark.parametrize("key,stream,offset", [(0, 0, 0), (2 ** 61 + 5, 9, 3), (123, 600, 1_000_001),
-                                               (0x27CC77804893E441, 1, 7)])
+                                               (0x27CC77804893E441, 1, 7),
+                                               (5, 2, 4 * (2 ** 32 - 3) + 1)])  # the counter's low word wraps
 def test_keyed_normals_are_the_cpp_kernels_philox_normals(key, stream, offset, per_block):
     fast, ref = load_cpp("flow")._normals(key, stream, offset, 37, per_block == 4, True)
     got = keyed_normals(key, stream, offset, 37, per_block=per_block)

@@ -175,3 +175,97 @@ def test_materialized_projections_give_the_recomputed_step(dtype):
     torch.testing.assert_close(c[0], a[0], rtol=0, atol=0)
     torch.testing.assert_close(b[0], a[0], rtol=1e-12 if dtype == torch.float64 else 1e-5, atol=1e-6)
     torch.testing.assert_close(c[2]["particles"], a[2]["particles"], rtol=0, atol=0)
+
+
+def test_the_kernel_names_a_simd_level_this_cpu_has():
+    """Issue 45: ``_C_flow_histogram.simd`` is the level the kernel was compiled for (the bench rows record it beside
+    the CPU's): one of fastdpot.env.SIMD_LEVELS, and no wider than what this CPU reports."""
+    from fastdpot._ext import load_cpp
+    from fastdpot.env import SIMD_LEVELS, cpu_simd
+
+    level = load_cpp("flow_histogram").simd
+    assert level in SIMD_LEVELS
+    if cpu_simd() != "none":  # /proc/cpuinfo readable
+        assert SIMD_LEVELS.index(level) <= SIMD_LEVELS.index(cpu_simd())
+
+
+# the AVX2 build's outputs on fixed inputs (run in a subprocess that imports the AVX2 modules, not fastdpot)
+_AVX2_SCRIPT = r"""
+import glob, importlib.util, os, sys
+import numpy as np
+lib, out = sys.argv[1], sys.argv[2]
+def load(name):
+    (path,) = glob.glob(os.path.join(lib, "fastdpot", f"_C_{name}.*"))
+    spec = importlib.util.spec_from_file_location(f"fastdpot._C_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+F, H = load("flow"), load("flow_histogram")
+res = dict(simd=np.array(H.simd))
+inp = np.load(os.path.join(out, "inputs.npz"))
+for tag in ("f32", "f64"):
+    x, y, th = inp["x_" + tag], inp["y_" + tag], inp["th_" + tag]
+    for bins in (1, 64, 1000):
+        new, drift = np.empty_like(x), np.empty_like(x)
+        nx = np.empty((x.shape[0], th.shape[0]), x.dtype)
+        H.hist_flow_step(x, y, th, 0.3, 0.5, 0.1, 7, bins, new, drift, nx)
+        res.update({f"hist_{tag}_{bins}_new": new, f"hist_{tag}_{bins}_nx": nx})
+    new, drift = np.empty_like(x), np.empty_like(x)
+    F.flow_step(x, y, th, 0.3, 0.5, 0.1, 7, 0, new, drift, None, None, None)
+    res[f"exact_{tag}_new"] = new
+for smooth in (False, True):
+    for off in (0, 5, 4 * (2 ** 32 - 3) + 1):  # the last: the low counter word wraps inside a batch
+        res[f"normals_{smooth}_{off}"] = F._normals(2 ** 61 + 3, 11, off, 1000, smooth, False)[0]
+np.savez(os.path.join(out, "avx2.npz"), **res)
+"""
+
+
+@pytest.mark.slow
+def test_the_avx2_build_computes_what_this_build_computes(tmp_path):
+    """Issue 45: the AVX2 code paths (AVX2 Philox, the 12-accumulator product tile, the pair lookups of pass 3) are
+    compiled only without AVX-512, so on an AVX-512 machine the default tests never run them: build the two flow
+    kernels with FASTDPOT_MARCH=x86-64-v3 and compare with this build on the same inputs: the normals bit for bit,
+    the histogram step's noise bit for bit and its particles (and the exact step's) to float rounding (pass 3's
+    level is a multiply-add where the AVX-512 path rounds twice; the exact step's drift tile differs)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from fastdpot._ext import load_cpp
+    from fastdpot.env import cpu_simd
+
+    if cpu_simd() not in ("avx2", "avx512") or shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("needs an x86-64 CPU with AVX2 and a C++ compiler")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    lib = tmp_path / "lib"
+    env = dict(os.environ, FASTDPOT_MARCH="x86-64-v3", FASTDPOT_EXT="flow,flow_histogram", FASTDPOT_CUDA="0")
+    subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(lib), "--build-temp",
+                    str(tmp_path / "tmp")], cwd=root, env=env, check=True, capture_output=True)
+    inputs = {}
+    for tag, dtype in (("f32", torch.float32), ("f64", torch.float64)):
+        x, y, th = _inputs(1001, 37, 48, 70, dtype=dtype, seed=3)  # a tail block, k and d not tile multiples
+        inputs.update({"x_" + tag: x.numpy(), "y_" + tag: y.numpy(), "th_" + tag: th.numpy()})
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    subprocess.run([sys.executable, "-c", _AVX2_SCRIPT, str(lib), str(tmp_path)], check=True)
+    got = np.load(tmp_path / "avx2.npz")
+    assert str(got["simd"]) == "avx2"
+    Fm, Hm = load_cpp("flow"), load_cpp("flow_histogram")
+    for tag in ("f32", "f64"):
+        x, y, th = inputs["x_" + tag], inputs["y_" + tag], inputs["th_" + tag]
+        tol = dict(rtol=1e-5, atol=1e-5) if tag == "f32" else dict(rtol=1e-12, atol=1e-12)
+        for bins in (1, 64, 1000):
+            new, drift = np.empty_like(x), np.empty_like(x)
+            nx = np.empty((x.shape[0], th.shape[0]), x.dtype)
+            Hm.hist_flow_step(x, y, th, 0.3, 0.5, 0.1, 7, bins, new, drift, nx)
+            np.testing.assert_array_equal(got[f"hist_{tag}_{bins}_nx"], nx)
+            np.testing.assert_allclose(got[f"hist_{tag}_{bins}_new"], new, **tol)
+        new, drift = np.empty_like(x), np.empty_like(x)
+        Fm.flow_step(x, y, th, 0.3, 0.5, 0.1, 7, 0, new, drift, None, None, None)
+        np.testing.assert_allclose(got[f"exact_{tag}_new"], new, **tol)
+    for smooth in (False, True):
+        for off in (0, 5, 4 * (2 ** 32 - 3) + 1):
+            mine = Fm._normals(2 ** 61 + 3, 11, off, 1000, smooth, False)[0]
+            np.testing.assert_array_equal(got[f"normals_{smooth}_{off}"], mine)

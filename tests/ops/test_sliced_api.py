@@ -249,7 +249,7 @@ def test_sinkhorn_flags_must_be_bools():
 def test_non_finite_private_rows_are_named_private(kw):
     bad = torch.randn(8, 3)
     bad[2, 1] = math.inf
-    with pytest.raises(ValueError, match=r"^private contains 1 non-finite"):
+    with pytest.raises(ValueError, match=r"^private contains non-finite"):
         S.dp_sliced_wasserstein(torch.randn(8, 3), private=bad, noise_std=0.1, num_projections=4, **kw)
     crit = S.DPSlicedWassersteinLoss(0.1, 4, clip_radius=1.0)
     with pytest.raises(ValueError, match=r"^private contains"):

@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
+from fastdpot.privacy.calibration import calibrate_noise_multiplier
 from fastdpot.privacy.class_sketch import (check_orthonormal_blocks, class_quantile_sketch, class_sketch_sensitivity,
-                                           fractional_bin_sums)
+                                           fractional_bin_sums, release_class_sketch)
 from fastdpot.privacy.randomness import PrivacyRandomness
 
 
@@ -44,8 +45,8 @@ def test_fractional_bins_are_sorted_sums_when_they_divide_and_sum_to_the_total()
 def test_sensitivity_holds_over_random_and_adversarial_neighbours(bins):
     d, B, C, r, w = 4, 2, 3, 1.5, 0.7
     th = _blocks(d, B)
-    Lmin = bins if isinstance(bins, int) else min(bins)
-    D = class_sketch_sensitivity(r, B, Lmin, w)
+    Lmax = bins if isinstance(bins, int) else max(bins)
+    D = class_sketch_sensitivity(r, B, Lmax, w)
     g = torch.Generator().manual_seed(1)
     worst = 0.0
     for trial in range(300):
@@ -77,7 +78,92 @@ def test_sensitivity_holds_over_random_and_adversarial_neighbours(bins):
         diff = float((_f(x, y, th, C, bl, r, w) - _f(x2, y2, th, C, bl, r, w)).norm())
         worst = max(worst, diff / D)
     assert worst <= 1.0 + 1e-9
-    assert worst > 0.3  # not vacuous (L = 1: a class change moves a block by about 2r of the bound's 3r)
+    assert worst > 0.3  # not vacuous (L = 1: a same-class replacement moves a block by up to 2r, the bound's 2r)
+
+
+def _design(n, L, r):
+    """The rows (n, n) and the joining row (n,) in block coordinates that attain the join bound (the docstring of
+    class_sketch_sensitivity, "Tight"): row i is nonzero on the directions j with (i - j) mod n >= (n + 1)/L - 1,
+    its nonzero entries equal and positive, norm r; v = -r(1, ..., 1)/sqrt(n)."""
+    z = (n + 1) // L - 1
+    i, j = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    a = ((i - j) % n >= z).double()
+    return r * a / a.norm(dim=1, keepdim=True), -r * torch.ones(n, dtype=torch.float64) / math.sqrt(n)
+
+
+def _join_bound(n, L, r):
+    """r^2 (gamma + sqrt(n/(n + 1)))^2 + r^2/L: the proof's bound ||v||^2 + 2 gamma ||v|| rho + rho^2 at ||v|| = r
+    and rho^2 = r^2 n/(n + 1)."""
+    return r * r * ((math.sqrt(1 - 1 / L) + math.sqrt(n / (n + 1))) ** 2 + 1 / L)
+
+
+@pytest.mark.parametrize("n, L", [(1, 2), (3, 2), (7, 2), (2, 3), (8, 3), (3, 4), (11, 4)])
+def test_a_class_change_attains_the_join_bound_in_a_block(n, L):
+    # a class change that moves a row from class 1 (the design rows and the row) to class 0 (the design rows): each
+    # class's block moves by the proof's bound for a class of n rows, to rounding, and the release by at most Delta
+    r, w = 1.5, 0.7
+    th = _blocks(n, 1, seed=n)  # one block of p = d = n orthonormal directions
+    a, v = _design(n, L, r)
+    x = torch.cat([a, a, v[None]]) @ th
+    y = torch.tensor([0] * n + [1] * n + [1])
+    y2 = y.clone()
+    y2[-1] = 0
+    f1, f2 = _f(x, y, th, 2, L, r, w), _f(x, y2, th, 2, L, r, w)
+    per_block = float(((f1 - f2)[2:] ** 2).sum()) / 2  # the two classes' sums move by the same amount
+    assert per_block == pytest.approx(_join_bound(n, L, r), rel=1e-9)
+    beta = 2 + 2 * math.sqrt(1 - 1 / L)
+    assert per_block <= beta * r * r * (1 + 1e-12)
+    assert per_block >= (4 - 3 / L) * r * r * (1 - 1e-12)  # the one-direction extreme: equal at n = L - 1 only
+    D = class_sketch_sensitivity(r, 1, L, w)
+    diff = float((f1 - f2).norm())
+    assert diff <= D * (1 + 1e-12)
+    assert diff ** 2 == pytest.approx(2 * _join_bound(n, L, r) + 2 * w * w, rel=1e-9)
+    if n >= 7:
+        assert diff >= 0.93 * D  # close to the supremum beta_L r^2 that the bound uses
+
+
+@pytest.mark.parametrize("L", [2, 3, 4, 8])
+def test_the_one_direction_extreme_attains_four_minus_three_over_l(L):
+    # all of a class at -r on one direction, the new row at +r on it: (4 - 3/L) r^2, below beta_L r^2
+    r, n = 2.0, 3 * L
+    th = _blocks(3, 1)
+    x = torch.cat([-r * th[:1].expand(n, 3), r * th[:1]])
+    old = class_quantile_sketch(x[:n], torch.zeros(n, dtype=torch.long), th, num_classes=1, sketch_bins=L,
+                                noise_multiplier=0.0, clip_radius=r).sums
+    new = class_quantile_sketch(x, torch.zeros(n + 1, dtype=torch.long), th, num_classes=1, sketch_bins=L,
+                                noise_multiplier=0.0, clip_radius=r).sums
+    moved = float(((new - old) ** 2).sum())
+    assert moved == pytest.approx((4 - 3 / L) * r * r, rel=1e-9)
+    assert moved < (2 + 2 * math.sqrt(1 - 1 / L)) * r * r
+
+
+def test_the_release_takes_delta_at_the_largest_bin_count():
+    # beta_L grows with L: a direction with 4 bins among directions with 1 must set Delta. A class change in that
+    # direction moves the release by sqrt(2 (4 - 3/4) r^2 + 2 w^2), more than Delta at L = 1 allows
+    r, w, n = 1.0, 0.25, 3
+    th = _blocks(2, 1)
+    x = torch.cat([-r * th[1:].expand(2 * n, 2), r * th[1:]])
+    y = torch.tensor([0] * n + [1] * n + [1])
+    y2 = y.clone()
+    y2[-1] = 0
+    rel = class_quantile_sketch(x, y, th, num_classes=2, sketch_bins=[1, 4], noise_multiplier=0.0, clip_radius=r,
+                                count_weight=w)
+    assert rel.sensitivity == pytest.approx(class_sketch_sensitivity(r, 1, 4, w), rel=1e-12)
+    diff = float((_f(x, y, th, 2, [1, 4], r, w) - _f(x, y2, th, 2, [1, 4], r, w)).norm())
+    assert diff == pytest.approx(math.sqrt(2 * 3.25 + 2 * w * w) * r, rel=1e-9)
+    assert class_sketch_sensitivity(r, 1, 1, w) < diff <= rel.sensitivity * (1 + 1e-12)
+
+
+def test_sensitivity_values():
+    r, B, w = 2.0, 3, 0.5
+    for L, beta in [(2, 2 + math.sqrt(2)), (4, 2 + math.sqrt(3)), (100, 2 + 2 * math.sqrt(0.99))]:
+        assert class_sketch_sensitivity(r, B, L, w) == pytest.approx(math.sqrt(2 * B * beta * r * r + 2 * w * w),
+                                                                     rel=1e-12)
+    # L = 1: a block moves by r on a join; the same-class replacement's 2r per block is the larger unless w is
+    assert class_sketch_sensitivity(r, B, 1, w) == pytest.approx(2 * r * math.sqrt(B), rel=1e-12)
+    assert class_sketch_sensitivity(r, B, 1, 10.0) == pytest.approx(math.sqrt(2 * B * r * r + 200), rel=1e-12)
+    with pytest.raises(ValueError, match="max_bins"):
+        class_sketch_sensitivity(r, B, 0, w)
 
 
 def test_the_same_class_bound_2r_per_block_is_attained():
@@ -176,3 +262,106 @@ def test_isotonic_rows_is_scipys_isotonic_regression():
         y = torch.randn(300, L, generator=g, dtype=torch.float64) * 2 + torch.linspace(0, 1, L, dtype=torch.float64)
         want = np.stack([isotonic_regression(r.numpy(), increasing=True).x for r in y])
         torch.testing.assert_close(isotonic_rows(y), torch.from_numpy(want), rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- issue 46: one set of conventions
+def _small():
+    x = torch.randn(12, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    return x, torch.arange(12) % 2, _blocks(3, 1), dict(num_classes=2, sketch_bins=2, noise_multiplier=1.0,
+                                                       clip_radius=1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_rows_are_refused_naming_them(dtype):
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match=rf"^x_private must have dtype in .*got {dtype}"):
+        class_quantile_sketch(x.to(dtype), y, th, **kw)
+    with pytest.raises(ValueError, match="^x_private must have dtype"):
+        release_class_sketch(x.to(dtype), y, th, epsilon=1.0, delta=1e-5, num_classes=2, sketch_bins=2,
+                             clip_radius=1.0)
+
+
+@pytest.mark.parametrize("bins", [2.0, [2.0, 2, 2], [2.5, 2, 2], torch.tensor([2.0, 2.0, 2.0]),
+                                  torch.tensor([True, True, True]), True, "2"])
+def test_sketch_bins_must_be_integers_never_truncated(bins):
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match="^sketch_bins must"):
+        class_quantile_sketch(x, y, th, **dict(kw, sketch_bins=bins))
+
+
+def test_integer_sketch_bins_in_every_form_give_the_same_release():
+    import numpy as np
+
+    x, y, th, kw = _small()
+    kw = dict(kw, noise_multiplier=0.0)
+    want = class_quantile_sketch(x, y, th, **dict(kw, sketch_bins=[2, 3, 2])).sums
+    for bins in ((2, 3, 2), torch.tensor([2, 3, 2]), np.array([2, 3, 2]), [np.int64(2), 3, 2]):
+        torch.testing.assert_close(class_quantile_sketch(x, y, th, **dict(kw, sketch_bins=bins)).sums, want)
+
+
+def test_flags_are_strict_bools():
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match="^return_noise must be a bool"):
+        class_quantile_sketch(x, y, th, **kw, return_noise=1)
+    rel = class_quantile_sketch(x, y, th, **kw)
+    with pytest.raises(ValueError, match="^shrink must be a bool"):
+        rel.quantile_tables(shrink="no")
+
+
+def test_a_generator_is_refused_as_the_other_releases_refuse_it():
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match="generator"):
+        class_quantile_sketch(x, y, th, **kw, generator=torch.Generator())  # secure mode: it would be unused
+    with pytest.raises(ValueError, match="generator"):
+        class_quantile_sketch(x, y, th, **kw, generator=3, secure_mode=False)
+
+
+def test_num_classes_beyond_memory_is_refused_naming_it():
+    x, y, th, kw = _small()
+    with pytest.raises(ValueError, match=r"^num_classes=1000000000000 needs about .* GiB"):
+        class_quantile_sketch(x, y, th, **dict(kw, num_classes=10 ** 12))
+
+
+def test_noise_scale_below_one_is_refused_so_the_stated_epsilon_holds():
+    """A noise_scale < 1 gave less noise than the stated ε needs (ε = 1 stated, the noise giving 14.4)."""
+    x, y, th, kw = _small()
+    for bad in (0.5, 1 - 1e-12, 0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="^noise_scale must"):
+            class_quantile_sketch(x, y, th, **kw, noise_scale=bad)
+        with pytest.raises(ValueError, match="^noise_scale must"):
+            release_class_sketch(x, y, th, epsilon=1.0, delta=1e-5, num_classes=2, sketch_bins=2, clip_radius=1.0,
+                                 noise_scale=bad)
+    rel = release_class_sketch(x, y, th, epsilon=1.0, delta=1e-5, num_classes=2, sketch_bins=2, clip_radius=1.0,
+                               noise_scale=2.0)
+    z = calibrate_noise_multiplier(1.0, 1e-5, 1.0, 1, accountant="pld")
+    # more noise than calibrated: the release records its real noise multiplier, and its ε stays below the stated 1
+    assert rel.noise_multiplier == pytest.approx(2.0 * z, rel=1e-12)
+    assert rel.noise_std == pytest.approx(rel.noise_multiplier * rel.sensitivity, rel=1e-12)
+    assert rel.epsilon == 1.0 and _pld_epsilon(rel.noise_multiplier, 1e-5) < 1.0
+
+
+def _pld_epsilon(z, delta):
+    import dp_accounting
+
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    return acc.compose(dp_accounting.GaussianDpEvent(z)).get_epsilon(delta)
+
+
+def test_a_non_finite_private_row_is_refused_without_counting():
+    x, y, th, kw = _small()
+    x[1, 0], x[4, 2], x[5, 1] = math.nan, math.inf, -math.inf
+    with pytest.raises(ValueError) as err:
+        class_quantile_sketch(x, y, th, **kw)
+    msg = str(err.value)
+    assert msg.startswith("x_private contains non-finite values") and not any(c.isdigit() for c in msg), msg
+
+
+def test_an_unreachable_delta_is_refused_in_the_functions_own_terms():
+    x, y, th, _ = _small()
+    for eps, delta in ((1.0, 1e-300), (1.0, 1e-20), (1e9, 1e-5)):
+        with pytest.raises(ValueError) as err:
+            release_class_sketch(x, y, th, epsilon=eps, delta=delta, num_classes=2, sketch_bins=2, clip_radius=1.0)
+        msg = str(err.value)
+        assert msg.startswith(f"release_class_sketch cannot calibrate epsilon={eps!r} at delta={delta!r}"), msg
+        for foreign in ("target_epsilon", "value_discretization_interval", "accountant=", "steps"):
+            assert foreign not in msg, (foreign, msg)  # arguments release_class_sketch does not take

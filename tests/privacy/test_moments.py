@@ -220,3 +220,82 @@ def test_class_means_sensitivity_by_monte_carlo_over_class_changes(r, w):
     noisy = release_class_means(torch.zeros(4000, 2, dtype=torch.float64), torch.arange(4000) % 2, 2, 1.0,
                                 clip_radius=1.0, generator=torch.Generator().manual_seed(1), secure_mode=False)
     assert noisy["noise_std"] == pytest.approx(2.0) and noisy["counts"].sub(2000).abs().max() < 20
+
+
+# ---------------------------------------------------------------------------- issue 46: one set of conventions
+def _rows(n=40, d=3):
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(7), dtype=torch.float64), torch.arange(n) % 2
+
+
+def _means(x, y, **kw):
+    from fastdpot.privacy.moments import release_class_means
+
+    return release_class_means(x, y, kw.pop("num_classes", 2), kw.pop("noise_multiplier", 1.0), clip_radius=1.0,
+                               **kw)
+
+
+def _moments_release(x, y, **kw):
+    return release_class_moments(x, y, kw.pop("num_classes", 2), kw.pop("noise_multiplier", 1.0), **kw)
+
+
+@pytest.mark.parametrize("release", [_means, _moments_release])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_rows_are_refused_naming_them(release, dtype):
+    x, y = _rows()
+    with pytest.raises(ValueError, match=rf"^rows must have dtype in .*got {dtype}"):
+        release(x.to(dtype), y)
+    with pytest.raises(ValueError, match="^latents must have dtype"):
+        dp_class_gaussians(x.to(dtype), y, 1.0, 1e-5)
+
+
+@pytest.mark.parametrize("release", [_means, _moments_release])
+def test_a_bad_generator_is_refused_not_ignored(release):
+    """As class_quantile_sketch: in secure mode a generator would be silently unused; a non-generator is refused."""
+    x, y = _rows()
+    for gen in (3, "seed", torch.Generator()):
+        with pytest.raises(ValueError, match="generator"):
+            release(x, y, generator=gen)
+    for gen in (3, "seed"):
+        with pytest.raises(ValueError, match="generator"):
+            release(x, y, generator=gen, secure_mode=False)
+    a = release(x, y, generator=torch.Generator().manual_seed(1), secure_mode=False)
+    b = release(x, y, generator=torch.Generator().manual_seed(1), secure_mode=False)
+    torch.testing.assert_close(a["counts"], b["counts"], rtol=0, atol=0)  # replayable
+
+
+@pytest.mark.parametrize("release", [_means, _moments_release])
+def test_noise_scale_below_one_is_refused_and_above_one_adds_noise(release):
+    x, y = _rows()
+    for bad in (0.5, 1 - 1e-12, 0.0, math.nan):
+        with pytest.raises(ValueError, match="^noise_scale must"):
+            release(x, y, noise_scale=bad)
+    one, two = release(x, y), release(x, y, noise_scale=2.0)
+    assert two["noise_std"] == pytest.approx(2.0 * one["noise_std"], rel=1e-12)
+    with pytest.raises(ValueError, match="^noise_scale must"):
+        dp_class_gaussians(x, y, 1.0, 1e-5, noise_scale=0.5)
+
+
+@pytest.mark.parametrize("release", [_means, _moments_release])
+def test_num_classes_beyond_memory_is_refused_naming_it(release):
+    x, y = _rows()
+    with pytest.raises(ValueError, match=r"^num_classes=1000000000000 needs about .* GiB"):
+        release(x, y, num_classes=10 ** 12)
+
+
+@pytest.mark.parametrize("release", [_means, _moments_release])
+def test_a_non_finite_private_row_is_refused_without_counting(release):
+    x, y = _rows()
+    x[0, 0], x[3, 1] = math.nan, math.inf
+    for call, name in ((lambda: release(x, y), "rows"), (lambda: dp_class_gaussians(x, y, 1.0, 1e-5), "latents")):
+        with pytest.raises(ValueError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith(f"{name} contains non-finite values") and not any(c.isdigit() for c in msg), msg
+
+
+def test_the_public_label_release_takes_strict_bools():
+    x, y = _rows()
+    with pytest.raises(ValueError, match="^normalize must be a bool"):
+        dp_class_gaussians(x, y, 1.0, 1e-5, normalize="no")
+    with pytest.raises(ValueError, match="^return_noise must be a bool"):
+        dp_class_gaussians(x, y, 1.0, 1e-5, return_noise=1)

@@ -21,10 +21,11 @@ from ..._validate import (check_choice, check_delta, check_epsilon, check_int, c
                           check_probability)
 from ...flows import INIT_KINDS
 from ..metrics import CLASSIFIERS, CNN_ARCHS
-from .settings import (_DP_REPRESENTATION, _PER_STEP_FLOW, AE_ARCHS, DEFAULT_SKETCH_BINS, METHODS,  # noqa: F401
-                       ONESHOT_SETTINGS, PRIVATE_ONLY_SETTINGS, PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS,
-                       REPRESENTATION_KINDS, DataSettings, EvaluationSettings, GenerationSettings,
-                       RepresentationSettings, table_row)
+from .settings import (_DP_REPRESENTATION, _PER_STEP_FLOW, AE_ARCHS, DEFAULT_SKETCH_BINS,  # noqa: F401
+                       FLOW_ONLY_SETTINGS, MAX_FLOW_STEPS, METHODS, ONESHOT_SETTINGS, PRIVATE_ONLY_SETTINGS,
+                       PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS, QUICK_SKETCH_BLOCKS, QUICK_SKETCH_ROUNDS,
+                       REPRESENTATION_KINDS, SKETCH_CENTERS, DataSettings, EvaluationSettings, GenerationSettings,
+                       RepresentationSettings, steps_duration, table_row)
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
            "METHODS", "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "parse_settings",
@@ -192,6 +193,9 @@ def check_stage_settings(c: MainJobConfig) -> None:
         check_choice(g.method, "method", METHODS)
     check_int(g.batch_size, "batch_size")
     check_positive(g.epochs, "epochs")
+    if g.epochs > MAX_FLOW_STEPS:  # T = epochs·n/B >= epochs flow steps
+        raise ValueError(f"epochs = {g.epochs:g} makes at least {g.epochs:.3g} flow steps (T = epochs·n/B, B <= n): "
+                         f"{steps_duration(g.epochs)}; a run takes at most {MAX_FLOW_STEPS:.0e} steps")
     check_int(g.flow_seeds, "flow_seeds")
     check_int(g.checkpoint_every, "checkpoint_every")
     check_nonnegative(g.diffusion, "diffusion")
@@ -254,6 +258,15 @@ def _quick(c: MainJobConfig) -> MainJobConfig:
                            min(e.fid_samples, 100), fid_real=min(e.fid_real, 100), cnn_epochs=min(e.cnn_epochs, 1)))
 
 
+def _check_quick(cfg: MainJobConfig, quick: MainJobConfig) -> None:
+    """Refuse a setting given explicitly that ``quick`` would lower: the run would ignore it."""
+    default, given, short = flat_settings(MainJobConfig()), flat_settings(cfg), flat_settings(quick)
+    lowered = [f"{k}={given[k]!r} to {short[k]!r}" for k in given if given[k] != default[k] and short[k] != given[k]]
+    if lowered:
+        raise ValueError(f"quick (--quick, a short run) lowers {', '.join(lowered)}: this run would ignore "
+                         f"{'them' if len(lowered) > 1 else 'it'}; drop --quick for the full run, or the setting")
+
+
 def resolve(cfg: MainJobConfig) -> MainJobConfig:
     """See :meth:`MainJobConfig.resolved`."""
     check_stage_settings(cfg)
@@ -265,6 +278,8 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
                          f"({'public_size > 0 or None' if private_only else 'public_size=0, --public-size 0'}); "
                          f"this run would ignore {'them' if len(wrong) > 1 else 'it'}")
     c = _quick(cfg) if cfg.quick else cfg
+    if cfg.quick:
+        _check_quick(cfg, c)
     g, r = c.generation, c.representation
     g = replace(g, method=g.method or ("oneshot" if private_only else "flow"))
     if g.method != "oneshot":
@@ -272,14 +287,39 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         if given:
             raise ValueError(f"{', '.join(given)} apply to method='oneshot' only; this run ({g.method!r}) would "
                              f"ignore {'them' if len(given) > 1 else 'it'}")
+    if g.method in ("gaussian", "public", "decoded"):
+        ignored = _changed(cfg, FLOW_ONLY_SETTINGS)
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)} set the per-step flow (method='flow'), which method {g.method!r} "
+                             f"does not run; this run would ignore {'them' if len(ignored) > 1 else 'it'}")
+    if g.each_seed_at_epsilon and (g.flow_seeds == 1 or not c.private or g.method in ("public", "decoded")):
+        raise ValueError("each_seed_at_epsilon calibrates each of flow_seeds > 1 private seeds alone at epsilon; this "
+                         "run (" + ("flow_seeds=1" if g.flow_seeds == 1 else "epsilon=inf" if not c.private else
+                                    f"method={g.method!r}, which spends nothing") + ") would ignore it")
+    if private_only and g.method == "decoded" and c.private:
+        raise ValueError(f"method='decoded' is an ANALYSIS that reads the sensitive images without noise: it runs only "
+                         f"with epsilon=inf (--epsilon inf), not at epsilon={c.epsilon:g}, so that nothing names it a "
+                         f"private run")
+    if private_only and c.data.max_train is not None and not c.data.validation_size < c.data.max_train:
+        raise ValueError(f"validation_size must be < max_train = {c.data.max_train} (the validation split is taken "
+                         f"from the training set, the rest is the sensitive set), got {c.data.validation_size}")
     if private_only:  # the ε table's row, where a setting was not given
         row = table_row(c.epsilon)
         kind = r.kind or ("pixels" if g.method == "oneshot" else "pca")
         if g.method == "oneshot":
             g = replace(g, **{k: v for k, v in row["generation"].items() if getattr(g, k) is None})
             if c.quick:  # a short run: two passes over the whole-image and 7-px blocks
-                g = replace(g, sketch_rounds=min(g.sketch_rounds, 2),
-                            sketch_blocks="28/0/0,7/0/0" if g.sketch_blocks == "default" else g.sketch_blocks)
+                given, lowered = cfg.generation, []  # what it would lower of the settings given
+                if (given.sketch_rounds or 0) > QUICK_SKETCH_ROUNDS:
+                    lowered.append(f"sketch_rounds={given.sketch_rounds!r}")
+                if given.sketch_blocks == "default":
+                    lowered.append("sketch_blocks='default'")
+                if lowered:
+                    raise ValueError(f"quick (--quick, a short run) runs at most {QUICK_SKETCH_ROUNDS} sketch_rounds "
+                                     f"on the blocks {QUICK_SKETCH_BLOCKS!r}: this run would ignore "
+                                     f"{', '.join(lowered)}; drop --quick for the full run, or the setting")
+                g = replace(g, sketch_rounds=min(g.sketch_rounds, QUICK_SKETCH_ROUNDS),
+                            sketch_blocks=QUICK_SKETCH_BLOCKS if g.sketch_blocks == "default" else g.sketch_blocks)
             if kind != "pixels":
                 raise ValueError(f"method='oneshot' runs in pixel space: representation kind 'pixels', got {kind!r}")
         if kind == "pixels":  # no DP representation: its settings would be ignored
@@ -326,6 +366,10 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
             raise ValueError("method='public' needs public images; public_size=0 has none")
         if g.labels_from not in ("flow", "head"):
             raise ValueError(f"labels_from must be one of ['flow', 'head'], got {g.labels_from!r}")
+        if g.labels_from == "head" and (r.kind != "autoencoder" or r.label_weight == 0):
+            raise ValueError(f"labels_from='head' reads the label head of the DP auto-encoder (representation kind "
+                             f"'autoencoder', rep_label_weight > 0); representation kind {r.kind!r} with "
+                             f"rep_label_weight={r.label_weight:g} has none")
         if r.kind not in REPRESENTATION_KINDS:
             raise ValueError(f"representation kind must be one of {list(REPRESENTATION_KINDS)}, got {r.kind!r}")
         check_positive(r.scale, "rep_scale")
@@ -341,8 +385,9 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
             check_int(g.sketch_rounds, "sketch_rounds")
             if g.sketch_block_directions is not None:
                 check_int(g.sketch_block_directions, "sketch_block_directions")
-            if g.sketch_center not in ("mean", "half"):
-                raise ValueError(f"sketch_center must be 'mean' or 'half', got {g.sketch_center!r}")
+            check_int(g.sketch_rotations, "sketch_rotations", 0)
+            check_int(g.sketch_rotation_bins, "sketch_rotation_bins")
+            check_choice(g.sketch_center, "sketch_center", SKETCH_CENTERS)
             check_probability(g.sketch_mean_share, "sketch_mean_share", low_open=True, high_open=True)
             if not 0 < g.step_size <= 1:
                 raise ValueError(f"step_size of the one-shot flow must be in (0, 1], got {g.step_size!r}")

@@ -18,15 +18,26 @@ __all__ = ["init_from_env", "pipeline_done", "pipeline_flow", "pipeline_follow",
            "register_pipeline_group"]
 
 _PIPELINE = {}
+#: what torchrun sets for every process, and init_process_group("env://") reads
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def init_from_env(device: str = "cpu", timeout_s: float = 300.0, wait_s: float = 3 * 3600.0):
     """``torch.distributed.init_process_group`` from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...):
     NCCL when ``device`` is CUDA, else gloo; ``timeout_s`` bounds every flow collective (a dead or hanging rank
     is detected within it), ``wait_s`` the wait of ranks > 0 while rank 0 runs the stages before the flow.
-    Registers the group for :func:`pipeline_group`. Returns ``(group, rank)``."""
+    Registers the group for :func:`pipeline_group`. Returns ``(group, rank)``.
+
+    Raises:
+        RuntimeError: not under torchrun (its variables unset), before any process group is made.
+    """
     import datetime
 
+    missing = [v for v in TORCHRUN_VARIABLES if v not in os.environ]
+    if missing:
+        raise RuntimeError(f"--distributed runs under torchrun, which sets {', '.join(missing)}: launch it as "
+                           f"`torchrun --nproc_per_node K -m fastdpot flow --distributed ...` (K processes on this "
+                           f"machine; docs/distributed.md)")
     cuda = str(device).startswith("cuda")
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -138,6 +138,7 @@ def generate_flow(cfg, codes: torch.Tensor, labels: Optional[torch.Tensor], num_
     """
     from ...flows import ClassConditionalFlow, DPSlicedWassersteinFlow
     from .distributed import pipeline_flow, pipeline_group
+    from .settings import MAX_FLOW_STEPS, steps_duration
 
     g = cfg.generation
     kind, labels, C, per_class, n_ref, batch = _flow_setup(cfg, codes, labels, num_particles, public_labels,
@@ -146,6 +147,10 @@ def generate_flow(cfg, codes: torch.Tensor, labels: Optional[torch.Tensor], num_
     k, h = flow_defaults(g, codes.shape[1], C, label_private, ledger is not None)
     n_cal = codes.shape[0] if calibration_size is None else calibration_size
     steps = max(1, int(round(g.epochs * (n_ref if ledger is None else n_cal) / batch)))
+    if steps > MAX_FLOW_STEPS:  # before any release
+        raise ValueError(f"epochs = {g.epochs:g} makes T = {steps:.3g} flow steps (epochs·n/B, B = {batch}): "
+                         f"{steps_duration(steps * g.flow_seeds)}; a run takes at most {MAX_FLOW_STEPS:.0e} steps: "
+                         f"lower epochs or raise batch_size")
     if ledger is not None:
         if ledger.private:  # the rest of the composed budget, shared by every seed; recorded before it runs
             z = ledger.calibrate(g.flow_seeds * steps, dataset_size=n_cal, batch_size=batch) \
@@ -242,7 +247,7 @@ def generate_gaussian(cfg, codes: torch.Tensor, labels: torch.Tensor, num_partic
     flow's, samples per class in proportion to the public counts (at least 2). Labels private (private-only, with
     ``ledger``): one :func:`fastdpot.privacy.moments.release_class_moments` of noise multiplier z calibrated to the
     rest of the composed ε (over every seed) and recorded before the release, samples per class in proportion to the
-    noisy counts. ``calibration_size``: a stand-in's real-run size (its noise scaled by n / calibration_size).
+    noisy counts. ``calibration_size``: a stand-in's real-run size (noise multiplier z·n/calibration_size).
     """
     from ...flows.allocation import sample_class_gaussians
     from ...privacy.moments import class_gaussians, dp_class_gaussians, release_class_moments
@@ -257,8 +262,11 @@ def generate_gaussian(cfg, codes: torch.Tensor, labels: torch.Tensor, num_partic
             z = ledger.calibrate(g.flow_seeds, sampling="full", dataset_size=n_cal) \
                 if noise_multiplier is None else noise_multiplier
             ledger.record("gaussian", z, 1, sampling="full", dataset_size=n_cal)
-        rel = release_class_moments(codes, labels, num_classes, z, generator=gen, secure_mode=not cfg.replayable_noise,
-                                    noise_scale=n / n_cal)
+        # a stand-in (n rows for n_cal) is released at its own noise multiplier z·n/n_cal (the real run's noise
+        # relative to its sums); the ledger holds the real run's z
+        rel = release_class_moments(codes, labels, num_classes, z * (n / n_cal),
+                                    generator=gen if cfg.replayable_noise else None,
+                                    secure_mode=not cfg.replayable_noise)
         means, covs = class_gaussians(rel["counts"], rel["sums"], rel["second"])
         x, y = sample_class_gaussians(means, covs, rel["counts"].clamp_min(1.0), num_particles, gen)
         return dict(samples=x, sample_labels=y, epsilon=ledger.epsilon(), resumed=False,

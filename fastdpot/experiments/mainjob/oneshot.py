@@ -5,10 +5,12 @@ once, then flow in pixel space as post-processing.
    public grey image 0.5 (every image of [0, 1]^D lies within √D/2 of it: nothing is clipped), labels private;
 2. the one-shot class sketch: :func:`fastdpot.privacy.class_sketch.class_quantile_sketch` of every class's images,
    centred on their class's released mean (or on 0.5) and clipped to ``sketch_radius`` inside, on the public blocks
-   of orthonormal patch-DCT directions ``sketch_blocks`` (:func:`fastdpot.flows.directions.image_blocks`; each block
-   a full basis of the D pixels when D <= 4096, else its ``sketch_block_directions`` (default 2048) lowest
-   frequencies), with the quantile bins ``sketch_plan`` by frequency
-   (:func:`fastdpot.flows.directions.bins_by_frequency`);
+   of orthonormal patch-DCT directions ``sketch_blocks`` (:func:`fastdpot.flows.directions.patch_dct_blocks`, fast
+   blocks applied by their own transform; each block a full basis of the D pixels, or its
+   ``sketch_block_directions`` lowest frequencies when that is set), with the quantile bins ``sketch_plan`` by
+   frequency (:func:`fastdpot.flows.directions.bins_by_frequency`), then ``sketch_rotations`` random rotations of the
+   whole image (randomised Hadamard blocks from the public seeds :data:`ROTATION_SEED` + b, ``sketch_rotation_bins``
+   bins per direction: joint structure beyond patches);
 3. the flows: :meth:`fastdpot.flows.ClassConditionalFlow.from_release`, particles per class from the released
    counts, started from the release's own block-0 marginals, ``sketch_rounds`` passes over the blocks, kept in the
    public pixel range [0, 1]: post-processing, no privacy cost.
@@ -24,7 +26,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-__all__ = ["generate_oneshot", "parse_blocks", "parse_plan"]
+__all__ = ["generate_oneshot", "parse_blocks", "parse_plan", "ROTATION_SEED"]
+
+#: the public seed of the one-shot method's random-rotation blocks (rotation b: ROTATION_SEED + b); public like the
+#: patch grids: it depends on no image
+ROTATION_SEED = 28_11_2026
 
 
 def parse_blocks(spec: str) -> Optional[Tuple[Tuple[int, int, int], ...]]:
@@ -69,24 +75,31 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
 
     Returns:
         dict with ``samples`` (N, D), ``sample_labels`` (N,), ``epsilon`` (the ledger's), ``privacy`` (the release's
-        settings and noise), ``resumed`` False.
+        settings and noise), ``resumed`` False, and for the run folder's pictures ``release`` (the
+        :class:`~fastdpot.privacy.class_sketch.ClassSketchRelease`, public: released without its noise).
     """
     from ...flows import ClassConditionalFlow
-    from ...flows.directions import bins_by_frequency, image_blocks
+    from ...flows.directions import bins_by_frequency, hadamard_blocks, patch_dct_blocks
     from ...privacy.class_sketch import class_quantile_sketch
     from ...privacy.moments import release_class_means
 
     g = cfg.generation
     n, D = codes.shape
     n_cal = n if calibration_size is None else calibration_size
-    scale = n / n_cal  # a stand-in's sums get the real run's noise relative to their size
+    scale = n / n_cal  # a stand-in's sums get the real run's noise relative to their size: noise multiplier z·scale
     secure = not cfg.replayable_noise
     gen = torch.Generator().manual_seed(int(seed))  # public draws (flows); the releases' noise only when replayable
     noise_gen = None if secure else gen
     C, H, W = (image_shape[0], image_shape[1], image_shape[2])
-    per_block = g.sketch_block_directions or (D if D <= 4096 else 2048)
-    theta, freq = image_blocks(H, W, C, parse_blocks(g.sketch_blocks), per_block=per_block)
-    bins = bins_by_frequency(freq, parse_plan(g.sketch_plan))
+    blocks = patch_dct_blocks(H, W, C, parse_blocks(g.sketch_blocks), per_block=g.sketch_block_directions)
+    per_block = blocks[0].size
+    bins = bins_by_frequency(torch.cat([b.frequency for b in blocks]), parse_plan(g.sketch_plan))
+    if g.sketch_rotations:  # random rotations of the whole image, from public seeds, after the patch blocks
+        if per_block != D:
+            raise ValueError("sketch_rotations needs full patch blocks (sketch_block_directions unset): every block "
+                             "of one release has one size")
+        blocks += hadamard_blocks(D, g.sketch_rotations, seed=ROTATION_SEED)
+        bins = torch.cat([bins, torch.full((g.sketch_rotations * D,), g.sketch_rotation_bins, dtype=torch.int64)])
     half = torch.full((D,), 0.5, dtype=torch.float64)
     z = 0.0
     if ledger.private:
@@ -95,29 +108,30 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     share = g.sketch_mean_share if g.sketch_center == "mean" else 0.0
     info: Dict[str, Any] = dict(method="oneshot", private=ledger.private, noise_multiplier=z,
                                 blocks=g.sketch_blocks, plan=g.sketch_plan, block_directions=per_block,
+                                rotations=g.sketch_rotations, rotation_bins=g.sketch_rotation_bins,
                                 clip_radius=g.sketch_radius, center=g.sketch_center, mean_share=share,
-                                rounds=g.sketch_rounds, step_size=g.step_size, directions=int(theta.shape[0]),
+                                rounds=g.sketch_rounds, step_size=g.step_size, directions=per_block * len(blocks),
                                 bins_histogram={int(b): int((bins == b).sum()) for b in bins.unique()})
     centers = half
     if g.sketch_center == "mean":
         z_m = z / math.sqrt(share) if z > 0 else 0.0
         if ledger.private:
             ledger.record("means", z_m, 1, sampling="full", dataset_size=n_cal)
-        means = release_class_means(codes, labels, num_classes, z_m, clip_radius=math.sqrt(D) / 2, center=half,
-                                    generator=noise_gen, secure_mode=secure, noise_scale=scale)
+        means = release_class_means(codes, labels, num_classes, z_m * scale, clip_radius=math.sqrt(D) / 2,
+                                    center=half, generator=noise_gen, secure_mode=secure)
         centers = means["means"].clamp(0.0, 1.0)
         info.update(means_noise_multiplier=z_m, means_noise_std=means["noise_std"])
     z_s = z / math.sqrt(1.0 - share) if z > 0 else 0.0
     if ledger.private:
         ledger.record("sketch", z_s, 1, sampling="full", dataset_size=n_cal)
-    release = class_quantile_sketch(codes, labels, theta, num_classes=num_classes, sketch_bins=bins,
-                                    noise_multiplier=z_s, clip_radius=g.sketch_radius, block_size=per_block,
+    release = class_quantile_sketch(codes, labels, blocks, num_classes=num_classes, sketch_bins=bins,
+                                    noise_multiplier=z_s * scale, clip_radius=g.sketch_radius,
                                     centers=centers,
-                                    generator=noise_gen, secure_mode=secure, noise_scale=scale)
+                                    generator=noise_gen, secure_mode=secure)
     flows = ClassConditionalFlow.from_release(release, num_particles, step_size=g.step_size, domain=(0.0, 1.0),
                                               generator=gen, backend=cfg.backend)
     samples, sample_labels = flows.run(steps=g.sketch_rounds * release.num_blocks, progress=progress)
     info.update(sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std, sensitivity=release.sensitivity,
                 count_noise_std=release.count_noise_std, released_counts=release.counts.tolist())
     return dict(samples=samples.float(), sample_labels=sample_labels, resumed=False,
-                epsilon=ledger.epsilon() if ledger.private else math.inf, privacy=info)
+                epsilon=ledger.epsilon() if ledger.private else math.inf, privacy=info, release=release)

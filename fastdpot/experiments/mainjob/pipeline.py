@@ -10,8 +10,9 @@ evaluation → report.
 4. decoding (public-half: :mod:`~fastdpot.experiments.mainjob.codes`'s post-processing; private-only: the DP
    representation's decoder, and its head's labels with ``labels_from="head"``);
 5. :func:`~fastdpot.experiments.mainjob.evaluation.evaluate` — FID, accuracy, label fidelity;
-6. :func:`~fastdpot.experiments.mainjob.report.write_outputs` — ``samples.png``, ``metrics.json``, ``privacy.md``,
-   ``config.json``.
+6. :func:`~fastdpot.experiments.mainjob.report.write_outputs` — ``samples.png``, ``epsilon.png`` (how the run's ε
+   was spent, stage by stage), ``quantiles.png`` (one-shot: the release against the generated images),
+   ``metrics.json``, ``privacy.md``, ``config.json``.
 
 Only the representation (private-only) and the generation stage read private data, each through mechanisms of
 :mod:`fastdpot.privacy` or a flow; the run's ε binds everything it publishes.
@@ -144,14 +145,16 @@ def run_pipeline(cfg: MainJobConfig, run_dir: str, progress: bool = True, cache_
                          metrics=round(time.perf_counter() - t0, 2))
             first = (run, images, sample_labels, scales, met)
         per_seed.append(dict(flow_seed=seed, **{k: v for k, v in met.items()
-                                                if k in ("fid", "label_fidelity") or k.startswith("accuracy_")}))
+                                                if k in ("fid", "label_fidelity", "cnn_selected_epoch")
+                                                or k.startswith("accuracy_")}))
     run, images, sample_labels, scales, met = first
     release = released_epsilon(cfg, runs, ledger)
     metrics = _metrics(cfg, data, rep, run, release, met, times, per_seed, ledger, num_particles, scales)
     result = dict(metrics=metrics, privacy=run["privacy"], release=release, dataset=data["dataset"],
                   n_public=metrics.get("n_public"), n_private=n, latent_dim=int(rep["codes"].shape[1]),
                   representation=rep["info"], user_settings=user, epsilon=run["epsilon"])
-    write_outputs(run_dir, cfg, result, images, sample_labels, getattr(data["test"], "class_names", None))
+    write_outputs(run_dir, cfg, result, images, sample_labels, getattr(data["test"], "class_names", None), runs=runs,
+                  ledger=ledger)
     return metrics
 
 
@@ -182,6 +185,7 @@ def _metrics(cfg, data, rep, run, release, met, times, per_seed, ledger, num_par
                   epsilon_target=cfg.epsilon, epsilon_spent=release["epsilon"], epsilon=release["epsilon"],
                   epsilon_spent_is_bound=release["is_bound"], epsilon_per_seed=release["epsilon_per_seed"],
                   epsilon_composition=release["how"], delta=release["delta"], delta_target=cfg.delta,
+                  epsilon_stages=[dict(s, stage=s["stage"].replace("\n", ", ")) for s in release["stages"]],
                   flow_seeds=g.flow_seeds, private=bool(p.get("private", True)), quick=cfg.quick,
                   noise="replayable from seed: NO privacy guarantee against anyone who holds the seed or the checkpoint"
                         if cfg.replayable_noise else "secret (operating-system CSPRNG; not stored)",

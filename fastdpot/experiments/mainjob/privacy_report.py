@@ -256,6 +256,8 @@ SETTING_ORIGINS = {
     "generation.sketch_center": _ROW,
     "generation.sketch_mean_share": _ROW,
     "generation.sketch_rounds": _ROW,
+    "generation.sketch_rotations": _ROW,
+    "generation.sketch_rotation_bins": _ROW,
     "generation.release": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.sketch_bins": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.step_size": "for the per-step flow (h = 0.3) the validation split (docs/mainjob-private.md); for the "
@@ -327,13 +329,20 @@ def _evaluation_md(cfg, result: Dict[str, Any]) -> Optional[str]:
     m = result["metrics"]
     rows = ["## Evaluation statistics outside the guarantee", ""]
     if cfg.protocol == "private-only":
-        rows += [f"* FID (`fid`, {m.get('fid_real_samples')} images): computed against the SENSITIVE images without "
-                 "noise (DPImageBench's protocol). It is a statistic of the sensitive set that no accountant here "
-                 "counts: publishing it is outside the (ε, δ) above.",
-                 "* Label fidelity (`label_fidelity`): its judge is trained on the validation split only; it reads no "
+        if m.get("fid") is not None:
+            rows += [f"* FID (`fid`, {m.get('fid_real_samples')} images): computed against the SENSITIVE images "
+                     "without noise (DPImageBench's protocol). It is a statistic of the sensitive set that no "
+                     "accountant here counts: publishing it is outside the (ε, δ) above.",
+                     "* The Inception statistics (mean and covariance of the features) of those sensitive images are "
+                     "cached, keyed by content, in the `fid_real_stats/` folder of the user's cache (`--cache-dir`, "
+                     "default `$FASTDPOT_CACHE` or `~/.cache/fastdpot`), never in this run folder. They are "
+                     "sensitive-derived data, outside the guarantee like the FID itself: that folder (its README.txt "
+                     "says so) belongs where the sensitive data's own protection applies and must not be published."]
+        rows += ["* Label fidelity (`label_fidelity`): its judge is trained on the validation split only; it reads no "
                  "sensitive image (inside the guarantee: post-processing of the samples).",
-                 "* Accuracy (`accuracy_*`) and `fid_test`: classifiers trained on the samples, scored on the public "
-                 "test set (post-processing of the release).", ""]
+                 "* Accuracy (`accuracy_*`) and `fid_test`: classifiers trained on the samples, their checkpoint "
+                 "chosen on the validation split (`cnn_selected_epoch`), scored once on the public test set "
+                 "(post-processing of the release).", ""]
     else:
         rows += ["* None: FID and accuracy are measured on the real test set, which is public; no evaluation "
                  "statistic reads the private half.", ""]

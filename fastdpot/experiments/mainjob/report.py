@@ -1,4 +1,5 @@
-"""The main job's outputs: ``samples.png`` (:func:`samples_grid`), ``metrics.json``, ``privacy.md``
+"""The main job's outputs: ``samples.png`` (:func:`samples_grid`), ``epsilon.png`` and ``quantiles.png``
+(:mod:`fastdpot.experiments.mainjob.pictures`), ``metrics.json``, ``privacy.md``
 (:mod:`fastdpot.experiments.mainjob.privacy_report`) and ``config.json`` (:func:`write_outputs`), the ε of
 everything a run publishes over its seeds (:func:`released_epsilon`), the per-seed summary (:func:`seed_summary`)
 and the table of the private-only protocol's runs (:func:`summarize`, ``python -m
@@ -63,9 +64,11 @@ def _save_grid_png(grid: torch.Tensor, path: str, row_names=None, title: str = "
 
 
 def write_outputs(run_dir: str, cfg, result: Dict[str, Any], images: torch.Tensor, labels: Optional[torch.Tensor],
-                  class_names=None) -> Dict[str, str]:
-    """Write ``samples.png``, ``metrics.json``, ``privacy.md`` and ``config.json`` into ``run_dir``; returns their
-    paths."""
+                  class_names=None, runs: Optional[List[Dict[str, Any]]] = None, ledger=None) -> Dict[str, str]:
+    """Write ``samples.png``, ``metrics.json``, ``privacy.md`` and ``config.json`` into ``run_dir``, and given the
+    generation ``runs`` (and the private-only run's ``ledger``) the pictures of
+    :func:`fastdpot.experiments.mainjob.pictures.write_pictures` (``epsilon.png``; ``quantiles.png`` for the
+    one-shot method); returns their paths."""
     from .config import flat_settings
     from .privacy_report import privacy_md
 
@@ -92,6 +95,10 @@ def write_outputs(run_dir: str, cfg, result: Dict[str, Any], images: torch.Tenso
     paths = {k: os.path.join(run_dir, f) for k, f in (("samples", "samples.png"), ("metrics", "metrics.json"),
                                                       ("privacy", "privacy.md"), ("config", "config.json"))}
     _save_grid_png(grid, paths["samples"], names, title)
+    if runs is not None:
+        from .pictures import write_pictures
+
+        paths.update(write_pictures(run_dir, cfg, result, runs, ledger, names))
     with open(paths["metrics"], "w") as f:
         json.dump(result["metrics"], f, indent=2, default=_json_default)
         f.write("\n")
@@ -124,60 +131,93 @@ def released_epsilon(cfg, runs: List[Dict[str, Any]], ledger=None) -> Dict[str, 
 
     Returns:
         dict with ``epsilon`` and ``delta`` of the whole run, ``epsilon_per_seed`` (one seed alone), ``seeds`` S,
-        ``is_bound`` (an upper bound published instead of the exact value) and ``how`` (one line).
+        ``is_bound`` (an upper bound published instead of the exact value), ``how`` (one line) and ``stages``: how
+        the ε was spent, one ``{"stage": label, "epsilon": ε}`` per stage in order (the composed ledger's stages;
+        else one per seed), ε the same composition's value for that stage and those before it, at ``delta`` (the
+        last is ``epsilon``; empty when no ε is spent or none holds). Labels name public settings only (never a
+        per-class value, which would read a class size).
     """
     from ...privacy import PrivacyAccountant
 
     S, p, delta, g = len(runs), runs[0]["privacy"], cfg.delta, cfg.generation
     one = runs[0]["epsilon"]
-    out = dict(seeds=S, epsilon_per_seed=one, epsilon=one, delta=delta, is_bound=False, how="one seed")
+    out = dict(seeds=S, epsilon_per_seed=one, epsilon=one, delta=delta, is_bound=False, how="one seed", stages=[])
     if g.method in ("public", "decoded") or not cfg.private:
         return dict(out, epsilon=0.0 if g.method == "public" else math.inf,
                     epsilon_per_seed=0.0 if g.method == "public" else math.inf,
                     how="no private data used" if g.method == "public" else "non-private")
+    seeds = [f"seed {i + 1}" if S > 1 else "" for i in range(S)]
     if ledger is not None:
         how = (f"one composed ledger ({ledger.accountant_used.upper()}, dp-accounting): the representation and {S} "
                f"generation run(s), {len(ledger.stages)} stage(s)")
-        return dict(out, epsilon=ledger.epsilon(), how=how)
+        stages = [_stage(f"{s['stage']}\n{s['releases']} × z = {s['noise_multiplier']:.3g}", e)
+                  for s, e in zip(ledger.stages, ledger.epsilon_by_stage())]
+        return dict(out, epsilon=ledger.epsilon(), how=how, stages=stages)
     if g.method == "gaussian":
+        z = p["noise_std"] / p["sensitivity"]
         acc = PrivacyAccountant("pld")
-        acc.step(p["noise_std"] / p["sensitivity"], num_steps=S)
+        acc.step(z, num_steps=S)
         eps = acc.get_epsilon(delta)
+        label = f"Gaussian per class\nz = {z:.3g}"
         if S == 1:
-            return dict(out, how="one Gaussian release per class (analytic σ)")
-        single = PrivacyAccountant("pld")
-        single.step(p["noise_std"] / p["sensitivity"])
-        return dict(out, epsilon=eps, epsilon_per_seed=single.get_epsilon(delta),
+            return dict(out, how="one Gaussian release per class (analytic σ)", stages=[_stage(label, one)])
+        prefix = []
+        for i in range(1, S):  # the first i seeds' releases: one Gaussian of noise σ/√i
+            part = PrivacyAccountant("pld")
+            part.step(z, num_steps=i)
+            prefix.append(part.get_epsilon(delta))
+        return dict(out, epsilon=eps, epsilon_per_seed=prefix[0],
                     how=f"{S} Gaussian release(s) of the per-class moments composed exactly (one Gaussian of noise "
-                        f"σ/√{S}; PLD, dp-accounting)")
+                        f"σ/√{S}; PLD, dp-accounting)",
+                    stages=[_stage(_lines(label, s), e) for s, e in zip(seeds, prefix + [eps])])
     budget = p.get("budget") or {}
     if _per_class(p):
         per = budget.get("target_epsilon", cfg.epsilon)
         per_delta = delta if g.each_seed_at_epsilon or S == 1 else delta / S
         return dict(out, epsilon=S * per, delta=S * per_delta, is_bound=True, epsilon_per_seed=per,
                     how=f"basic composition of {S} per-class run(s), each ({per:g}, {per_delta:g})-DP (a bound that "
-                        f"uses no class size)")
+                        f"uses no class size)",
+                    stages=[_stage(_lines("per-class flows", s, f"ε ≤ {per:g} each"), (i + 1) * per)
+                            for i, s in enumerate(seeds)])
     flows = [f for r in runs for f in _flows_of(r)]
+    steps = p["flows"][0]["steps_taken"] if p.get("flows") else p.get("steps")
+    z = p["flows"][0]["noise_multiplier"] if p.get("flows") else None
+    label = "flow" + ("" if steps is None else f"\n{steps} steps") + ("" if z is None else f" × z = {z:.3g}")
     if S == 1:
-        return dict(out, how="one flow: its accountant")
+        return dict(out, how="one flow: its accountant", stages=[_stage(label, one)])
+
+    def basic(per):  # seed i: i·per by basic composition
+        return [_stage(_lines(label, s), (i + 1) * per) for i, s in enumerate(seeds)]
+
     if any(f.ledger is None or f.ledger.accountant is None for f in flows):  # e.g. a rank without the ledger
-        return dict(out, epsilon=S * one, delta=S * delta, is_bound=True,
+        return dict(out, epsilon=S * one, delta=S * delta, is_bound=True, stages=basic(one),
                     how=f"basic composition of {S} runs, each ({one:.4g}, {delta:g})-DP")
-    acc = PrivacyAccountant("rdp")
-    for f in flows:
-        for event, count in f.ledger.accountant._history:
-            acc._record(event, count)
     d_acc, d_tail = flows[0].delta_split  # one accountant over every seed's steps, at one flow's δ_acc
+    acc, prefix = PrivacyAccountant("rdp"), []
+    for r in runs:
+        for f in _flows_of(r):
+            for event, count in f.ledger.accountant._history:
+                acc._record(event, count)
+        prefix.append(acc.get_epsilon(d_acc))  # the seeds so far (their δ is within the run's)
     T = flows[0].config.steps
     total_delta = d_acc + S * T * d_tail
-    eps = acc.get_epsilon(d_acc)
+    eps = prefix[-1]
     how = (f"RDP composition (dp-accounting) of the {acc.steps} steps of the {S} flows (sampled without replacement, "
            f"substitution neighbours)")
     target = budget.get("target_epsilon")
     if target is not None and S * target < eps:  # basic composition of the seeds' own (ε, δ) is the smaller bound
-        return dict(out, epsilon=S * target, delta=S * flows[0].config.delta, is_bound=True,
+        return dict(out, epsilon=S * target, delta=S * flows[0].config.delta, is_bound=True, stages=basic(target),
                     how=f"basic composition of {S} flows, each ({target:g}, {flows[0].config.delta:g})-DP")
-    return dict(out, epsilon=eps, delta=total_delta, how=how)
+    return dict(out, epsilon=eps, delta=total_delta, how=how,
+                stages=[_stage(_lines(label, s), e) for s, e in zip(seeds, prefix)])
+
+
+def _stage(label: str, epsilon: float) -> Dict[str, Any]:
+    return dict(stage=label, epsilon=float(epsilon))
+
+
+def _lines(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)
 
 
 def _per_class(p: Dict[str, Any]) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "METHODS",
            "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "PRIVATE_ONLY_TABLE", "table_row",
-           "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS"]
+           "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS", "SKETCH_CENTERS",
+           "FLOW_ONLY_SETTINGS", "MAX_FLOW_STEPS", "QUICK_SKETCH_ROUNDS", "QUICK_SKETCH_BLOCKS", "steps_duration"]
 
 #: ``"decoded"``: the private-only protocol's ANALYSIS of its representation (the sensitive codes decoded: NOT private)
 METHODS = ("oneshot", "flow", "gaussian", "public", "decoded")
@@ -16,6 +17,14 @@ PROTOCOLS = ("public-half", "private-only")
 AE_ARCHS = ("conv", "convbn", "dcgan")  # fastdpot.experiments.mainjob.autoencoder's architectures
 REPRESENTATION_KINDS = ("pixels", "pca", "autoencoder", "dct")  # the private-only protocol's code spaces
 DEFAULT_SKETCH_BINS = 5  # L of the default per-step sketch release: the public-only sweep (docs/mainjob/tuning.md)
+SKETCH_CENTERS = ("mean", "half")  # the one-shot release's centres: the released class means, the grey image 0.5
+
+
+def _oneshot(text: str, choices=None, default_text: Optional[str] = None):
+    """A setting of the one-shot method (default None: the ε table's value, or ``default_text``): it joins
+    :data:`ONESHOT_SETTINGS` and :data:`PRIVATE_ONLY_SETTINGS`, and its help ``text`` and ``choices`` make it a named
+    option of ``fastdpot flow``."""
+    return field(default=None, metadata=dict(method="oneshot", help=text, choices=choices, default_text=default_text))
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ class GenerationSettings:
             method's directions (``"default"`` or ``"p/sy/sx,..."``), bins by frequency (``"3:16,8:8,inf:2"``), clip
             radius r, centre (``"mean"``: the released class means, ``"half"``: the grey image 0.5), the means'
             share of the budget, and passes over the blocks (None: the ε table :data:`PRIVATE_ONLY_TABLE`);
-            sketch_block_directions: directions kept per block (None: all D pixels' when D <= 4096, else 2048).
+            sketch_block_directions: directions kept per block (None: all D pixels, a full basis per block).
     """
     method: Optional[str] = None
     num_particles: Optional[int] = None
@@ -129,13 +138,26 @@ class GenerationSettings:
     flow_seeds: int = 1
     each_seed_at_epsilon: bool = False
     checkpoint_every: int = 100
-    sketch_blocks: Optional[str] = None
-    sketch_plan: Optional[str] = None
-    sketch_radius: Optional[float] = None
-    sketch_center: Optional[str] = None
-    sketch_mean_share: Optional[float] = None
-    sketch_rounds: Optional[int] = None
-    sketch_block_directions: Optional[int] = None
+    # the one-shot method's settings: ``metadata["help"]`` (and ``"choices"``) make each a named option of
+    # ``fastdpot flow`` (fastdpot.experiments.mainjob.cli), its default stated from the ε table
+    sketch_blocks: Optional[str] = _oneshot("the blocks of image directions: 'default' (fastdpot.flows.directions."
+                                            "default_patches of the image size: 8 blocks at 28 px, patch sides 28 "
+                                            "to 2) or 'p/sy/sx,...' (patch side p on a grid shifted by (sy, sx))")
+    sketch_plan: Optional[str] = _oneshot("the quantile bins by spatial frequency, 'f:L,...' (directions of frequency "
+                                          "<= f cycles per side get L bins; e.g. '3:16,8:8,inf:2')")
+    sketch_radius: Optional[float] = _oneshot("r > 0, the clip radius of each image about its centre")
+    sketch_center: Optional[str] = _oneshot("each image's centre: mean (its class's released mean) or half (the grey "
+                                            "image 0.5)", choices=SKETCH_CENTERS)
+    sketch_mean_share: Optional[float] = _oneshot("the class means' share of the one-shot release's budget, in (0, 1) "
+                                                  "(with --sketch-center mean)")
+    sketch_rounds: Optional[int] = _oneshot("passes of the flows over the blocks (post-processing: no privacy cost)")
+    sketch_block_directions: Optional[int] = _oneshot("directions kept per block, the lowest frequencies",
+                                                      default_text="all D pixels: a full basis per block")
+    sketch_rotations: Optional[int] = _oneshot("random-rotation blocks after the patch blocks (randomised Hadamard "
+                                               "transforms, fastdpot.flows.directions.hadamard_blocks, from public "
+                                               "seeds): joint structure beyond patches; 0 for none")
+    sketch_rotation_bins: Optional[int] = _oneshot("quantile bins of every random-rotation direction (a rotation "
+                                                   "mixes all frequencies: one count for all)")
 
 
 @dataclass(frozen=True)
@@ -146,25 +168,27 @@ class EvaluationSettings:
         fid_samples, fid_real: generated and real images in FID (``fid_samples=0``: no FID).
         classifiers: comma-separated downstream classifiers (``logreg``, ``mlp``, ``cnn``; None: ``cnn`` in the
             private-only protocol, all three in the public-half one).
-        cnn_epochs, cnn_augment, cnn_arch: the evaluation CNN (:func:`fastdpot.experiments.metrics.cnn_accuracy`).
+        cnn_epochs, cnn_augment, cnn_arch: the evaluation CNN (:func:`fastdpot.experiments.metrics.cnn_accuracy`;
+            ``"small"``, ``"dropout"`` or ``"resnet20"``); ``cnn_epochs`` is its budget: the checkpoint of the best
+            accuracy on the selection split within it is scored
+            (:func:`fastdpot.experiments.mainjob.evaluation.selection_split`).
     """
     fid_samples: int = 2000
     fid_real: int = 2000
     classifiers: Optional[str] = None
-    cnn_epochs: int = 5
+    cnn_epochs: int = 10
     cnn_augment: bool = False
     cnn_arch: str = "small"
 
 
+#: the one-shot method's own settings (the fields of :class:`GenerationSettings` made by ``_oneshot``)
+ONESHOT_SETTINGS = tuple(f.name for f in fields(GenerationSettings) if f.metadata.get("method") == "oneshot")
 #: settings that only the private-only protocol reads (``--public-size 0``)
 PRIVATE_ONLY_SETTINGS = (("data", "validation_size"), ("representation", "kind"), ("representation", "scale"),
                          ("representation", "lowpass"), ("representation", "epochs"),
                          ("representation", "batch_size"), ("representation", "clip_radius"),
                          ("representation", "lr"), ("representation", "label_weight"), ("representation", "share"),
-                         ("generation", "labels_from"), ("generation", "sketch_blocks"), ("generation", "sketch_plan"),
-                         ("generation", "sketch_radius"), ("generation", "sketch_center"),
-                         ("generation", "sketch_mean_share"), ("generation", "sketch_rounds"),
-                         ("generation", "sketch_block_directions"))
+                         ("generation", "labels_from")) + tuple(("generation", n) for n in ONESHOT_SETTINGS)
 #: the DP representation's settings (none of them read with representation kind "pixels")
 _DP_REPRESENTATION = tuple(("representation", n) for n in ("latent_dim", "scale", "lowpass", "epochs", "batch_size",
                                                             "clip_radius", "lr", "label_weight", "share"))
@@ -172,9 +196,24 @@ _DP_REPRESENTATION = tuple(("representation", n) for n in ("latent_dim", "scale"
 _PER_STEP_FLOW = tuple(("generation", n) for n in ("num_projections", "diffusion", "batch_size", "epochs", "bound",
                                                     "directions", "init", "init_scale", "release", "sketch_bins",
                                                     "label_scale", "labels_from", "checkpoint_every"))
-#: the one-shot method's own settings
-ONESHOT_SETTINGS = ("sketch_blocks", "sketch_plan", "sketch_radius", "sketch_center", "sketch_mean_share",
-                    "sketch_rounds", "sketch_block_directions")
+#: the settings that only the per-step flow reads (refused with methods "gaussian", "public" and "decoded")
+FLOW_ONLY_SETTINGS = tuple(s for s in _PER_STEP_FLOW if s[1] != "labels_from") + (("generation", "spread"),)
+#: the most flow steps a run takes (T = epochs·n/B): more is refused with the time it would take
+MAX_FLOW_STEPS = 10 ** 7
+#: ``quick``'s one-shot release: at most this many passes over the whole image's and the 7-px blocks
+QUICK_SKETCH_ROUNDS, QUICK_SKETCH_BLOCKS = 2, "28/0/0,7/0/0"
+
+
+def steps_duration(steps: float, seconds_per_step: float = 1e-3) -> str:
+    """How long ``steps`` flow steps take at ``seconds_per_step`` (1 ms: a fast step, so that the time stated is an
+    estimate from below): ``steps_duration(1e12)`` is ``"at 1 ms a step, 31.7 years"``."""
+    t = steps * seconds_per_step
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if t >= size:
+            return f"at {seconds_per_step * 1e3:g} ms a step, {t / size:.3g} {unit}"
+    return f"at {seconds_per_step * 1e3:g} ms a step, {t:.3g} s"
+
+
 #: Where the ε table's settings came from, as its rows' ``origins`` say them (each run's privacy.md copies them).
 _SWEPT_ONESHOT = ("validation split: the ε table's sweep of the one-shot method (docs/mainjob-private.md, \"The "
                   "one-shot method (2026-11-27)\")")
@@ -188,13 +227,18 @@ _BY_HAND_ROUNDS = ("set by hand, not swept (no sweep is recorded): 4 passes over
 _BY_HAND_STEP = ("set by hand, not swept (no sweep is recorded): α = 1 moves every projection of a block onto its "
                  "released quantile (ReleasedTargetFlow), a data-independent choice")
 _AT_10 = " (swept at ε = 10 only, where the row's value won; kept for ε = 1)"
+_BY_HAND_ROTATIONS = ("set by hand, not swept: 0, no random-rotation block (the rotation blocks came after the "
+                      "table's sweep)")
+_BY_HAND_ROTATION_BINS = "set by hand, not swept (unused while sketch_rotations = 0)"
 _ONESHOT_ORIGINS = {
     10.0: dict(sketch_blocks=_SWEPT_ONESHOT, sketch_plan=_SWEPT_ONESHOT, sketch_radius=_SWEPT_ONESHOT,
                sketch_center=_SWEPT_ONESHOT, sketch_mean_share=_BY_HAND_SHARE, sketch_rounds=_BY_HAND_ROUNDS,
-               step_size=_BY_HAND_STEP),
+               step_size=_BY_HAND_STEP, sketch_rotations=_BY_HAND_ROTATIONS,
+               sketch_rotation_bins=_BY_HAND_ROTATION_BINS),
     1.0: dict(sketch_blocks=_SWEPT_ONESHOT, sketch_plan=_SWEPT_ONESHOT, sketch_radius=_SWEPT_ONESHOT,
               sketch_center=_SWEPT_ONESHOT + _AT_10, sketch_mean_share=_BY_HAND_SHARE, sketch_rounds=_BY_HAND_ROUNDS,
-              step_size=_BY_HAND_STEP)}
+              step_size=_BY_HAND_STEP, sketch_rotations=_BY_HAND_ROTATIONS,
+              sketch_rotation_bins=_BY_HAND_ROTATION_BINS)}
 _SWEPT_INIT = ("validation split: the ε table's sweep of the per-step flow's start (0.1 against 0.3 and 1, "
                "docs/mainjob-private.md)")
 _PCA_ORIGINS = dict(latent_dim=_SWEPT_PCA, share=_SWEPT_PCA)
@@ -206,12 +250,14 @@ _PCA_ORIGINS = dict(latent_dim=_SWEPT_PCA, share=_SWEPT_PCA)
 PRIVATE_ONLY_TABLE = {
     10.0: dict(representation=dict(latent_dim=32, share=0.3), flow=dict(init_scale=0.1),
                generation=dict(sketch_blocks="default", sketch_plan="inf:4", sketch_radius=7.0,
-                               sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0),
+                               sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0,
+                               sketch_rotations=0, sketch_rotation_bins=4),
                origins=dict(representation=_PCA_ORIGINS, flow=dict(init_scale=_SWEPT_INIT + " at ε = 10"),
                             generation=_ONESHOT_ORIGINS[10.0])),
     1.0: dict(representation=dict(latent_dim=16, share=0.6), flow=dict(init_scale=0.1),
               generation=dict(sketch_blocks="28/0/0,7/0/0", sketch_plan="inf:2", sketch_radius=7.0,
-                              sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0),
+                              sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0,
+                              sketch_rotations=0, sketch_rotation_bins=2),
               origins=dict(representation=_PCA_ORIGINS, flow=dict(init_scale=_SWEPT_INIT + _AT_10),
                            generation=_ONESHOT_ORIGINS[1.0])),
 }

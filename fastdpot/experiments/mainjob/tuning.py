@@ -5,10 +5,15 @@
   part H (plays the test set), a stand-in public part P′ (trains the auto-encoder) and a stand-in private part S′
   (plays the private data at the run's (ε, δ)); :func:`tuning_split`.
 * private-only (docs/mainjob-private.md): the VALIDATION split (disjoint from the sensitive set) is split with
-  ``split_seed`` into a stand-in sensitive part (``stand_in_size`` images) and a held-out part (plays the test set and
-  trains the label-fidelity judge); every stage is calibrated for the REAL run's size (``calibration_size`` = the
+  ``split_seed`` into a stand-in sensitive part (``stand_in_size`` images) and a held-out part, whose two halves play
+  the validation split (selects the downstream CNN's checkpoint and trains the label-fidelity judge) and the test set
+  (scores), disjoint as in a real run; every stage is calibrated for the REAL run's size (``calibration_size`` = the
   number of sensitive images), so each adds the real run's noise relative to its signal: a setting that survives the
-  stand-in's noise at ε is one that survives the real run's (:func:`stand_in_split`).
+  stand-in's noise at ε is one that survives the real run's (:func:`stand_in_split`). With ``folds`` = K
+  (cross-fitting, :func:`fold_split`), the validation split is cut into K parts and each point runs K times: run k
+  holds out part k (its first half selects the classifier's epochs and trains the judge, its second half scores) and
+  uses the other K − 1 parts as the stand-in, so every validation image is scored in exactly one run; with
+  ``seeds`` several seeds run per fold, and the table gives the mean and spread over all of them.
 
 Each grid point is one :func:`fastdpot.experiments.mainjob.pipeline.run_pipeline` on the stand-in; the table ranks
 the points by a metric measured on the held-out part. Neither the real private data nor the real test set is read:
@@ -34,7 +39,7 @@ import torch
 from ..._validate import check_int
 from .config import MainJobConfig, flat_settings, parse_settings
 
-__all__ = ["tuning_split", "stand_in_split", "stand_in_data", "run_tuning", "main"]
+__all__ = ["tuning_split", "stand_in_split", "fold_split", "stand_in_data", "run_tuning", "main"]
 
 _LOWER_IS_BETTER = ("fid",)
 
@@ -69,20 +74,77 @@ def stand_in_split(validation_size: int, stand_in_size: int, seed: int):
     return perm[:stand_in_size], perm[stand_in_size:]
 
 
+def fold_split(validation_size: int, folds: int, fold: int, seed: int):
+    """private-only cross-fitting: ``(stand_in_index, selection_index, score_index)`` into the validation split for
+    run ``fold`` of ``folds``: a seeded permutation cut into ``folds`` parts; part ``fold`` is held out (its first
+    half selects the classifier and trains the judge, its second half scores), the others are the stand-in.
+
+    Raises:
+        ValueError: folds < 2, fold outside [0, folds), parts of fewer than 4 images.
+    """
+    folds = check_int(folds, "folds", 2)
+    if not 0 <= check_int(fold, "fold", 0) < folds:
+        raise ValueError(f"fold must be in [0, {folds}), got {fold}")
+    if validation_size // folds < 4:
+        raise ValueError(f"folds = {folds} leaves parts of fewer than 4 of the {validation_size} validation images")
+    perm = torch.randperm(validation_size, generator=torch.Generator().manual_seed(seed + 202))
+    parts = list(torch.tensor_split(perm, folds))
+    held = parts.pop(fold)
+    half = held.shape[0] // 2
+    return torch.cat(parts), held[:half], held[half:]
+
+
 def stand_in_data(cfg: MainJobConfig, split_seed: int = 0, holdout_size: Optional[int] = None,
-                  standin_public_size: Optional[int] = None, stand_in_size: int = 4000):
-    """``(data, calibration_size)`` of the protocol's stand-in (module docstring); the real private data and the
-    real test set go no further than this function."""
+                  standin_public_size: Optional[int] = None, stand_in_size: int = 4000,
+                  folds: Optional[int] = None, fold: int = 0):
+    """``(data, calibration_size)`` of the protocol's stand-in (module docstring; ``folds``: run ``fold`` of the
+    private-only cross-fitting, :func:`fold_split`); the real private data and the real test set go no further than
+    this function."""
     from .protocols import load_data
 
     data = load_data(cfg.resolved())
     if cfg.protocol == "public-half":
         return tuning_split(data["public"], split_seed, holdout_size, standin_public_size), None
     val = data["validation"]
+    if folds is not None:
+        s, sel, score = fold_split(len(val), folds, fold, split_seed)
+        return dict(private=val.subset(s), validation=val.subset(sel), test=val.subset(score), public=None,
+                    dataset=f"{val.name}:validation:fold{fold}of{folds}"), len(data["private"])
     s, h = stand_in_split(len(val), stand_in_size, split_seed)
-    held = val.subset(h)
-    return dict(private=val.subset(s), validation=held, test=held, public=None,
+    if len(h) < 4:
+        raise ValueError(f"stand_in_size={stand_in_size} leaves {len(h)} of the {len(val)} validation images held "
+                         f"out; the held-out part needs >= 4 (half selects the classifier, half scores)")
+    half = len(h) // 2  # the stand-in's validation split and test set: disjoint, as in a real run
+    return dict(private=val.subset(s), validation=val.subset(h[:half]), test=val.subset(h[half:]), public=None,
                 dataset=f"{val.name}:validation"), len(data["private"])
+
+
+def _point_row(i: int, point: Dict[str, Any], done) -> Dict[str, Any]:
+    """One grid point's row: its runs' metrics, and their mean and spread (one run: the pipeline's own seed summary;
+    several: the mean and sample standard deviation over the (fold, seed) runs, each run its seeds' mean)."""
+    keys = ("fid", "label_fidelity")
+    runs = []
+    for run_dir, fold, seed, m in done:
+        summary = m.get("seed_summary") or {}
+        metrics = {k: summary[k]["mean"] if k in summary else m[k] for k in m
+                   if k in keys or k.startswith("accuracy_")}
+        runs.append(dict(run=run_dir, fold=fold, seed=seed, metrics=metrics, epsilon_spent=m["epsilon_spent"],
+                         n_standin_private=m["n_private"], n_holdout=m["n_test"],
+                         wall_time_s=m["wall_time_s"]["total"], summary=summary))
+    first = runs[0]
+    if len(runs) == 1:
+        means = {k: v["mean"] for k, v in first["summary"].items()}
+        stds = {k: v["std"] for k, v in first["summary"].items()}
+    else:
+        means = {k: sum(r["metrics"][k] for r in runs) / len(runs) for k in first["metrics"]}
+        stds = {k: math.sqrt(sum((r["metrics"][k] - means[k]) ** 2 for r in runs) / (len(runs) - 1))
+                for k in first["metrics"]}
+    return dict(point=i, run=first["run"], settings=point, epsilon_spent=first["epsilon_spent"],
+                n_standin_private=first["n_standin_private"], n_holdout=sum(r["n_holdout"] for r in runs
+                                                                            if r["seed"] == first["seed"]),
+                **first["metrics"], seed_means=means, seed_stds=stds, runs=[
+                    {k: v for k, v in r.items() if k != "summary"} for r in runs],
+                wall_time_s=sum(r["wall_time_s"] for r in runs))
 
 
 def _fmt(v):
@@ -93,8 +155,8 @@ def _fmt(v):
 
 def run_tuning(base: MainJobConfig, grid: Dict[str, List[Any]], out_dir: str, select: str = "accuracy_cnn",
                split_seed: int = 0, holdout_size: Optional[int] = None, standin_public_size: Optional[int] = None,
-               stand_in_size: int = 4000, progress: bool = False, cache_dir: Optional[str] = None
-               ) -> List[Dict[str, Any]]:
+               stand_in_size: int = 4000, progress: bool = False, cache_dir: Optional[str] = None,
+               folds: Optional[int] = None, seeds: Optional[List[int]] = None) -> List[Dict[str, Any]]:
     """Run every grid point on the protocol's stand-in; write ``results.jsonl`` and ``table.md`` in ``out_dir``.
 
     Args:
@@ -104,6 +166,8 @@ def run_tuning(base: MainJobConfig, grid: Dict[str, List[Any]], out_dir: str, se
             (:meth:`MainJobConfig.resolved` raises ValueError), listed in ``table.md`` as skipped.
         select: the ranking metric (``fid`` lower is better; ``accuracy_*``, ``label_fidelity`` higher). With
             ``generation.flow_seeds`` > 1 the seed mean ranks.
+        folds: private-only cross-fitting (module docstring): every point runs once per fold (and per seed), and
+            ranks by the mean over those runs. seeds: the run seeds of every point (default: the base's seed).
 
     Returns:
         the rows, ranked best first.
@@ -119,7 +183,12 @@ def run_tuning(base: MainJobConfig, grid: Dict[str, List[Any]], out_dir: str, se
         [f"accuracy_{c}" for c in resolved.evaluation.classifiers.split(",") if c]
     if select not in known:  # before anything runs
         raise ValueError(f"select must be one of {known} (the metrics these runs report), got {select!r}")
-    data, calibration = stand_in_data(base, split_seed, holdout_size, standin_public_size, stand_in_size)
+    runs = [(f, sd) for f in ([None] if folds is None else range(check_int(folds, "folds", 2)))
+            for sd in ([base.seed] if seeds is None else seeds)]
+    if folds is not None and base.protocol != "private-only":
+        raise ValueError("folds (cross-fitting over the validation split) is the private-only protocol's")
+    fold_data = {f: stand_in_data(base, split_seed, holdout_size, standin_public_size, stand_in_size,
+                                  **({} if f is None else dict(folds=folds, fold=f))) for f in {f for f, _ in runs}}
     os.makedirs(out_dir, exist_ok=True)
     keys = list(grid)
     points, skipped = [], []
@@ -136,15 +205,16 @@ def run_tuning(base: MainJobConfig, grid: Dict[str, List[Any]], out_dir: str, se
     rows = []
     with open(os.path.join(out_dir, "results.jsonl"), "w") as res:
         for i, (point, cfg) in enumerate(points):
-            run_dir = os.path.join(out_dir, f"p{i:03d}")
-            m = pipeline.run_pipeline(cfg, run_dir, progress=progress, cache_dir=cache_dir, data=data,
-                             calibration_size=calibration)
-            summary = m.get("seed_summary") or {}
-            row = dict(point=i, run=run_dir, settings=point, epsilon_spent=m["epsilon_spent"],
-                       n_standin_private=m["n_private"], n_holdout=m["n_test"],
-                       **{k: m[k] for k in m if k in ("fid", "label_fidelity") or k.startswith("accuracy_")},
-                       seed_means={k: v["mean"] for k, v in summary.items()},
-                       seed_stds={k: v["std"] for k, v in summary.items()}, wall_time_s=m["wall_time_s"]["total"])
+            done = []
+            for fold, seed in runs:
+                run_dir = os.path.join(out_dir, f"p{i:03d}" + ("" if len(runs) == 1 else
+                                                               f"-f{fold if fold is not None else 0}-s{seed}"))
+                data, calibration = fold_data[fold]
+                m = pipeline.run_pipeline(cfg if seed == cfg.seed else cfg.with_settings(seed=seed), run_dir,
+                                          progress=progress, cache_dir=cache_dir, data=data,
+                                          calibration_size=calibration)
+                done.append((run_dir, fold, seed, m))
+            row = _point_row(i, point, done)
             res.write(json.dumps(row, default=str) + "\n")
             res.flush()
             rows.append(row)
@@ -158,9 +228,13 @@ def run_tuning(base: MainJobConfig, grid: Dict[str, List[Any]], out_dir: str, se
              f"{'lower' if sign > 0 else 'higher'} is better)", "",
              f"Base settings: {json.dumps(fixed, default=str)}", "",
              f"Stand-in with split seed {split_seed}: {rows[0]['n_standin_private']} stand-in private images, "
-             f"{rows[0]['n_holdout']} held-out images"
+             f"{rows[0]['n_holdout']} held-out images scored"
+             + (f" ({folds}-fold cross-fitting: each run holds out one part, half of it selecting the classifier, "
+                "half scoring)" if folds else "")
              + (f", every stage calibrated for the real run's {calibration} images" if calibration else "")
-             + f". Metrics on the held-out part; mean ± sd over {base.generation.flow_seeds} seed(s).", "",
+             + ". Metrics on the held-out part; mean ± sd over "
+             + (f"{len(runs)} runs (folds x seeds {seeds or [base.seed]})" if len(runs) > 1 else
+                f"{base.generation.flow_seeds} seed(s)") + ".", "",
              "| rank | " + " | ".join(keys) + " | ε spent | " + " | ".join(metrics) + " | wall (s) |",
              "|" + "---|" * (len(keys) + len(metrics) + 3)]
     for r, row in enumerate(rows):
@@ -193,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="public-half: stand-in public images training the auto-encoder (default: half of the rest)")
     p.add_argument("--stand-in-size", type=int, default=4000,
                    help="private-only: validation images used as the stand-in sensitive set (the rest score)")
+    p.add_argument("--folds", type=int, default=None,
+                   help="private-only: K-fold cross-fitting over the validation split (each point runs K times)")
+    p.add_argument("--seeds", default=None, help="comma-separated run seeds of every point (default: --set seed)")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--progress", action="store_true")
     return p
@@ -207,7 +284,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = run_tuning(MainJobConfig().with_settings(**fixed), grid, args.out, select=args.select,
                           split_seed=args.split_seed, holdout_size=args.holdout_size,
                           standin_public_size=args.standin_public_size, stand_in_size=args.stand_in_size,
-                          progress=args.progress, cache_dir=args.cache_dir)
+                          progress=args.progress, cache_dir=args.cache_dir, folds=args.folds,
+                          seeds=None if args.seeds is None else [int(v) for v in args.seeds.split(",")])
     except (ValueError, FileNotFoundError) as err:
         print(f"fastdpot tuning: error: {err}", file=sys.stderr)
         return 2

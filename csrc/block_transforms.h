@@ -1,0 +1,227 @@
+// Fast orthonormal direction blocks (fastdpot/_blocks.py): Θx and Θᵀy without forming Θ.
+//
+// A block is an orthonormal basis of R^D (D = C·H·W for images) applied as an operator on a tile of T particles held
+// coordinate-major (X[c·T + t], T = 64 bytes / sizeof(S): 16 float or 8 double lanes, so that every inner loop is one
+// SIMD vector wide and the output rows are the direction-major rows a per-direction sort reads):
+//
+//  * PatchDCT: an orthonormal colour transform across the C channels, then on every p × p patch of a grid shifted by
+//    (s_y, s_x) (edge patches partial, h × w) the separable orthonormal 2-D DCT-II: two small matrix products, h²w + hw²
+//    multiply-adds per patch, about 2·p·D per particle. Direction order: channel (after the colour transform) major,
+//    then patches row-major over the grid, then (u, v) -> u·w + v inside the patch; the patch at rows [a, a + h) and
+//    columns [c, c + w) starts at a·W + h·c. This is fastdpot.flows.directions.patch_block's order.
+//  * Hadamard: R rounds of (a public permutation with random signs, then a block-diagonal Walsh–Hadamard transform
+//    on power-of-two pieces of D, each scaled by 1/√size): O(D log D) per particle (Ailon & Chazelle, "The fast
+//    Johnson–Lindenstrauss transform", SIAM J. Comput. 2009: randomised Hadamard rotations). Each factor is
+//    orthogonal, so the product is.
+//
+// forward(X, Y): Y = Θ X (D coefficients per particle); transpose(Y, X): X = Θᵀ Y. The scratch holds 2·D·T + the
+// largest patch's p²·T values.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace fastdpot {
+namespace blocks {
+
+struct Band {
+    int64_t start, size;
+};
+
+template <typename S>
+struct Transform {
+    static constexpr int T = 64 / (int)sizeof(S);
+    int64_t D = 0;
+    virtual ~Transform() = default;
+    virtual void forward(const S* X, S* Y, S* scratch) const = 0;
+    virtual void transpose(const S* Y, S* X, S* scratch) const = 0;
+    virtual size_t scratch_size() const { return (size_t)2 * D * T; }
+};
+
+// C (m × n vectors of T lanes, row stride ldc) = A (m × k, row stride lda) · B (k × n vectors, row stride ldb): the
+// separable DCT's small products on a tile, four rows of A at a time (four independent accumulator vectors per B
+// load, so the FMA chains overlap).
+template <typename S, int T>
+inline void small_gemm(const S* A, int64_t lda, const S* B, int64_t ldb, S* C, int64_t ldc, int64_t m, int64_t k,
+                       int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4)
+        for (int64_t j = 0; j < n; ++j) {
+            S c0[T] = {}, c1[T] = {}, c2[T] = {}, c3[T] = {};
+            const S* a = A + i * lda;
+            for (int64_t l = 0; l < k; ++l) {
+                const S* b = B + l * ldb + j * T;
+                const S a0 = a[l], a1 = a[lda + l], a2 = a[2 * lda + l], a3 = a[3 * lda + l];
+                for (int t = 0; t < T; ++t) {
+                    c0[t] += a0 * b[t];
+                    c1[t] += a1 * b[t];
+                    c2[t] += a2 * b[t];
+                    c3[t] += a3 * b[t];
+                }
+            }
+            S* c = C + i * ldc + j * T;
+            std::memcpy(c, c0, sizeof(c0));
+            std::memcpy(c + ldc, c1, sizeof(c1));
+            std::memcpy(c + 2 * ldc, c2, sizeof(c2));
+            std::memcpy(c + 3 * ldc, c3, sizeof(c3));
+        }
+    for (; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            S c0[T] = {};
+            for (int64_t l = 0; l < k; ++l) {
+                const S* b = B + l * ldb + j * T;
+                const S a0 = A[i * lda + l];
+                for (int t = 0; t < T; ++t) c0[t] += a0 * b[t];
+            }
+            std::memcpy(C + i * ldc + j * T, c0, sizeof(c0));
+        }
+}
+
+template <typename S>
+struct PatchDCT final : Transform<S> {
+    using Transform<S>::D;
+    static constexpr int T = Transform<S>::T;
+    int64_t C = 1, H = 0, W = 0, maxp = 1;
+    std::vector<S> colour;        // C × C, row = output channel
+    bool identity_colour = true;
+    std::vector<Band> rows, cols; // the grid's row and column bands
+    std::vector<S> dct;           // the orthonormal DCT-II matrices of every band size, concatenated
+    std::vector<S> dct_t;         // the same, each transposed
+    std::vector<int64_t> off;     // off[size]: where that size's matrix starts in dct (-1: unused)
+
+    size_t scratch_size() const override { return (size_t)D * T + (size_t)maxp * maxp * T; }
+
+    void forward(const S* X, S* Y, S* scr) const override {
+        const int64_t HW = H * W;
+        const S* src = X;
+        if (!identity_colour) {  // colour first: it acts on the channel index only, so it commutes with the DCT
+            S* mixed = scr;
+            for (int64_t cc = 0; cc < C; ++cc)
+                for (int64_t q = 0; q < HW; ++q) {
+                    S acc[T] = {};
+                    for (int64_t ch = 0; ch < C; ++ch) {
+                        const S a = colour[cc * C + ch];
+                        const S* x = X + (ch * HW + q) * T;
+                        for (int t = 0; t < T; ++t) acc[t] += a * x[t];
+                    }
+                    std::memcpy(mixed + (cc * HW + q) * T, acc, sizeof(acc));
+                }
+            src = mixed;
+        }
+        S* tmp = scr + (size_t)D * T;
+        for (int64_t ch = 0; ch < C; ++ch) {
+            const S* plane = src + ch * HW * T;
+            S* out = Y + ch * HW * T;
+            for (const Band& rb : rows)
+                for (const Band& cb : cols) {
+                    const int64_t a = rb.start, h = rb.size, c = cb.start, w = cb.size;
+                    // tmp (h × w) = Dh · patch (rows a.., columns c.. of the plane)
+                    small_gemm<S, T>(dct.data() + off[h], h, plane + (a * W + c) * T, W * T, tmp, w * T, h, h, w);
+                    // out[u·w + v] = Σ_x Dw[v][x] · tmp[u][x]: per row u, Dw · tmp_u
+                    S* o = out + (a * W + h * c) * T;
+                    for (int64_t u = 0; u < h; ++u)
+                        small_gemm<S, T>(dct.data() + off[w], w, tmp + u * w * T, T, o + u * w * T, T, w, w, 1);
+                }
+        }
+    }
+
+    void transpose(const S* Y, S* X, S* scr) const override {
+        const int64_t HW = H * W;
+        S* dst = identity_colour ? X : scr;
+        S* tmp = scr + (size_t)D * T;
+        for (int64_t ch = 0; ch < C; ++ch) {
+            const S* in = Y + ch * HW * T;
+            S* plane = dst + ch * HW * T;
+            for (const Band& rb : rows)
+                for (const Band& cb : cols) {
+                    const int64_t a = rb.start, h = rb.size, c = cb.start, w = cb.size;
+                    const S* yi = in + (a * W + h * c) * T;
+                    // tmp[u][x] = Σ_v Dw[v][x] · y[u·w + v]: per row u, Dwᵀ · y_u
+                    for (int64_t u = 0; u < h; ++u)
+                        small_gemm<S, T>(dct_t.data() + off[w], w, yi + u * w * T, T, tmp + u * w * T, T, w, w, 1);
+                    // plane[a + y][c + x] = Σ_u Dh[u][y] · tmp[u][x]: Dhᵀ · tmp into the patch's rows
+                    small_gemm<S, T>(dct_t.data() + off[h], h, tmp, w * T, plane + (a * W + c) * T, W * T, h, h, w);
+                }
+        }
+        if (!identity_colour)  // X[ch] = Σ_cc colour[cc][ch] · dst[cc]
+            for (int64_t ch = 0; ch < C; ++ch)
+                for (int64_t q = 0; q < HW; ++q) {
+                    S acc[T] = {};
+                    for (int64_t cc = 0; cc < C; ++cc) {
+                        const S a = colour[cc * C + ch];
+                        const S* p = dst + (cc * HW + q) * T;
+                        for (int t = 0; t < T; ++t) acc[t] += a * p[t];
+                    }
+                    std::memcpy(X + (ch * HW + q) * T, acc, sizeof(acc));
+                }
+    }
+};
+
+template <typename S>
+struct Hadamard final : Transform<S> {
+    using Transform<S>::D;
+    static constexpr int T = Transform<S>::T;
+    int64_t rounds = 0;
+    std::vector<int64_t> perm;  // rounds × D: round r reads coordinate perm[r][i] into place i ...
+    std::vector<S> sign;        // ... times sign[r][i] (±1)
+    std::vector<Band> pieces;   // the block-diagonal Walsh–Hadamard pieces (power-of-two sizes covering [0, D))
+
+    void wht(S* v) const {  // every piece: the Walsh–Hadamard butterflies, then 1/√size (orthonormal, symmetric)
+        for (const Band& pc : pieces) {
+            S* b = v + pc.start * T;
+            for (int64_t len = 1; len < pc.size; len <<= 1)
+                for (int64_t i = 0; i < pc.size; i += 2 * len)
+                    for (int64_t j = i; j < i + len; ++j) {
+                        S* p = b + j * T;
+                        S* q = b + (j + len) * T;
+                        for (int t = 0; t < T; ++t) {
+                            const S x = p[t], y = q[t];
+                            p[t] = x + y;
+                            q[t] = x - y;
+                        }
+                    }
+            const S s = (S)(1.0 / std::sqrt((double)pc.size));
+            for (int64_t e = 0; e < pc.size * T; ++e) b[e] *= s;
+        }
+    }
+
+    void forward(const S* X, S* Y, S* scr) const override {
+        const S* cur = X;
+        for (int64_t r = 0; r < rounds; ++r) {
+            S* nxt = (r == rounds - 1) ? Y : scr + (size_t)(r % 2) * D * T;
+            const int64_t* pr = perm.data() + r * D;
+            const S* sr = sign.data() + r * D;
+            for (int64_t i = 0; i < D; ++i) {
+                const S* p = cur + pr[i] * T;
+                S* o = nxt + i * T;
+                for (int t = 0; t < T; ++t) o[t] = sr[i] * p[t];
+            }
+            wht(nxt);
+            cur = nxt;
+        }
+    }
+
+    void transpose(const S* Y, S* X, S* scr) const override {
+        S* a = scr;  // the rounds undone in reverse on a copy, so that Y is never written
+        S* b = scr + (size_t)D * T;
+        std::memcpy(a, Y, sizeof(S) * (size_t)D * T);
+        for (int64_t r = rounds - 1; r >= 0; --r) {
+            wht(a);
+            S* nxt = (r == 0) ? X : b;
+            const int64_t* pr = perm.data() + r * D;
+            const S* sr = sign.data() + r * D;
+            for (int64_t i = 0; i < D; ++i) {
+                const S* p = a + i * T;
+                S* o = nxt + pr[i] * T;
+                for (int t = 0; t < T; ++t) o[t] = sr[i] * p[t];
+            }
+            std::swap(a, b);
+        }
+    }
+};
+
+}  // namespace blocks
+}  // namespace fastdpot

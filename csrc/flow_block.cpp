@@ -1,0 +1,360 @@
+// Fast direction blocks (csrc/block_transforms.h) and the fused CPU step of op flow_step on such a block
+// (fastdpot/ops/flow.py, fastdpot/_blocks.py). The quantities keep their Python names: step_size h, diffusion λ.
+//
+// apply(spec, x, out, transpose): out = x Θᵀ (N, p) or, transposed, out = y Θ (N, D), tile by tile (T particles of
+// 64 bytes side by side: coordinate-major in the tile, so every inner loop is one SIMD vector).
+//
+// sketch_step(spec, x, table, levels, h, λ, seed, lo, hi, out_new, out_drift): the exact sort-based step with a sketch
+// target (fastdpot.reference.flow.flow_step with private=None, sketch=(table, levels), no smoothing noise) followed by
+// the domain clamp, in three passes over the particles:
+//   a. P = Θ X (p, N), direction-major: each tile's p coefficients written as p runs of T values;
+//   b. per direction (OpenMP over directions): the radix sort of its N values hands every rank r to the transport,
+//      P[j][i] <- P[j][i] - Q_j(r / (N - 1)) (csrc/flow_sketch.h, the same code as the dense step's);
+//   c. per tile: drift = Θᵀ R / p, x <- clamp(x - h·drift + sqrt(2λh)·ξ, lo, hi) with ξ = N4(seed, stream 2p, i·D + c)
+//      (the Brownian stream of csrc/flow.cpp), written with the drift.
+// Memory: one (p, N) buffer besides the inputs and outputs; no Θ.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "block_transforms.h"
+#include "common.h"
+#include "flow_normal.h"
+#include "flow_sketch.h"
+#include "radix_f32.h"
+
+namespace py = pybind11;
+using namespace fastdpot;
+using namespace fastdpot::blocks;
+
+namespace {
+
+template <typename S>
+using Arr = py::array_t<S, py::array::c_style>;
+using DArr = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using LArr = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+[[noreturn]] void bad(const std::string& m) { throw std::invalid_argument("block spec: " + m); }
+
+std::vector<Band> bands(const py::dict& spec, const char* key, int64_t extent) {
+    LArr a = spec[key].cast<LArr>();
+    if (a.ndim() != 2 || a.shape(1) != 2 || a.shape(0) < 1) bad(std::string(key) + " must be (n, 2) (start, size)");
+    std::vector<Band> out;
+    int64_t next = 0;
+    for (int64_t i = 0; i < a.shape(0); ++i) {
+        const Band b{a.at(i, 0), a.at(i, 1)};
+        if (b.start != next || b.size < 1) bad(std::string(key) + " must tile [0, extent) in order");
+        next += b.size;
+        out.push_back(b);
+    }
+    if (next != extent) bad(std::string(key) + " must cover the image side exactly");
+    return out;
+}
+
+template <typename S>
+std::unique_ptr<Transform<S>> make_transform(const py::dict& spec) {
+    const std::string kind = spec["kind"].cast<std::string>();
+    if (kind == "patch_dct") {
+        auto t = std::make_unique<PatchDCT<S>>();
+        t->C = spec["channels"].cast<int64_t>();
+        t->H = spec["height"].cast<int64_t>();
+        t->W = spec["width"].cast<int64_t>();
+        if (t->C < 1 || t->H < 1 || t->W < 1) bad("sizes must be >= 1");
+        t->D = t->C * t->H * t->W;
+        DArr col = spec["colour"].cast<DArr>();
+        if (col.ndim() != 2 || col.shape(0) != t->C || col.shape(1) != t->C) bad("colour must be (C, C)");
+        t->colour.assign(col.data(), col.data() + t->C * t->C);
+        t->identity_colour = (t->C == 1 && t->colour[0] == 1.0);
+        t->rows = bands(spec, "rows", t->H);
+        t->cols = bands(spec, "cols", t->W);
+        DArr dct = spec["dct"].cast<DArr>();
+        LArr off = spec["dct_offsets"].cast<LArr>();
+        if (dct.ndim() != 1 || off.ndim() != 1) bad("dct and dct_offsets must be 1-D");
+        t->dct.assign(dct.data(), dct.data() + dct.shape(0));
+        t->off.assign(off.data(), off.data() + off.shape(0));
+        for (const auto* bs : {&t->rows, &t->cols})
+            for (const Band& b : *bs) {
+                if (b.size >= (int64_t)t->off.size() || t->off[b.size] < 0 ||
+                    t->off[b.size] + b.size * b.size > (int64_t)t->dct.size())
+                    bad("no DCT matrix for band size " + std::to_string(b.size));
+                t->maxp = std::max(t->maxp, b.size);
+            }
+        t->dct_t = t->dct;
+        for (size_t s = 1; s < t->off.size(); ++s)
+            if (t->off[s] >= 0)
+                for (size_t u = 0; u < s; ++u)
+                    for (size_t v = 0; v < s; ++v) t->dct_t[t->off[s] + v * s + u] = t->dct[t->off[s] + u * s + v];
+        return t;
+    }
+    if (kind == "hadamard") {
+        auto t = std::make_unique<Hadamard<S>>();
+        t->D = spec["dim"].cast<int64_t>();
+        LArr perm = spec["perm"].cast<LArr>();
+        DArr sign = spec["sign"].cast<DArr>();
+        if (t->D < 1 || perm.ndim() != 2 || perm.shape(1) != t->D || sign.ndim() != 2 || sign.shape(0) != perm.shape(0) ||
+            sign.shape(1) != t->D || perm.shape(0) < 1)
+            bad("perm and sign must be (rounds, D), rounds >= 1");
+        t->rounds = perm.shape(0);
+        t->perm.assign(perm.data(), perm.data() + t->rounds * t->D);
+        t->sign.assign(sign.data(), sign.data() + t->rounds * t->D);
+        for (int64_t r = 0; r < t->rounds; ++r) {
+            std::vector<char> seen(t->D, 0);
+            for (int64_t i = 0; i < t->D; ++i) {
+                const int64_t v = t->perm[r * t->D + i];
+                if (v < 0 || v >= t->D || seen[v]) bad("perm rows must be permutations of [0, D)");
+                seen[v] = 1;
+                if (std::fabs(t->sign[r * t->D + i]) != 1.0) bad("sign entries must be +1 or -1");
+            }
+        }
+        t->pieces = bands(spec, "pieces", t->D);
+        for (const Band& b : t->pieces)
+            if (b.size & (b.size - 1)) bad("Hadamard pieces must have power-of-two sizes");
+        return t;
+    }
+    bad("kind must be 'patch_dct' or 'hadamard', got '" + kind + "'");
+}
+
+// keep[j]: the coefficient of direction j (a block of its p <= D lowest frequencies); identity when absent
+std::vector<int64_t> keep_of(const py::dict& spec, int64_t D) {
+    std::vector<int64_t> keep;
+    if (spec.contains("keep") && !spec["keep"].is_none()) {
+        LArr k = spec["keep"].cast<LArr>();
+        if (k.ndim() != 1 || k.shape(0) < 1 || k.shape(0) > D) bad("keep must be (p,), 1 <= p <= D");
+        std::vector<char> seen(D, 0);
+        for (int64_t j = 0; j < k.shape(0); ++j) {
+            const int64_t v = k.data()[j];
+            if (v < 0 || v >= D || seen[v]) bad("keep must list distinct coefficients in [0, D)");
+            seen[v] = 1;
+            keep.push_back(v);
+        }
+    } else {
+        keep.resize(D);
+        for (int64_t j = 0; j < D; ++j) keep[j] = j;
+    }
+    return keep;
+}
+
+int threads_for(double work) { return work < 2.0e5 ? 1 : omp_get_max_threads(); }
+
+// An (N, W) matrix of particle rows, stored particle-major (m[i·W + c], a C-contiguous (N, W) tensor) or
+// coordinate-major (m[c·N + i]: the transpose of a C-contiguous (W, N) tensor, which a flow may keep so that no
+// tile is ever transposed); tiles of T particles move between it and a coordinate-major tile buffer (c·T + t).
+template <typename S>
+struct Rows {
+    S* m;
+    int64_t N, W;
+    bool cm;
+    static constexpr int T = Transform<S>::T;
+    void load(int64_t i0, int64_t cnt, S* a, const int64_t* index = nullptr) const {  // a[index[c]·T + t] = m[i0+t][c]
+        if (cnt < T) std::fill(a, a + (index ? 0 : W * T), (S)0);
+        for (int64_t c = 0; c < W; ++c) {
+            S* dst = a + (index ? index[c] : c) * T;
+            if (cm) {
+                std::memcpy(dst, m + c * N + i0, sizeof(S) * cnt);
+            } else {
+                for (int64_t t = 0; t < cnt; ++t) dst[t] = m[(i0 + t) * W + c];
+            }
+            if (index && cnt < T) std::fill(dst + cnt, dst + T, (S)0);
+        }
+    }
+    void store(int64_t i0, int64_t cnt, const S* a, const int64_t* index = nullptr) const {  // the reverse
+        for (int64_t c = 0; c < W; ++c) {
+            const S* src = a + (index ? index[c] : c) * T;
+            if (cm) std::memcpy(m + c * N + i0, src, sizeof(S) * cnt);
+            else
+                for (int64_t t = 0; t < cnt; ++t) m[(i0 + t) * W + c] = src[t];
+        }
+    }
+};
+
+template <typename S>
+Rows<S> rows_of(py::array_t<S, py::array::c_style>& a, bool cm, int64_t width, const char* name) {
+    if (a.ndim() != 2 || a.shape(cm ? 0 : 1) != width)
+        throw std::invalid_argument(std::string(name) + " must be " + (cm ? "(" + std::to_string(width) + ", N)"
+                                                                         : "(N, " + std::to_string(width) + ")"));
+    return Rows<S>{a.mutable_data(), a.shape(cm ? 1 : 0), width, cm};
+}
+
+// x (N, D) -> out (N, p) = x Θᵀ; transposed: y (N, p) -> out (N, D) = y Θ. coordinate_major: both arrays are given
+// transposed ((D, N) / (p, N) C-contiguous).
+template <typename S>
+void apply_py(const py::dict& spec, Arr<S> x, Arr<S> out, bool transpose, bool coordinate_major) {
+    auto tr = make_transform<S>(spec);
+    const std::vector<int64_t> keep = keep_of(spec, tr->D);
+    const int64_t D = tr->D, p = (int64_t)keep.size();
+    const Rows<S> in = rows_of<S>(x, coordinate_major, transpose ? p : D, "input");
+    const Rows<S> res = rows_of<S>(out, coordinate_major, transpose ? D : p, "output");
+    if (res.N != in.N) throw std::invalid_argument("input and output must hold the same N");
+    const int64_t N = in.N;
+    constexpr int T = Transform<S>::T;
+    const int64_t tiles = (N + T - 1) / T;
+    const bool full = (p == D);
+    py::gil_scoped_release nogil;
+#pragma omp parallel num_threads(threads_for((double)N * D))
+    {
+        std::vector<S> a((size_t)D * T, (S)0), b((size_t)D * T), scr(tr->scratch_size());
+#pragma omp for schedule(static)
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            const int64_t i0 = tile * T, cnt = std::min<int64_t>(T, N - i0);
+            if (transpose) {
+                in.load(i0, cnt, a.data(), full ? nullptr : keep.data());
+                tr->transpose(a.data(), b.data(), scr.data());
+                res.store(i0, cnt, b.data());
+            } else {
+                in.load(i0, cnt, a.data());
+                tr->forward(a.data(), b.data(), scr.data());
+                res.store(i0, cnt, b.data(), full ? nullptr : keep.data());
+            }
+        }
+    }
+}
+
+template <typename S>
+const S* bound_ptr(const py::object& o, int64_t D, const char* name, Arr<S>& keep_alive) {
+    if (o.is_none()) return nullptr;
+    keep_alive = o.cast<Arr<S>>();
+    if (keep_alive.ndim() != 1 || keep_alive.shape(0) != D)
+        throw std::invalid_argument(std::string(name) + " must be (D,) = (" + std::to_string(D) + ",)");
+    return keep_alive.data();
+}
+
+template <typename S>
+void sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, double step_size, double diffusion,
+                    int64_t seed, py::object lo, py::object hi, Arr<S> out_new, py::object out_drift,
+                    bool coordinate_major) {
+    auto tr = make_transform<S>(spec);
+    const std::vector<int64_t> keep = keep_of(spec, tr->D);
+    const int64_t D = tr->D, p = (int64_t)keep.size();
+    const bool cm = coordinate_major, full = (p == D);
+    const Rows<S> X = rows_of<S>(x, cm, D, "x");
+    const int64_t N = X.N;
+    if (N < 2 || N >= (int64_t)UINT32_MAX) throw std::invalid_argument("need 2 <= N < 2^32");
+    if (levels.ndim() != 1 || levels.shape(0) < 1) throw std::invalid_argument("levels must be (L,), L >= 1");
+    const int64_t L = levels.shape(0);
+    if (table.ndim() != 2 || table.shape(0) != p || table.shape(1) != L)
+        throw std::invalid_argument("table must be (p, L) = (" + std::to_string(p) + ", " + std::to_string(L) + ")");
+    const double* lv = levels.data();
+    const double* tb = table.data();
+    for (int64_t l = 0; l < L; ++l)
+        if (!(lv[l] >= 0.0 && lv[l] <= 1.0) || (l > 0 && !(lv[l] > lv[l - 1])))
+            throw std::invalid_argument("levels must be strictly increasing in [0, 1]");
+    for (int64_t e = 0; e < p * L; ++e)
+        if (!std::isfinite(tb[e])) throw std::invalid_argument("table must be finite");
+    if (!(step_size > 0) || !(diffusion >= 0)) throw std::invalid_argument("need step_size > 0, diffusion >= 0");
+    Arr<S> lo_a, hi_a, dr_a;
+    const S* plo = bound_ptr<S>(lo, D, "lo", lo_a);
+    const S* phi = bound_ptr<S>(hi, D, "hi", hi_a);
+    const Rows<S> NEW = rows_of<S>(out_new, cm, D, "out_new");
+    Rows<S> DR{nullptr, N, D, cm};
+    if (!out_drift.is_none()) {
+        if (!py::isinstance<Arr<S>>(out_drift)) throw std::invalid_argument("out_drift must be a C-contiguous array of x's dtype");
+        dr_a = out_drift.cast<Arr<S>>();
+        DR = rows_of<S>(dr_a, cm, D, "out_drift");
+    }
+    if (NEW.N != N || (DR.m && DR.N != N)) throw std::invalid_argument("outputs must hold N particles");
+    if (NEW.m == X.m || DR.m == X.m || (DR.m && DR.m == NEW.m))
+        throw std::invalid_argument("sketch_step outputs must not share memory with x or each other");
+    constexpr int T = Transform<S>::T;
+    const int64_t tiles = (N + T - 1) / T;
+    const double bstd = std::sqrt(2.0 * diffusion * step_size);
+    const S inv_p = (S)(1.0 / (double)p);
+    py::gil_scoped_release nogil;
+    std::unique_ptr<S[]> P(new S[(size_t)p * (size_t)N]);
+    const Rows<S> PR{P.get(), N, p, true};  // the projections, direction-major
+    const int nt = threads_for((double)N * D);
+#pragma omp parallel num_threads(nt)
+    {  // a. projections
+        std::vector<S> a((size_t)D * T), b((size_t)D * T), scr(tr->scratch_size());
+#pragma omp for schedule(static)
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            const int64_t i0 = tile * T, cnt = std::min<int64_t>(T, N - i0);
+            X.load(i0, cnt, a.data());
+            tr->forward(a.data(), b.data(), scr.data());
+            PR.store(i0, cnt, b.data(), full ? nullptr : keep.data());
+        }
+    }
+#pragma omp parallel num_threads(nt)
+    {  // b. ranks -> residuals against the table
+        std::vector<double> trg((size_t)N);
+        std::vector<uint32_t> perm;
+        std::vector<S> sx;
+        SortWorkspace<S> ws;
+        radix::Workspace pws;
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t j = 0; j < p; ++j) {
+            flowsketch::rank_targets(tb + j * L, lv, L, N, trg.data());
+            flowsketch::residuals_in_place<S>(P.get() + j * N, N, trg.data(), perm, sx, ws, pws);
+        }
+    }
+#pragma omp parallel num_threads(nt)
+    {  // c. drift back to coordinates, the step, the clamp
+        std::vector<S> a((size_t)D * T, (S)0), b((size_t)D * T), xt((size_t)D * T), scr(tr->scratch_size());
+        std::vector<S> xi(diffusion > 0 ? (size_t)D : 0);
+#pragma omp for schedule(static)
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            const int64_t i0 = tile * T, cnt = std::min<int64_t>(T, N - i0);
+            PR.load(i0, cnt, a.data(), full ? nullptr : keep.data());
+            tr->transpose(a.data(), b.data(), scr.data());
+            X.load(i0, cnt, xt.data());
+            for (int64_t e = 0; e < D * T; ++e) b[e] *= inv_p;  // the drift, Θᵀ R / p
+            if (DR.m) DR.store(i0, cnt, b.data());
+            for (int64_t c = 0; c < D; ++c) {
+                S* v = xt.data() + c * T;
+                const S* dr = b.data() + c * T;
+                for (int t = 0; t < T; ++t) v[t] = (S)((double)v[t] - step_size * (double)dr[t]);
+            }
+            if (diffusion > 0)
+                for (int64_t t = 0; t < cnt; ++t) {
+                    flowrng::fill_normal_smooth(xi.data(), D, (uint64_t)seed, (uint64_t)(2 * p),
+                                                (uint64_t)((i0 + t) * D), 1.0);
+                    for (int64_t c = 0; c < D; ++c) {
+                        S& v = xt[c * T + t];
+                        v = (S)((double)v + bstd * (double)xi[c]);
+                    }
+                }
+            if (plo || phi)
+                for (int64_t c = 0; c < D; ++c) {
+                    S* v = xt.data() + c * T;
+                    const S l = plo ? plo[c] : -std::numeric_limits<S>::infinity();
+                    const S h = phi ? phi[c] : std::numeric_limits<S>::infinity();
+                    for (int t = 0; t < T; ++t) v[t] = std::min(std::max(v[t], l), h);
+                }
+            NEW.store(i0, cnt, xt.data());
+        }
+    }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C_flow_block, m) {
+    m.doc() = "fastdpot fast orthonormal direction blocks and the fused sketch-target flow step on them (csrc/flow_block.cpp)";
+    const char* adoc =
+        "apply(spec, x, out, transpose): out = x Θᵀ (N, p) for x (N, D), or with transpose=True out = y Θ (N, D) for "
+        "y (N, p); Θ (p, D) the block of spec (a dict: kind 'patch_dct' or 'hadamard', see fastdpot/_blocks.py); "
+        "coordinate_major=True: every array is given transposed, (D, N) / (p, N). Releases the GIL.";
+    m.def("apply", &apply_py<float>, adoc, py::arg("spec"), py::arg("x"), py::arg("out").noconvert(),
+          py::arg("transpose"), py::arg("coordinate_major") = false);
+    m.def("apply", &apply_py<double>, adoc, py::arg("spec"), py::arg("x"), py::arg("out").noconvert(),
+          py::arg("transpose"), py::arg("coordinate_major") = false);
+    const char* sdoc =
+        "sketch_step(spec, x (N,D), table (p,L) f64, levels (L,) f64, step_size, diffusion, seed, lo (D,)|None, "
+        "hi (D,)|None, out_new (N,D), out_drift (N,D)|None): op flow_step's exact step with a sketch target on the "
+        "block, then x clamped to [lo, hi] coordinate-wise; coordinate_major=True: x, out_new, out_drift are given "
+        "transposed, (D, N). Releases the GIL.";
+    m.def("sketch_step", &sketch_step_py<float>, sdoc, py::arg("spec"), py::arg("x"), py::arg("table"), py::arg("levels"),
+          py::arg("step_size"), py::arg("diffusion"), py::arg("seed"), py::arg("lo"), py::arg("hi"),
+          py::arg("out_new").noconvert(), py::arg("out_drift"), py::arg("coordinate_major") = false);
+    m.def("sketch_step", &sketch_step_py<double>, sdoc, py::arg("spec"), py::arg("x"), py::arg("table"), py::arg("levels"),
+          py::arg("step_size"), py::arg("diffusion"), py::arg("seed"), py::arg("lo"), py::arg("hi"),
+          py::arg("out_new").noconvert(), py::arg("out_drift"), py::arg("coordinate_major") = false);
+}
