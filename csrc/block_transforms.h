@@ -44,39 +44,55 @@ struct Transform {
 // C (m × n vectors of T lanes, row stride ldc) = A (m × k, row stride lda) · B (k × n vectors, row stride ldb): the
 // separable DCT's small products on a tile, four rows of A at a time (four independent accumulator vectors per B
 // load, so the FMA chains overlap).
+// One tile row of T lanes as a GCC vector (64 bytes: one zmm with AVX-512, two ymm with AVX2), so that the small
+// products' accumulators stay in registers whatever the compiler's cost model decides for plain loops.
+template <typename S, int T>
+struct Lanes {
+    typedef S type __attribute__((vector_size(T * sizeof(S))));
+};
+
+template <typename S, int T>
+static inline typename Lanes<S, T>::type load_lanes(const S* p) {
+    typename Lanes<S, T>::type v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+template <typename S, int T>
+static inline void store_lanes(S* p, const typename Lanes<S, T>::type& v) {
+    std::memcpy(p, &v, sizeof(v));
+}
+
+// C (m × n vectors of T lanes, row stride ldc) = A (m × k, row stride lda) · B (k × n vectors, row stride ldb): the
+// separable DCT's small products on a tile, four rows of A at a time (four independent accumulator vectors per B
+// load, so the FMA chains overlap).
 template <typename S, int T>
 inline void small_gemm(const S* A, int64_t lda, const S* B, int64_t ldb, S* C, int64_t ldc, int64_t m, int64_t k,
                        int64_t n) {
+    using V = typename Lanes<S, T>::type;
     int64_t i = 0;
     for (; i + 4 <= m; i += 4)
         for (int64_t j = 0; j < n; ++j) {
-            S c0[T] = {}, c1[T] = {}, c2[T] = {}, c3[T] = {};
+            V c0 = {}, c1 = {}, c2 = {}, c3 = {};
             const S* a = A + i * lda;
             for (int64_t l = 0; l < k; ++l) {
-                const S* b = B + l * ldb + j * T;
-                const S a0 = a[l], a1 = a[lda + l], a2 = a[2 * lda + l], a3 = a[3 * lda + l];
-                for (int t = 0; t < T; ++t) {
-                    c0[t] += a0 * b[t];
-                    c1[t] += a1 * b[t];
-                    c2[t] += a2 * b[t];
-                    c3[t] += a3 * b[t];
-                }
+                const V b = load_lanes<S, T>(B + l * ldb + j * T);
+                c0 += a[l] * b;
+                c1 += a[lda + l] * b;
+                c2 += a[2 * lda + l] * b;
+                c3 += a[3 * lda + l] * b;
             }
             S* c = C + i * ldc + j * T;
-            std::memcpy(c, c0, sizeof(c0));
-            std::memcpy(c + ldc, c1, sizeof(c1));
-            std::memcpy(c + 2 * ldc, c2, sizeof(c2));
-            std::memcpy(c + 3 * ldc, c3, sizeof(c3));
+            store_lanes<S, T>(c, c0);
+            store_lanes<S, T>(c + ldc, c1);
+            store_lanes<S, T>(c + 2 * ldc, c2);
+            store_lanes<S, T>(c + 3 * ldc, c3);
         }
     for (; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-            S c0[T] = {};
-            for (int64_t l = 0; l < k; ++l) {
-                const S* b = B + l * ldb + j * T;
-                const S a0 = A[i * lda + l];
-                for (int t = 0; t < T; ++t) c0[t] += a0 * b[t];
-            }
-            std::memcpy(C + i * ldc + j * T, c0, sizeof(c0));
+            V c0 = {};
+            for (int64_t l = 0; l < k; ++l) c0 += A[i * lda + l] * load_lanes<S, T>(B + l * ldb + j * T);
+            store_lanes<S, T>(C + i * ldc + j * T, c0);
         }
 }
 

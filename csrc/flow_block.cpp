@@ -17,11 +17,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <limits>
 #include <string>
@@ -146,6 +148,53 @@ std::vector<int64_t> keep_of(const py::dict& spec, int64_t D) {
 
 int threads_for(double work) { return work < 2.0e5 ? 1 : omp_get_max_threads(); }
 
+// Large arrays here are read and written one tile at a time in every one of their p or D rows: thousands of distinct
+// 4 KiB pages per tile at pixel-space sizes (12 288 rows for a 64 x 64 x 3 image), so the TLB, not the arithmetic,
+// bounds the step. Transparent huge pages (2 MiB) cut the pages 512-fold: asked for here on the not yet touched
+// part of a buffer (the projections, the new particles) where the kernel allows it (THP "madvise" mode); a no-op
+// elsewhere.
+void advise_huge(void* p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    constexpr uintptr_t kHuge = (uintptr_t)2 << 20;
+    const uintptr_t a = ((uintptr_t)p + kHuge - 1) & ~(kHuge - 1), b = ((uintptr_t)p + bytes) & ~(kHuge - 1);
+    if (b > a) madvise((void*)a, b - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+// The projections buffer of sketch_step, kept between calls (a flow steps on buffers of one size thousands of times:
+// a fresh buffer costs its page faults and zero-fill every step, as much as a pass of the step), on 2 MiB-aligned
+// memory with huge pages asked for; release_workspace() frees it. One buffer per process, taken under a lock (two
+// concurrent steps of other sizes would reallocate it between them: the second waits).
+struct Workspace {
+    std::mutex lock;
+    void* p = nullptr;
+    size_t bytes = 0;
+    void* get(size_t need) {
+        if (need > bytes) {
+            release();
+            const size_t b = (need + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+            p = std::aligned_alloc((size_t)2 << 20, b);
+            if (!p) throw std::bad_alloc();
+            advise_huge(p, b);
+            bytes = b;
+        }
+        return p;
+    }
+    void release() {
+        std::free(p);
+        p = nullptr;
+        bytes = 0;
+    }
+};
+
+Workspace& workspace() {
+    static Workspace w;
+    return w;
+}
+
 // An (N, W) matrix of particle rows, stored particle-major (m[i·W + c], a C-contiguous (N, W) tensor) or
 // coordinate-major (m[c·N + i]: the transpose of a C-contiguous (W, N) tensor, which a flow may keep so that no
 // tile is ever transposed); tiles of T particles move between it and a coordinate-major tile buffer (c·T + t).
@@ -160,7 +209,8 @@ struct Rows {
         for (int64_t c = 0; c < W; ++c) {
             S* dst = a + (index ? index[c] : c) * T;
             if (cm) {
-                std::memcpy(dst, m + c * N + i0, sizeof(S) * cnt);
+                if (cnt == T) std::memcpy(dst, m + c * N + i0, sizeof(S) * T);  // a fixed size: inlined
+                else std::memcpy(dst, m + c * N + i0, sizeof(S) * cnt);
             } else {
                 for (int64_t t = 0; t < cnt; ++t) dst[t] = m[(i0 + t) * W + c];
             }
@@ -170,8 +220,10 @@ struct Rows {
     void store(int64_t i0, int64_t cnt, const S* a, const int64_t* index = nullptr) const {  // the reverse
         for (int64_t c = 0; c < W; ++c) {
             const S* src = a + (index ? index[c] : c) * T;
-            if (cm) std::memcpy(m + c * N + i0, src, sizeof(S) * cnt);
-            else
+            if (cm) {
+                if (cnt == T) std::memcpy(m + c * N + i0, src, sizeof(S) * T);
+                else std::memcpy(m + c * N + i0, src, sizeof(S) * cnt);
+            } else
                 for (int64_t t = 0; t < cnt; ++t) m[(i0 + t) * W + c] = src[t];
         }
     }
@@ -269,8 +321,9 @@ void sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
     const double bstd = std::sqrt(2.0 * diffusion * step_size);
     const S inv_p = (S)(1.0 / (double)p);
     py::gil_scoped_release nogil;
-    std::unique_ptr<S[]> P(new S[(size_t)p * (size_t)N]);
-    const Rows<S> PR{P.get(), N, p, true};  // the projections, direction-major
+    std::lock_guard<std::mutex> held(workspace().lock);
+    S* const P = static_cast<S*>(workspace().get(sizeof(S) * (size_t)p * (size_t)N));
+    const Rows<S> PR{P, N, p, true};  // the projections, direction-major
     const int nt = threads_for((double)N * D);
 #pragma omp parallel num_threads(nt)
     {  // a. projections
@@ -293,7 +346,7 @@ void sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
 #pragma omp for schedule(dynamic, 4)
         for (int64_t j = 0; j < p; ++j) {
             flowsketch::rank_targets(tb + j * L, lv, L, N, trg.data());
-            flowsketch::residuals_in_place<S>(P.get() + j * N, N, trg.data(), perm, sx, ws, pws);
+            flowsketch::residuals_in_place<S>(P + j * N, N, trg.data(), perm, sx, ws, pws);
         }
     }
 #pragma omp parallel num_threads(nt)
@@ -351,6 +404,10 @@ PYBIND11_MODULE(_C_flow_block, m) {
         "hi (D,)|None, out_new (N,D), out_drift (N,D)|None): op flow_step's exact step with a sketch target on the "
         "block, then x clamped to [lo, hi] coordinate-wise; coordinate_major=True: x, out_new, out_drift are given "
         "transposed, (D, N). Releases the GIL.";
+    m.def("release_workspace", []() {
+        std::lock_guard<std::mutex> held(workspace().lock);
+        workspace().release();
+    }, "free sketch_step's projections buffer (kept between calls of a flow)");
     m.def("sketch_step", &sketch_step_py<float>, sdoc, py::arg("spec"), py::arg("x"), py::arg("table"), py::arg("levels"),
           py::arg("step_size"), py::arg("diffusion"), py::arg("seed"), py::arg("lo"), py::arg("hi"),
           py::arg("out_new").noconvert(), py::arg("out_drift"), py::arg("coordinate_major") = false);

@@ -24,6 +24,7 @@ from .._random import make_generator
 from .._validate import (COMPUTE_DTYPES, all_finite, check_bool, check_generator, check_int, check_memory, check_nonnegative,
                          check_positive, check_tensor)
 from ..ops import flow_step
+from ..ops.flow import release_block_workspace
 from ..privacy.class_sketch import ClassSketchRelease
 from .allocation import allocate_particles
 
@@ -208,10 +209,13 @@ class ReleasedTargetFlow:
         check_bool(progress, "progress")
         steps = len(self._blocks) if steps is None else check_int(steps, "steps", 0)
         bar = progress_bar(total=steps, desc=f"class {self.class_index}", disable=not progress)
-        for _ in range(steps):
-            self.step()
-            bar.update(1)
-        bar.close()
+        try:
+            for _ in range(steps):
+                self.step()
+                bar.update(1)
+        finally:
+            bar.close()
+            release_block_workspace()
         return self.particles
 
 

@@ -41,7 +41,7 @@ from ..reference import flow as _ref
 from ..reference.philox import keyed_normals
 from ._triton import register_cuda, register_triton
 
-__all__ = ["flow_step", "Shard", "QUANTILE_MODES", "step_draws", "step_needs"]
+__all__ = ["flow_step", "Shard", "QUANTILE_MODES", "step_draws", "step_needs", "release_block_workspace"]
 
 #: The particle-level modes of the step: sort-based ``"exact"``, the authors' ``"grid"``, the sort-free
 #: ``"histogram"``.
@@ -245,6 +245,13 @@ def _block_sketch_step(particles, block, sketch, step_size, diffusion, seed, dom
     if cm:
         return new.t(), None if drift is None else drift.t(), None
     return new, drift, None
+
+
+def release_block_workspace() -> None:
+    """Free the fused block step's projections buffer, which it keeps between calls of one size (a flow's steps):
+    a flow calls this when its run ends."""
+    if cpp_status("flow_block")[0]:
+        load_cpp("flow_block").release_workspace()
 
 
 def _flow_step_cpu_dense(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,

@@ -110,13 +110,14 @@ def fractional_bin_sums(values: torch.Tensor, bins: int) -> torch.Tensor:
     n, k = values.shape
     if n == 0:
         return torch.zeros(bins, k, dtype=torch.float64, device=values.device)
-    s = torch.sort(values.to(torch.float64), dim=0).values
-    cum = torch.cat([torch.zeros(1, k, dtype=torch.float64, device=s.device), torch.cumsum(s, 0)])
+    # each column sorted as a contiguous row of the transpose (a strided sort along dim 0 is several times slower)
+    s = torch.sort(values.to(torch.float64).t().contiguous(), dim=1).values
+    cum = torch.cat([torch.zeros(k, 1, dtype=torch.float64, device=s.device), torch.cumsum(s, 1)], 1)
     edges = torch.arange(bins + 1, dtype=torch.float64, device=s.device) * (n / bins)
     lo = edges.floor().long().clamp(max=n)
-    frac = (edges - lo.double()).unsqueeze(1)
-    lorenz = cum[lo] + frac * s[lo.clamp(max=n - 1)]  # the sum of the m smallest values, linear between integers
-    return lorenz[1:] - lorenz[:-1]
+    frac = edges - lo.double()
+    lorenz = cum[:, lo] + frac * s[:, lo.clamp(max=n - 1)]  # the sum of the m smallest values, linear between ranks
+    return (lorenz[:, 1:] - lorenz[:, :-1]).t()
 
 
 def class_sketch_sensitivity(clip_radius: float, num_blocks: int, max_bins: int, count_weight: float) -> float:
