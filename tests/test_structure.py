@@ -174,6 +174,42 @@ def test_the_library_never_imports_the_application():
     assert any(_in_app(t) for t in edges["fastdpot.__main__"])  # the check sees arrows where they exist
 
 
+def _foundation(m):
+    """The modules below the privacy package: the package's private top-level modules (``fastdpot._validate``,
+    ``_random``, ``_checkpoint``, ``_blocks``, ``_ext``, ...), not the ops, the flows or anything built on them."""
+    return m.startswith("fastdpot._") and "." not in m[len("fastdpot."):]
+
+
+def _reached_from(edges, package):
+    """Every module reachable by arrows from the modules of ``package``, outside it."""
+    seen, todo = set(), [m for m in edges if m == package or m.startswith(package + ".")]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += list(edges[m])
+    return {m for m in seen if not (m == package or m.startswith(package + "."))}
+
+
+def test_the_privacy_package_imports_nothing_above_it():
+    """The mechanisms and the accounting sit below the ops, the flows and everything built on them: every arrow out
+    of fastdpot.privacy (followed transitively, function-level imports included) ends in the foundation. Sampling
+    from a release is post-processing and lives with the flows (fastdpot.flows.allocation.sample_class_gaussians)."""
+    above = sorted(m for m in _reached_from(_graph(), "fastdpot.privacy") if not _foundation(m))
+    assert above == []
+
+
+def test_the_layer_check_sees_a_planted_arrow_up(tmp_path):
+    _plant(tmp_path, {"fastdpot/__init__.py": "", "fastdpot/_validate.py": "", "fastdpot/flows/__init__.py": "",
+                      "fastdpot/flows/allocation.py": "from .._validate import x\n",
+                      "fastdpot/privacy/__init__.py": "",
+                      "fastdpot/privacy/moments.py": "from .._validate import x\n\n\ndef f():\n"
+                                                     "    from ..flows.allocation import g\n"})
+    reached = _reached_from(_graph(str(tmp_path)), "fastdpot.privacy")
+    assert reached == {"fastdpot._validate", "fastdpot.flows.allocation"}
+    assert [m for m in sorted(reached) if not _foundation(m)] == ["fastdpot.flows.allocation"]
+
+
 def test_the_check_finds_a_planted_cycle():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(edges) == [["a", "b", "c"]]

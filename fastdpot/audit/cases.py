@@ -22,7 +22,8 @@ only its source differs.
 
 Every case puts its neighbours *outside* the declared ball (3× the radius / clipping norm), so the correct variant
 also checks that clipping happens inside the mechanism. Adding a mechanism is one entry of :data:`CASES` (the local
-and gradient releases' builders are in :mod:`fastdpot.audit.local_cases`; the shared types and geometry in
+and gradient releases' builders are in :mod:`fastdpot.audit.local_cases`, the one-shot release's (the class sketch
+and the class means) in :mod:`fastdpot.audit.release_cases`; the shared types and geometry in
 ``fastdpot/audit/_common.py``).
 
 Claims use δ = 1e-3 (Gaussian releases): an audit with n releases per input resolves rates down to ~1/n, and the
@@ -40,6 +41,7 @@ from ._common import (_F64, _OUT, DELTA, EPSILON, RADIUS, VARIANTS, AuditCase, A
                       _chunked, _device, _projection_geometry, _sigma_for)
 from ._noise import TRUNCATION, truncated_normal
 from .local_cases import composition, gaussian_local, laplace_local, sanitizer
+from .release_cases import class_means, class_sketch
 
 __all__ = ["AuditSetup", "AuditCase", "CASES", "VARIANTS", "EPSILON", "DELTA", "RADIUS"]
 
@@ -284,4 +286,6 @@ CASES: Dict[str, AuditCase] = {c.name: c for c in (
     AuditCase("laplace_local", laplace_local, _ALL, VARIANTS, 200_000),
     AuditCase("gaussian_local", gaussian_local, _ALL, VARIANTS, 200_000),
     AuditCase("composition", composition, _ALL, ("correct", "sensitivity_2x", "no_sampling"), 200_000),
+    AuditCase("class_sketch", class_sketch, _ALL, VARIANTS, 100_000),
+    AuditCase("class_means", class_means, _ALL, VARIANTS, 400_000),
 )}

@@ -12,7 +12,8 @@ Modules, each importing only those listed before it:
 * :mod:`~fastdpot.flows.sharded` — :class:`DistributedSlicedWassersteinFlow` over a ``torch.distributed`` group, and
   :func:`make_flow`, the factory that picks it when a process group is given;
 * :mod:`~fastdpot.flows.class_conditional` — :class:`ClassConditionalFlow`;
-* :mod:`~fastdpot.flows.allocation` — the one particle allocator; :mod:`~fastdpot.flows.directions` — public image
+* :mod:`~fastdpot.flows.allocation` — the one particle allocator (and the samples of released per-class
+  Gaussians drawn with it); :mod:`~fastdpot.flows.directions` — public image
   direction sets (orthonormal patch-DCT blocks);
 * :mod:`~fastdpot.flows.released` — :class:`ReleasedTargetFlow`, :class:`ReleasedClassFlows`: flows that read only a
   one-shot release (post-processing, no privacy cost).

@@ -16,6 +16,23 @@ Accountant (``accountant="auto"``, the default): when every release recorded (an
 Gaussian mechanism on the whole data set, their composition is itself a Gaussian mechanism of noise multiplier
 (Σ z_i⁻²)^(−1/2), whose exact (ε, δ) the PLD accountant gives (dp-accounting; Balle & Wang's analytic calibration);
 as soon as one release is subsampled, RDP composes them all. ``accountant="rdp"`` always uses RDP.
+
+The dp-accounting calls, exactly (``fastdpot.experiments.mainjob.privacy_report.ACCOUNTANT_CALLS`` writes them into a
+run's privacy.md):
+
+* PLD: ``dp_accounting.pld.PLDAccountant(neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+  value_discretization_interval=1e-3)``, one ``GaussianDpEvent(z)`` per release, ``get_epsilon(δ)``. The relation
+  is add/remove although the neighbours are replace-one, and that is right: z = σ/Δ with Δ the replace-one
+  sensitivity, so a replacement moves a release's mean by at most one unit of z, the pair N(0, z²), N(1, z²) of a
+  Gaussian event under ADD_OR_REMOVE_ONE. dp-accounting's REPLACE_ONE takes the event's unit for an add/remove
+  sensitivity and moves the mean by two ("the same privacy loss distribution with twice the sensitivity"): with
+  this Δ it would count the replacement twice (ε = 23.8 instead of 9.98 for the one-shot run at ε = 10).
+* RDP: ``dp_accounting.rdp.RdpAccountant(orders=DEFAULT_ORDERS, neighboring_relation=NeighboringRelation.
+  REPLACE_ONE)``, one ``SampledWithoutReplacementDpEvent(n, B, GaussianDpEvent(z))`` per release on a batch of B of
+  the n records and one ``GaussianDpEvent(z)`` per release on all of them, ``get_epsilon(δ)``: replace-one is the
+  relation of sampling without replacement, and its bound (Wang, Balle & Kasiviswanathan) takes the base
+  Gaussian's α/(2z²), one unit of z per replacement; a whole-data-set Gaussian event has that RDP under either
+  relation.
 """
 from __future__ import annotations
 
@@ -31,7 +48,8 @@ _SAMPLINGS = ("without_replacement", "full")
 
 
 class ComposedLedger:
-    """Every release of one run, composed (RDP, replace-one neighbours), against one (ε, δ).
+    """Every release of one run, composed (replace-one neighbours; PLD or RDP: the module docstring names the exact
+    dp-accounting calls), against one (ε, δ).
 
     Releases are recorded per stage with :meth:`record` before they happen (a release that would exceed ε is refused
     and nothing is recorded). Each event is a Gaussian mechanism of noise multiplier z = σ/Δ (Δ the replace-one

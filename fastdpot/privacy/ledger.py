@@ -10,6 +10,8 @@ more release" into accounting. It holds, for the whole run,
   given or calibrated at bind time for a target ε,
 * the :class:`~fastdpot.privacy.PrivacyAccountant` and, with a target ε, the
   :class:`~fastdpot.privacy.PrivacyBudget` that refuses releases before they would exceed it.
+
+The checks a checkpointed state must pass before a ledger loads it live in ``fastdpot/privacy/_ledger_state.py``.
 """
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ from typing import Any, Dict, Optional, Tuple
 
 from .._validate import (check_bool, check_choice, check_delta, check_epsilon, check_int, check_nonnegative,
                          check_positive)
+from ._ledger_state import checked_state
 from .accounting import ACCOUNTANTS, PrivacyAccountant, _make_event, calibrate_noise_multiplier
 from .budget import BudgetExceededError, PrivacyBudget
-from .calibration import calibration_tolerance
 from .sensitivity import split_delta
 
 __all__ = ["PrivacyLedger", "TAIL_CHARGES"]
@@ -27,8 +29,6 @@ __all__ = ["PrivacyLedger", "TAIL_CHARGES"]
 #: How a ledger charges the sensitivity tails δ_tail to δ (see :class:`PrivacyLedger`).
 TAIL_CHARGES = ("planned", "spent")
 
-_EVENT_KEYS = ("sample_rate", "sampling", "dataset_size", "batch_size")
-_CALIBRATION_TOL = 1e-3  # calibrate_noise_multiplier's default tolerance on z, used by bind()
 _CALIBRATED: Dict[Tuple, float] = {}  # the calibrations done in this process (at most _MAX_CALIBRATED, oldest out)
 _MAX_CALIBRATED = 64
 
@@ -45,12 +45,6 @@ def _calibrate(epsilon: float, delta: float, steps: int, accountant: str, event:
                                                             progress=progress, progress_delay=progress_delay,
                                                             **dict(event)))
     return _CALIBRATED[key]
-
-
-def _event_args(event: Dict[str, Any]):
-    """``(sample_rate, sampling, dataset_size, batch_size)`` of an event dict (absent keys: their defaults)."""
-    return (event.get("sample_rate", 1.0), event.get("sampling", "poisson"), event.get("dataset_size"),
-            event.get("batch_size"))
 
 
 class PrivacyLedger:
@@ -412,85 +406,8 @@ class PrivacyLedger:
                 reset the ε spent); a history event or accountant kind other than this ledger's mechanism; a budget
                 of another (ε, δ); more releases recorded than the planned T; a state behind this ledger's releases.
         """
-        from .._checkpoint import require_state, state_float
-
-        require_state(state, ("noise_multiplier", "event", "accountant", "budget"), "PrivacyLedger", exact=True)
-        z = state["noise_multiplier"]
-        if z is not None:
-            z = state_float(z, "noise_multiplier", positive=True)
-        if self._configured_z is not None and z != self._configured_z:
-            raise ValueError(f"state['noise_multiplier']={z!r} differs from the configured noise multiplier "
-                             f"{self._configured_z!r}")
-        event = state["event"]
-        if event is not None:
-            if not isinstance(event, dict) or not set(event) <= set(_EVENT_KEYS):
-                raise ValueError(f"state['event'] must be None or a dict with keys among {list(_EVENT_KEYS)}, got "
-                                 f"{event!r}")
-            event = dict(event)
-            _make_event(1.0, *_event_args(event))  # validates the event
-        if event is not None and z is None:
-            raise ValueError("state['noise_multiplier'] is None but the accounting was bound: the calibrated noise "
-                             "multiplier is missing")
-        acc = budget = None
-        if event is None:
-            for key in ("accountant", "budget"):
-                held = state[key] if key == "accountant" else (state[key] or {}).get("accountant")
-                if isinstance(held, dict) and held.get("history"):
-                    raise ValueError(f"state['event'] is None (unbound) but state[{key!r}] holds releases")
-        else:
-            if state["accountant"] is None:
-                raise ValueError("state['accountant'] is None but the accounting was bound: loading it would reset "
-                                 "the ε spent")
-            acc = PrivacyAccountant.from_state_dict(state["accountant"])
-            if self.target_epsilon is not None:
-                if state["budget"] is None:
-                    raise ValueError("state['budget'] is None with a target_epsilon: loading it would reset the ε "
-                                     "spent")
-                budget = PrivacyBudget(self.target_epsilon, self._budget_delta(), accountant=acc)
-                budget.load_state_dict(state["budget"])  # refuses another (ε, δ); acc takes the budget's history
-            if acc.steps > self.steps:
-                raise ValueError(f"state's accountant holds {acc.steps} release(s), more than the planned "
-                                 f"T = {self.steps}")
-            self._check_mechanism(z, event, acc)
-        if self._accountant is not None and self._spent:  # a live ledger never moves backwards
-            self.flush()
-            if acc is None:
-                raise ValueError(f"the state holds no releases but this ledger has counted {self._spent}: a live "
-                                 f"ledger never moves backwards")
-            self._accountant.check_extended_by(acc, "state['accountant']['history']")
+        z, event, acc, budget = checked_state(self, state)
         self._reset(z, event, acc, budget, 0 if acc is None else acc.steps)
-
-    def _check_mechanism(self, z: float, event: Dict[str, Any], acc: PrivacyAccountant) -> None:
-        """The loaded accounting must describe this ledger's mechanism (see :meth:`load_state_dict`)."""
-        if acc.accountant != self.accountant_kind:
-            raise ValueError(f"state['accountant']['accountant']={acc.accountant!r} differs from this ledger's "
-                             f"accountant kind {self.accountant_kind!r}")
-        if self._given_budget is None:  # a ledger of its own: every release is one of its events
-            expected = _make_event(z, *_event_args(event))
-            for i, (e, n) in enumerate(acc._history):
-                if e != expected:
-                    diff = {k: (v, getattr(e, k)) for k, v in vars(expected).items() if getattr(e, k) != v}
-                    raise ValueError(f"state['accountant']['history'][{i}] is not this ledger's mechanism "
-                                     f"(field: (expected, state) {diff}): an inconsistent checkpoint")
-        if self._configured_z is None:
-            self._check_calibrated(z, event)
-
-    def _check_calibrated(self, z: float, event: Dict[str, Any]) -> None:
-        """z must be what :meth:`bind` calibrates for the target ε: T releases meet it at z, not at z − 2·tol
-        (tol = :func:`~fastdpot.privacy.calibration.calibration_tolerance` (z), 0.001 up to z = 100)."""
-        def eps(zz):
-            a = PrivacyAccountant(accountant=self.accountant_kind)
-            a.step(zz, num_steps=self.steps, **event)
-            return a.get_epsilon(self.delta_accountant, accountant=self.accountant_kind)
-
-        if eps(z) > self.target_epsilon:
-            raise ValueError(f"state['noise_multiplier']={z!r} does not meet target_epsilon={self.target_epsilon!r} "
-                             f"over T = {self.steps} releases: not the calibrated noise multiplier")
-        lower = z - 2 * calibration_tolerance(z, _CALIBRATION_TOL)
-        if lower > 0 and eps(lower) <= self.target_epsilon:
-            raise ValueError(f"state['noise_multiplier']={z!r} is above the calibrated noise multiplier for "
-                             f"target_epsilon={self.target_epsilon!r} (z = {lower!r} already meets it): an "
-                             f"inconsistent checkpoint")
 
     def __repr__(self):
         return (f"PrivacyLedger(delta={self.delta!r}, steps={self.steps}, target_epsilon={self.target_epsilon!r}, "

@@ -16,7 +16,7 @@ label-private relation already covers, so no label value can abort a release or 
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence, Union
+from typing import Dict, Optional
 
 import torch
 
@@ -26,8 +26,7 @@ from .mechanisms import clip_rows, gaussian_mechanism_sigma, normalize_rows
 from .randomness import PrivacyRandomness, privacy_randomness
 
 __all__ = ["domain_labels", "moments_sensitivity", "label_private_moments_sensitivity", "dp_second_moment",
-           "dp_class_gaussians", "release_class_moments", "release_class_means", "class_gaussians",
-           "sample_class_gaussians"]
+           "dp_class_gaussians", "release_class_moments", "release_class_means", "class_gaussians"]
 
 
 def domain_labels(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -375,27 +374,3 @@ def release_class_means(rows: torch.Tensor, labels: torch.Tensor, num_classes: i
     return dict(means=c0 + noisy_sums / noisy_counts.clamp_min(1.0)[:, None], counts=noisy_counts, noise_std=sigma,
                 sensitivity=sens)
 
-
-def sample_class_gaussians(means: torch.Tensor, covs: torch.Tensor, weights: Union[torch.Tensor, Sequence[float]],
-                           num_particles: int, generator: Optional[torch.Generator] = None, *, minimum: int = 0):
-    """N labelled samples, class c drawn from N(means[c], covs[c]), ``minimum`` per class and the rest in proportion
-    to the public or released ``weights`` (:func:`fastdpot.flows.allocation.allocate_particles`): post-processing.
-
-    Shape:
-        means (C, d), covs (C, d, d) PSD, weights (C,) -> (samples (N, d) float32, labels (N,) int64).
-    """
-    from ..flows.allocation import allocate_particles
-
-    C, d = means.shape
-    w = torch.as_tensor(weights, dtype=torch.float64).clamp_min(0.0)
-    sizes = allocate_particles(num_particles, w if float(w.sum()) > 0 else "equal", C, minimum=minimum)
-    xs, ys = [], []
-    for c in range(C):
-        if sizes[c] == 0:
-            continue
-        evals, evecs = torch.linalg.eigh(covs[c].double())
-        root = evecs * evals.clamp_min(0.0).sqrt()[None, :]
-        z = torch.randn(sizes[c], d, dtype=torch.float64, generator=generator)
-        xs.append(means[c].double() + z @ root.T)
-        ys.append(torch.full((sizes[c],), c, dtype=torch.int64))
-    return torch.cat(xs).float(), torch.cat(ys)

@@ -8,8 +8,8 @@ import torch
 from fastdpot.experiments.mainjob import MainJobConfig
 from fastdpot.experiments.mainjob.generation import generate_public
 from fastdpot.experiments.metrics import cnn_accuracy, downstream_accuracy
-from fastdpot.flows.allocation import allocate_particles
-from fastdpot.privacy.moments import dp_class_gaussians, sample_class_gaussians
+from fastdpot.flows.allocation import allocate_particles, sample_class_gaussians
+from fastdpot.privacy.moments import dp_class_gaussians
 
 
 def _data(n=300, d=3, seed=0):

@@ -4,7 +4,7 @@ tests/apps/fixtures/make_mainjob_before.py on the commit before: 6331377).
 
 The flows run on the reference backend; their particles are compared with a tolerance that covers a float32 matmul
 on another CPU (summation order), the rest exactly. The private-only DP Gaussian's SAMPLES changed on purpose (one
-sampler for both protocols, :func:`fastdpot.privacy.moments.sample_class_gaussians`): its release (the composed ε and
+sampler for both protocols, :func:`fastdpot.flows.allocation.sample_class_gaussians`): its release (the composed ε and
 the per-class label counts) is compared instead.
 
 The flow with private labels calibrates its noise multiplier more tightly since the accounting searched its orders

@@ -95,6 +95,30 @@ def test_the_epsilon_table_chooses_the_settings_and_explicit_ones_win():
         MainJobConfig().with_settings(method="oneshot").resolved()
 
 
+def test_every_setting_of_the_epsilon_table_states_its_origin():
+    """Each row's ``origins`` names where each of its settings came from, section by section, no more and no fewer
+    (a re-tuned row must restate them); privacy.md writes them. The means' share, the passes and the step size were
+    never swept (no sweep is recorded): the row and privacy.md say they were set by hand, not chosen on the
+    validation split; the swept ones (blocks, bins, r, centre) name the validation split's sweep."""
+    from fastdpot.experiments.mainjob.privacy_report import _settings_md
+
+    for eps, row in PRIVATE_ONLY_TABLE.items():
+        assert set(row["origins"]) == {"representation", "flow", "generation"}, eps
+        for section in ("representation", "flow", "generation"):
+            assert set(row["origins"][section]) == set(row[section]), (eps, section)
+            assert all(isinstance(o, str) and o for o in row["origins"][section].values()), (eps, section)
+        cfg = MainJobConfig(epsilon=eps).with_settings(public_size=0).resolved()
+        lines = {ln.split("|")[1].strip(" `"): ln.split("|")[3] for ln in _settings_md(cfg, {}).splitlines()
+                 if ln.startswith("| `")}
+        for name in ("sketch_mean_share", "sketch_rounds", "step_size"):
+            assert "set by hand" in lines[f"generation.{name}"] and "validation split" not in \
+                lines[f"generation.{name}"], (eps, name)
+        for name in ("sketch_blocks", "sketch_plan", "sketch_radius", "sketch_center"):
+            assert "validation split" in lines[f"generation.{name}"], (eps, name)
+        given = _settings_md(cfg, {"user_settings": {"generation.sketch_rounds": 2}})
+        assert "| `generation.sketch_rounds` | 4 | given by the user for this run |" in given  # the user's choice wins
+
+
 @pytest.mark.skipif(not load_fashion_mnist_available(), reason="needs the dataset-fashion-mnist package")
 def test_quick_oneshot_run_on_fashion_mnist(tmp_path):
     cfg = MainJobConfig(epsilon=8.0).with_settings(

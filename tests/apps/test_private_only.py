@@ -62,6 +62,68 @@ def test_the_label_private_gaussian_records_its_one_release():
     assert led.epsilon() == pytest.approx(_independent_epsilon(led.stages, 1e-5), rel=1e-9) and led.epsilon() <= 2.0
 
 
+def _stated(text):
+    """The (ε, δ) privacy.md states, and the noise multipliers, releases and batch / n of its stage table."""
+    import re
+
+    eps = float(re.search(r"\*\*\(([0-9.]+), [0-9.e+-]+\)-differentially private\*\*", text).group(1))
+    delta = float(re.search(r"at δ = ([0-9.e+-]+)\. Why", text).group(1))
+    rows = re.findall(r"^\| \w+ \| [^|]* \| ([0-9.e+-]+) \| (\d+) \| (\d+) / (\d+) \|$", text, re.M)
+    return eps, delta, [(float(z), int(r), int(b), int(n)) for z, r, b, n in rows]
+
+
+@pytest.mark.parametrize("kind", ["oneshot", "flow"])
+def test_privacy_md_names_the_accountant_call_and_recomputing_it_gives_the_stated_epsilon(kind):
+    """privacy.md names dp-accounting's exact call (class, event, neighbouring relation) and says why that relation;
+    the call as named, on the table's numbers as printed, gives the stated ε (to the last printed digit). The
+    one-shot run's full-batch Gaussians: PLD under ADD_OR_REMOVE_ONE (replace-one would state more: Δ already
+    covers a replacement); the per-step flow's batches: RDP under REPLACE_ONE."""
+    n, delta = 55_000, protocol_delta(55_000)
+    led = ComposedLedger(10.0, delta)
+    if kind == "oneshot":
+        led.record("means", 1.6856113430172912, sampling="full", dataset_size=n)
+        led.record("sketch", 0.5618704476724304, sampling="full", dataset_size=n)
+    else:
+        led.record("representation", 2.0, sampling="full", dataset_size=n)
+        led.record("flow", 1.1, 400, dataset_size=n, batch_size=100)
+    m = dict(method=kind, epsilon=led.epsilon(), epsilon_target=10.0, delta=delta, n_sensitive=n, n_validation=5000,
+             representation=dict(kind="pixels" if kind == "oneshot" else "pca"), stages=led.stages,
+             accountant=led.accountant_used, noise="secret (operating-system CSPRNG; not stored)")
+    text = "\n".join(_private_only_md(m))
+    assert "replace-one relation)" not in text  # the old words, which named the wrong relation for the PLD
+    eps, d, rows = _stated(text)
+    assert d == delta and len(rows) == 2 and "Why " in text
+    nr = dp_accounting.NeighboringRelation
+    if kind == "oneshot":
+        assert ("`dp_accounting.pld.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation."
+                "ADD_OR_REMOVE_ONE, value_discretization_interval=1e-3)`") in text
+        assert "`dp_accounting.GaussianDpEvent(z)` once per release" in text
+
+        def recompute(relation):
+            acc = dp_accounting.pld.PLDAccountant(neighboring_relation=relation, value_discretization_interval=1e-3)
+            for z, releases, _, _ in rows:
+                for _ in range(releases):
+                    acc.compose(dp_accounting.GaussianDpEvent(z))
+            return acc.get_epsilon(d)
+
+        # the relation matters: dp-accounting's replace-one doubles Δ and states more than the noise gives
+        assert recompute(nr.REPLACE_ONE) > 2 * eps
+    else:
+        assert ("`dp_accounting.rdp.RdpAccountant(orders=fastdpot.privacy.DEFAULT_ORDERS, neighboring_relation="
+                "dp_accounting.NeighboringRelation.REPLACE_ONE)`") in text
+        assert "`dp_accounting.SampledWithoutReplacementDpEvent(n, B, dp_accounting.GaussianDpEvent(z))`" in text
+
+        def recompute(relation):
+            acc = dp_accounting.rdp.RdpAccountant(orders=list(DEFAULT_ORDERS), neighboring_relation=relation)
+            for z, releases, b, size in rows:
+                g = dp_accounting.GaussianDpEvent(z)
+                acc.compose(g if b == size else dp_accounting.SampledWithoutReplacementDpEvent(size, b, g), releases)
+            return acc.get_epsilon(d)
+    # 4 significant digits printed: the recomputed ε must round to them (z printed to 6 digits moves ε by < 1e-4)
+    assert abs(recompute(nr.ADD_OR_REMOVE_ONE if kind == "oneshot" else nr.REPLACE_ONE) - eps) <= 0.6 * 10 ** (
+        math.floor(math.log10(eps)) - 3)
+
+
 def _quick(tmp_path, **kw):
     settings = dict(dataset="fashion-mnist", public_size=0, max_train=1200, max_test=300, validation_size=200,
                     num_particles=200, fid_samples=50, fid_real=50, classifiers="cnn", cnn_epochs=1, latent_dim=6,

@@ -345,7 +345,7 @@ def test_dense_softmin_gradcheck():
 def test_keops_sqdist_softmin_estimate_and_fallback(dtype, tol):
     # the floored Sum reduction used with an estimate of the result equals the plain log-sum-exp, whether the
     # estimate is close, or so far off (either way) that every row, or some rows, go through the exact fallback
-    from fastdpot.ops.sinkhorn import _sqdist_lse_keops
+    from fastdpot.ops._keops_formulas import _sqdist_lse_keops
 
     x, y, _, _ = _clouds(N=41, M=29, dtype=dtype, seed=14, weights=False)
     h = torch.randn(29, generator=torch.Generator().manual_seed(15), dtype=F64).to(dtype)
@@ -371,7 +371,7 @@ def test_keops_sqdist_softmin_estimate_and_fallback(dtype, tol):
 
 @needs_keops
 def test_keops_sqdist_softmin_gradcheck():
-    from fastdpot.ops.sinkhorn import _SqDistSoftminKeOps
+    from fastdpot.ops._keops_formulas import _SqDistSoftminKeOps
 
     x, y, _, _ = _clouds(N=9, M=7, seed=16, weights=False)
     h = torch.randn(7, generator=torch.Generator().manual_seed(17), dtype=F64)

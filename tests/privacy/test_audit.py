@@ -112,11 +112,16 @@ FAST += [("sanitizer_per_sample", "reference", v, 10000) for v in ("correct", "n
 FAST += [("flow_step", "triton", v, 4096) for v in ("correct", "no_clip")]
 FAST += [("flow_step_particles", "cpu", "no_clip", 3000)]
 FAST += [("random_theta", "reference", v, 200_000) for v in CASES["random_theta"].variants]
+# the one-shot release (fastdpot.audit.release_cases): the class means in full; the class sketch (one block at a time,
+# about 0.4 ms a release) correct and its 2x sensitivity at few trials (caught: 2.36 > 2), its other controls SLOW
+FAST += [("class_means", "reference", v, 20000) for v in CASES["class_means"].variants]
+FAST += [("class_sketch", "reference", "correct", 2000), ("class_sketch", "reference", "sensitivity_2x", 4000)]
 SLOW = [("sanitizer_per_sample", "reference", "sensitivity_2x", 10000),
         ("flow_step_particles", "cpu", "correct", 60000), ("flow_step_particles", "cpu", "sensitivity_2x", 200000),
         ("sanitizer_joint", "reference", "truncated", 40000), ("sanitizer_per_sample", "reference", "truncated", 40000),
         ("flow_step", "triton", "sensitivity_2x", 65536), ("flow_step", "triton", "truncated", 16384),
-        ("dpswd_private", "triton", "correct", 8192), ("dpswd_private", "triton", "no_clip", 8192)]
+        ("dpswd_private", "triton", "correct", 8192), ("dpswd_private", "triton", "no_clip", 8192),
+        ("class_sketch", "reference", "no_clip", 20000), ("class_sketch", "reference", "truncated", 100_000)]
 
 
 def _check(name, backend, variant, trials):

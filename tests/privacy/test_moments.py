@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
+from fastdpot.flows.allocation import sample_class_gaussians
 from fastdpot.privacy import gaussian_mechanism_sigma
 from fastdpot.privacy.moments import (class_gaussians, domain_labels, dp_class_gaussians, dp_second_moment,
-                                      label_private_moments_sensitivity, moments_sensitivity, release_class_moments,
-                                      sample_class_gaussians)
+                                      label_private_moments_sensitivity, moments_sensitivity, release_class_moments)
 from fastdpot.privacy.randomness import privacy_randomness
 
 

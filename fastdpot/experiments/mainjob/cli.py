@@ -183,7 +183,7 @@ def _table_text(setting: str) -> Optional[str]:
     stage, _, leaf = setting.rpartition(".")
     eps = sorted(PRIVATE_ONLY_TABLE)
     texts = []
-    for section in dict.fromkeys(k for e in eps for k in PRIVATE_ONLY_TABLE[e]):
+    for section in dict.fromkeys(k for e in eps for k in PRIVATE_ONLY_TABLE[e] if k != "origins"):  # settings only
         st, scope = _TABLE_SCOPES.get(section, ("generation", f"with --public-size 0 ({section})"))
         values = [PRIVATE_ONLY_TABLE[e].get(section, {}).get(leaf) for e in eps]
         if st != stage or all(v is None for v in values):

@@ -249,7 +249,8 @@ def generate_gaussian(cfg, codes: torch.Tensor, labels: torch.Tensor, num_partic
     rest of the composed ε (over every seed) and recorded before the release, samples per class in proportion to the
     noisy counts. ``calibration_size``: a stand-in's real-run size (noise multiplier z·n/calibration_size).
     """
-    from ...privacy.moments import class_gaussians, dp_class_gaussians, release_class_moments, sample_class_gaussians
+    from ...flows.allocation import sample_class_gaussians
+    from ...privacy.moments import class_gaussians, dp_class_gaussians, release_class_moments
 
     g = cfg.generation
     gen = torch.Generator().manual_seed(int(seed))

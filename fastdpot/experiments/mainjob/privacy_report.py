@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional
 
-__all__ = ["privacy_md", "SETTING_ORIGINS"]
+__all__ = ["privacy_md", "SETTING_ORIGINS", "ACCOUNTANT_CALLS"]
 
 
 def privacy_md(cfg, result: Dict[str, Any]) -> str:
@@ -233,8 +233,9 @@ def _seeds_md(cfg, result: Dict[str, Any]) -> Optional[str]:
 
 
 #: Where each setting of the private-only protocol's release came from (privacy.md lists those of the run's method).
-#: A value given for the run is the user's choice, and privacy.md says so.
-_TABLE = "validation split: the ε table (config.PRIVATE_ONLY_TABLE, docs/mainjob-private.md \"Tuning\")"
+#: A value given for the run is the user's choice, and privacy.md says so; a value the ε table's row gave has the
+#: origin that row states (``settings.PRIVATE_ONLY_TABLE[ε]["origins"]``), which wins over the entry here.
+_ROW = "the ε table's row (settings.PRIVATE_ONLY_TABLE: the row's origins)"
 SETTING_ORIGINS = {
     "data.validation_size": "DPImageBench's protocol (55 000 sensitive / 5 000 validation images)",
     "delta": "DPImageBench's protocol, δ = 1/(N ln N)",
@@ -242,24 +243,26 @@ SETTING_ORIGINS = {
                          "the per-step flow)",
     "generation.num_particles": "DPImageBench's protocol (60 000 synthetic images)",
     "representation.kind": "validation split (docs/mainjob-private.md)",
-    "representation.latent_dim": _TABLE,
-    "representation.share": _TABLE,
+    "representation.latent_dim": "DP-PCA: " + _ROW + "; the DP-SGD auto-encoder: d = 16, set by hand (one "
+                                 "validation-split run, docs/mainjob-private.md)",
+    "representation.share": "DP-PCA: " + _ROW + "; the DP-SGD auto-encoder: 0.9, set by hand (one validation-split "
+                            "run, docs/mainjob-private.md)",
     "representation.scale": "data-independent: pixels in [0, 1] give image norms <= 28; S = 16 clips the rare "
                             "bright images",
     "representation.lowpass": "validation split (docs/mainjob-private.md)",
-    "generation.sketch_blocks": _TABLE,
-    "generation.sketch_plan": _TABLE,
-    "generation.sketch_radius": _TABLE,
-    "generation.sketch_center": _TABLE,
-    "generation.sketch_mean_share": _TABLE,
-    "generation.sketch_rounds": _TABLE,
-    "generation.sketch_rotations": _TABLE,
-    "generation.sketch_rotation_bins": _TABLE,
-    "generation.sketch_clamp": _TABLE,
+    "generation.sketch_blocks": _ROW,
+    "generation.sketch_plan": _ROW,
+    "generation.sketch_radius": _ROW,
+    "generation.sketch_center": _ROW,
+    "generation.sketch_mean_share": _ROW,
+    "generation.sketch_rounds": _ROW,
+    "generation.sketch_rotations": _ROW,
+    "generation.sketch_rotation_bins": _ROW,
+    "generation.sketch_clamp": _ROW,
     "generation.release": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.sketch_bins": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
-    "generation.step_size": _TABLE + " for the one-shot flow; for the per-step flow (h = 0.3) the validation split "
-                                     "(docs/mainjob-private.md)",
+    "generation.step_size": "for the per-step flow (h = 0.3) the validation split (docs/mainjob-private.md); for the "
+                            "one-shot flow " + _ROW,
     "generation.epochs": "Sebag et al., TMLR (not tuned)",
     "generation.batch_size": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.label_scale": "data-independent: c = 1, the codes' radius",
@@ -268,7 +271,7 @@ SETTING_ORIGINS = {
     "generation.num_projections": "data-independent: one full orthonormal block in R^(d+C), the least noise per "
                                   "projected value at equal information per step",
     "generation.init": "data-independent: a Gaussian start about the origin of the codes' unit ball",
-    "generation.init_scale": _TABLE + " (0.1 against 0.3 and 1 at ε = 10)",
+    "generation.init_scale": _ROW,
 }
 #: the settings each private-only method's release reads
 _READS = {
@@ -295,13 +298,31 @@ def _settings_md(cfg, result: Dict[str, Any]) -> Optional[str]:
 
     resolved = dict(flat_settings(cfg), delta=cfg.delta)
     user = result.get("user_settings") or {}  # the settings this run was given that differ from the defaults
+    from_row = _row_origins(cfg)
     rows = ["## Where each setting came from", "",
-            "The guarantee holds for this run given its settings; none was chosen by looking at the sensitive set.",
+            "The guarantee holds for this run given its settings; none was chosen by looking at the sensitive set. "
+            "Each was swept on the validation split, taken from a protocol or a paper, or set by hand on public "
+            "grounds, as the table says.",
             "", "| setting | value | origin |", "|---|---|---|"]
     for name in ("data.validation_size", "delta") + _READS[method]:
-        origin = "given by the user for this run" if name in user else SETTING_ORIGINS[name]
+        origin = ("given by the user for this run" if name in user else
+                  from_row.get(name, SETTING_ORIGINS[name]))
         rows.append(f"| `{name}` | {resolved.get(name)} | {origin} |")
     return "\n".join(rows + [""])
+
+
+def _row_origins(cfg) -> Dict[str, str]:
+    """``{setting: origin}`` of the settings the run's ε table row gave it (the row's ``origins``): the one-shot
+    method's from ``generation``, the per-step flow's start from ``flow``, DP-PCA's from ``representation``
+    (config.resolve applies the same sections)."""
+    from .settings import table_row
+
+    row = table_row(cfg.epsilon)
+    method, kind = cfg.generation.method, cfg.representation.kind
+    sections = (["generation"] if method == "oneshot" else []) + (["flow"] if method == "flow" else []) + \
+        (["representation"] if kind == "pca" else [])
+    return {f"{'representation' if sec == 'representation' else 'generation'}.{k}": origin
+            for sec in sections for k, origin in row["origins"][sec].items()}
 
 
 def _evaluation_md(cfg, result: Dict[str, Any]) -> Optional[str]:
@@ -385,6 +406,33 @@ def _accountant_words(m: Dict[str, Any]) -> str:
             if m.get("accountant") == "pld" else "Rényi-DP accountant")
 
 
+#: The exact dp-accounting computation of a composed ledger's ε (:class:`fastdpot.privacy.composition.
+#: ComposedLedger`, by ``metrics["accountant"]``), and why its neighbouring relation is the right one: privacy.md
+#: writes both, so that a reader recomputes the stated ε (tests/apps/test_private_only.py does).
+ACCOUNTANT_CALLS = {
+    "pld": ("`dp_accounting.pld.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE"
+            ", value_discretization_interval=1e-3)`, composing `dp_accounting.GaussianDpEvent(z)` once per release "
+            "(z: the noise multipliers of the table), then `get_epsilon(δ)`",
+            "Why ADD_OR_REMOVE_ONE, though the neighbours are replace-one: z = σ/Δ, with Δ the largest change of a "
+            "release when one labelled image is replaced by any other, so a replacement moves a release's mean by at "
+            "most Δ, one unit of z: the pair N(0, z²), N(1, z²), which is what dp-accounting's Gaussian event "
+            "describes under ADD_OR_REMOVE_ONE. Its REPLACE_ONE relation instead takes the event's unit for an "
+            "add/remove sensitivity and moves the mean by two units (dp-accounting: \"the same privacy loss "
+            "distribution with twice the sensitivity\"); with this Δ, which already covers a replacement, it would "
+            "count the replacement twice and state a larger ε than these releases have."),
+    "rdp": ("`dp_accounting.rdp.RdpAccountant(orders=fastdpot.privacy.DEFAULT_ORDERS, neighboring_relation="
+            "dp_accounting.NeighboringRelation.REPLACE_ONE)`, composing "
+            "`dp_accounting.SampledWithoutReplacementDpEvent(n, B, dp_accounting.GaussianDpEvent(z))` once per "
+            "release on a batch of B of the n images and `dp_accounting.GaussianDpEvent(z)` once per release on all "
+            "of them (n, B and z: the table), then `get_epsilon(δ)`",
+            "Why REPLACE_ONE: it is the relation of sampling without replacement (Wang, Balle & Kasiviswanathan, "
+            "AISTATS 2019, the only one dp-accounting accepts for it), and its bound takes the base Gaussian's "
+            "Rényi divergence α/(2z²): a mean shift of one unit of z = σ/Δ under a replacement, which Δ (the "
+            "replace-one sensitivity) is. dp-accounting gives a whole-data-set GaussianDpEvent the same α/(2z²) "
+            "under either relation."),
+}
+
+
 def _private_only_md(m: Dict[str, Any]) -> List[str]:
     lines = []
     if m["method"] == "decoded":
@@ -396,13 +444,13 @@ def _private_only_md(m: Dict[str, Any]) -> List[str]:
               f"data sets that differ by the replacement of one labelled image by any other (its label free to "
               f"change; n = {m['n_sensitive']} is public). Everything the run publishes (the samples, their labels, "
               f"metrics computed from them, except the evaluation statistics listed below as outside the guarantee) "
-              f"is post-processing of the stages below, composed in one {_accountant_words(m)} "
-              f"(dp-accounting, replace-one relation), all of δ to the accountant (every stage has a "
-              f"deterministic sensitivity). No image outside the sensitive set was used for any weight, statistic or "
-              f"setting. The validation split ({m['n_validation']} images, disjoint from the sensitive set, the same "
-              f"split for every run) is an explicit tuning split: the protocol's settings were chosen on it "
-              f"(`python -m fastdpot.experiments.mainjob.tuning`), and it trains the label-fidelity judge, an evaluation "
-              f"model that is not released.", "",
+              f"is post-processing of the stages below, composed in one {_accountant_words(m)}, all of δ to the "
+              f"accountant (every stage has a deterministic sensitivity). No image outside the sensitive set was "
+              f"used for any weight, statistic or setting. The validation split ({m['n_validation']} images, disjoint from the sensitive set, the same "
+              f"split for every run) is an explicit tuning split: the protocol's swept settings were chosen on it "
+              f"(`python -m fastdpot.experiments.mainjob.tuning`; the others were set by hand on public grounds: "
+              f"\"Where each setting came from\" below says which), and it trains the label-fidelity judge, an "
+              f"evaluation model that is not released.", "",
               "| stage | mechanism | noise multiplier | releases | batch / n |", "|---|---|---|---|---|"]
     what = {"representation": "DP-PCA: Gaussian second-moment matrix, sensitivity sqrt(2)"
             if m["representation"].get("kind") == "pca" else "DP-SGD, per-sample clipping, sensitivity 2C",
@@ -413,9 +461,11 @@ def _private_only_md(m: Dict[str, Any]) -> List[str]:
                       "the class histogram (labels private)"}
     for s in m["stages"]:
         e = s["event"]
-        lines.append(f"| {s['stage']} | {what.get(s['stage'], '')} | {s['noise_multiplier']:.4g} | {s['releases']} | "
+        lines.append(f"| {s['stage']} | {what.get(s['stage'], '')} | {s['noise_multiplier']:.6g} | {s['releases']} | "
                      f"{e['batch_size']} / {e['dataset_size']} |")
-    lines += ["", f"Noise: {m['noise']}.", ""]
+    call, why = ACCOUNTANT_CALLS["pld" if m.get("accountant") == "pld" else "rdp"]
+    lines += ["", f"Noise: {m['noise']}.", "",
+              f"Accountant: the ε above is dp-accounting's {call}, at δ = {m['delta']!r}. {why}", ""]
     if str(m["noise"]).startswith("replayable"):
         lines += ["**Replayable noise (`--replayable-noise`): every privacy draw came from the seed. There is NO "
                   "privacy guarantee against anyone who holds it: the noise can be recomputed and removed.**", ""]
