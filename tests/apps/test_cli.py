@@ -86,10 +86,10 @@ def test_help_says_which_value_a_run_gets_where_the_protocol_or_the_table_sets_i
             assert "(default: none)" not in text, (opt, text)
     helps = _helps()
     assert "oneshot with --public-size 0, flow otherwise" in helps["--method"]
-    assert "'inf:4' for ε >= 3.16 (so at --epsilon 10 and inf)" in helps["--sketch-plan"]
+    assert "'inf:16' for ε >= 3.16 (so at --epsilon 10 and inf)" in helps["--sketch-plan"]
     assert "'inf:2' for ε < 3.16" in helps["--sketch-plan"]
     cfg = MainJobConfig().with_settings(public_size=0).resolved()  # what the help says is what a run gets
-    assert cfg.generation.sketch_plan == "inf:4" and cfg.generation.method == "oneshot"
+    assert cfg.generation.sketch_plan == "inf:16" and cfg.generation.method == "oneshot"
     assert MainJobConfig(epsilon=1.0).with_settings(public_size=0).resolved().generation.sketch_plan == "inf:2"
 
 

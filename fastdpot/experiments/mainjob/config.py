@@ -308,6 +308,8 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         kind = r.kind or ("pixels" if g.method == "oneshot" else "pca")
         if g.method == "oneshot":
             g = replace(g, **{k: v for k, v in row["generation"].items() if getattr(g, k) is None})
+            if g.sketch_block_directions is not None and cfg.generation.sketch_rotations is None:
+                g = replace(g, sketch_rotations=0)  # the row's rotations need full patch blocks (one block size)
             if c.quick:  # a short run: two passes over the whole-image and 7-px blocks
                 given, lowered = cfg.generation, []  # what it would lower of the settings given
                 if (given.sketch_rounds or 0) > QUICK_SKETCH_ROUNDS:

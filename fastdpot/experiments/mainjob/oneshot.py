@@ -134,6 +134,8 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
                                               domain=(0.0, 1.0) if g.sketch_clamp == "step" else None,
                                               generator=gen, backend=cfg.backend)
     samples, sample_labels = flows.run(steps=g.sketch_rounds * release.num_blocks, progress=progress)
+    if g.sketch_clamp == "end":  # the images, in the public pixel range
+        samples = samples.clamp(0.0, 1.0)
     info.update(sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std, sensitivity=release.sensitivity,
                 count_noise_std=release.count_noise_std, released_counts=release.counts.tolist())
     return dict(samples=samples.float(), sample_labels=sample_labels, resumed=False,

@@ -230,19 +230,19 @@ _BY_HAND_ROUNDS = ("set by hand, not swept (no sweep is recorded): 4 passes over
 _BY_HAND_STEP = ("set by hand, not swept (no sweep is recorded): α = 1 moves every projection of a block onto its "
                  "released quantile (ReleasedTargetFlow), a data-independent choice")
 _AT_10 = " (swept at ε = 10 only, where the row's value won; kept for ε = 1)"
-_BY_HAND_ROTATIONS = ("set by hand, not swept: 0, no random-rotation block (the rotation blocks came after the "
-                      "table's sweep)")
 _BY_HAND_ROTATION_BINS = "set by hand, not swept (unused while sketch_rotations = 0)"
 _BY_HAND_CLAMP = ("set by hand, not swept: 'step', the images clamped to [0, 1] after every step as in the table's "
                   "sweep (post-processing; reads no data)")
+_EXPLORED = ("validation split: the 2026-11-28 exploration of the one-shot method's ceiling (docs/mainjob-private.md, "
+             "\"Raising the ceiling\": the tuning harness's fold-0 stand-in, the CNN selected on the held-out half)")
 _ONESHOT_ORIGINS = {
-    10.0: dict(sketch_blocks=_SWEPT_ONESHOT, sketch_plan=_SWEPT_ONESHOT, sketch_radius=_SWEPT_ONESHOT,
+    10.0: dict(sketch_blocks=_SWEPT_ONESHOT, sketch_plan=_EXPLORED, sketch_radius=_SWEPT_ONESHOT,
                sketch_center=_SWEPT_ONESHOT, sketch_mean_share=_BY_HAND_SHARE, sketch_rounds=_BY_HAND_ROUNDS,
-               step_size=_BY_HAND_STEP, sketch_rotations=_BY_HAND_ROTATIONS,
-               sketch_rotation_bins=_BY_HAND_ROTATION_BINS, sketch_clamp=_BY_HAND_CLAMP),
-    1.0: dict(sketch_blocks=_SWEPT_ONESHOT, sketch_plan=_SWEPT_ONESHOT, sketch_radius=_SWEPT_ONESHOT,
+               step_size=_BY_HAND_STEP, sketch_rotations=_EXPLORED, sketch_rotation_bins=_EXPLORED,
+               sketch_clamp=_EXPLORED),
+    1.0: dict(sketch_blocks=_EXPLORED, sketch_plan=_SWEPT_ONESHOT, sketch_radius=_SWEPT_ONESHOT,
               sketch_center=_SWEPT_ONESHOT + _AT_10, sketch_mean_share=_BY_HAND_SHARE, sketch_rounds=_BY_HAND_ROUNDS,
-              step_size=_BY_HAND_STEP, sketch_rotations=_BY_HAND_ROTATIONS,
+              step_size=_BY_HAND_STEP, sketch_rotations=_EXPLORED,
               sketch_rotation_bins=_BY_HAND_ROTATION_BINS, sketch_clamp=_BY_HAND_CLAMP)}
 _SWEPT_INIT = ("validation split: the ε table's sweep of the per-step flow's start (0.1 against 0.3 and 1, "
                "docs/mainjob-private.md)")
@@ -254,13 +254,13 @@ _PCA_ORIGINS = dict(latent_dim=_SWEPT_PCA, share=_SWEPT_PCA)
 #: them (tests/apps/test_oneshot.py checks that every setting of every row has one).
 PRIVATE_ONLY_TABLE = {
     10.0: dict(representation=dict(latent_dim=32, share=0.3), flow=dict(init_scale=0.1),
-               generation=dict(sketch_blocks="default", sketch_plan="inf:4", sketch_radius=7.0,
+               generation=dict(sketch_blocks="default", sketch_plan="inf:16", sketch_radius=7.0,
                                sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0,
-                               sketch_rotations=0, sketch_rotation_bins=4, sketch_clamp="step"),
+                               sketch_rotations=8, sketch_rotation_bins=8, sketch_clamp="end"),
                origins=dict(representation=_PCA_ORIGINS, flow=dict(init_scale=_SWEPT_INIT + " at ε = 10"),
                             generation=_ONESHOT_ORIGINS[10.0])),
     1.0: dict(representation=dict(latent_dim=16, share=0.6), flow=dict(init_scale=0.1),
-              generation=dict(sketch_blocks="28/0/0,7/0/0", sketch_plan="inf:2", sketch_radius=7.0,
+              generation=dict(sketch_blocks="28/0/0,14/0/0,7/0/0,4/0/0", sketch_plan="inf:2", sketch_radius=7.0,
                               sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0,
                               sketch_rotations=0, sketch_rotation_bins=2, sketch_clamp="step"),
               origins=dict(representation=_PCA_ORIGINS, flow=dict(init_scale=_SWEPT_INIT + _AT_10),
