@@ -22,8 +22,10 @@ torch.matmul around the C++ radix transport, the step before fast blocks); ancho
 ``torch.matmul`` calls of the dense shapes per class, the projection and the drift) and ``npsort`` (``numpy.sort``,
 one thread, of the step's (k, N) float32 projections: the floor of any sort-based step, every projection ranked).
 
-case ``oneshot_generation``: the one-shot method's generation stage as the ε table runs it at ε = 10 (10 classes,
-the 8 default blocks, 4 passes: 32 steps of every class's flow, from the release's marginal start); impl
+case ``oneshot_generation``: the one-shot method's generation stage as the ε table runs it at ε = 10 (10 classes, its
+row's blocks, bins, rotations, passes and clamp, read from ``PRIVATE_ONLY_TABLE[10.0]``: since 2026-11-28 the 8
+default patch blocks of 16 bins and 8 random-rotation blocks of 8, 4 passes: 64 steps of every class's flow, from
+the release's marginal start; the rows before that date ran the 8 patch blocks of 4 bins, 32 steps); impl
 ``fastdpot`` (fast blocks) against ``dense`` (the same release's directions as dense blocks), the same samples to
 float tolerance (tests/flows/test_blocks.py).
 
@@ -200,28 +202,35 @@ def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8, patch=7):
     return Case(setup=setup, forward=forward)
 
 
-def oneshot_generation_case(impl, n, m, d, k, classes=10, rounds=4, sketch_bins=4):
-    """The one-shot generation stage (module docstring): ``rounds`` passes over the default blocks for ``classes``
+def oneshot_generation_case(impl, n, m, d, k, classes=10):
+    """The one-shot generation stage (module docstring): the ε = 10 row's passes over its blocks for ``classes``
     classes of n/classes particles, from a release of random images (noise-free, its tables shrunk as a run's);
     impl ``fastdpot`` (fast blocks) or ``dense`` (dense blocks of the same directions). ``m`` and ``k`` are unused."""
     if impl not in ("fastdpot", "dense"):
         raise ValueError(f"oneshot_generation impls are fastdpot and dense, got {impl!r}")
+    from fastdpot.experiments.mainjob.settings import PRIVATE_ONLY_TABLE
+
+    row = PRIVATE_ONLY_TABLE[10.0]["generation"]
 
     def setup():
         import torch
 
-        from fastdpot.flows.directions import DenseBlock, patch_dct_blocks
+        from fastdpot.experiments.mainjob.oneshot import ROTATION_SEED, parse_plan
+        from fastdpot.flows.directions import DenseBlock, bins_by_frequency, hadamard_blocks, patch_dct_blocks
         from fastdpot.privacy.class_sketch import class_quantile_sketch
 
         side, ch = _image_shape(d)
         blocks = patch_dct_blocks(side, side, ch)
+        bins = bins_by_frequency(torch.cat([b.frequency for b in blocks]), parse_plan(row["sketch_plan"]))
+        blocks += hadamard_blocks(d, row["sketch_rotations"], seed=ROTATION_SEED)
+        bins = torch.cat([bins, torch.full((row["sketch_rotations"] * d,), row["sketch_rotation_bins"])])
         if impl == "dense":
             blocks = [DenseBlock(b.matrix()) for b in blocks]
         g = torch.Generator().manual_seed(0)
         x = torch.rand(2000, d, generator=g, dtype=torch.float64)
         y = torch.arange(2000) % classes
-        release = class_quantile_sketch(x, y, blocks, num_classes=classes, sketch_bins=sketch_bins,
-                                        noise_multiplier=0.0, clip_radius=7.0,
+        release = class_quantile_sketch(x, y, blocks, num_classes=classes, sketch_bins=bins,
+                                        noise_multiplier=0.0, clip_radius=row["sketch_radius"],
                                         centers=torch.full((d,), 0.5, dtype=torch.float64))
         return dict(release=release, tables=release.quantile_tables())
 
@@ -230,9 +239,11 @@ def oneshot_generation_case(impl, n, m, d, k, classes=10, rounds=4, sketch_bins=
 
         from fastdpot.flows import ReleasedClassFlows
 
-        flows = ReleasedClassFlows(s["release"], particles_per_class=[n // classes] * classes, domain=(0.0, 1.0),
+        flows = ReleasedClassFlows(s["release"], particles_per_class=[n // classes] * classes,
+                                   domain=(0.0, 1.0) if row["sketch_clamp"] == "step" else None,
                                    generator=torch.Generator().manual_seed(1), backend="cpu")
-        return flows.run(steps=rounds * s["release"].num_blocks)
+        out, labels = flows.run(steps=row["sketch_rounds"] * s["release"].num_blocks)
+        return out.clamp_(0.0, 1.0), labels
 
     return Case(setup=setup, forward=forward)
 

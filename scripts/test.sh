@@ -11,4 +11,4 @@ export MPLBACKEND=Agg
 python -m fastdpot.env
 # the docs site must build with no broken link (mkdocs-material, mkdocstrings; offline)
 NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict --quiet --site-dir "${TMPDIR:-/tmp}/fastdpot-site"
-python -m pytest -q -ra "$@"
+python -m pytest -q -ra --durations=30 "$@"

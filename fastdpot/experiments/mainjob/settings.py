@@ -234,7 +234,8 @@ _BY_HAND_ROTATION_BINS = "set by hand, not swept (unused while sketch_rotations 
 _BY_HAND_CLAMP = ("set by hand, not swept: 'step', the images clamped to [0, 1] after every step as in the table's "
                   "sweep (post-processing; reads no data)")
 _EXPLORED = ("validation split: the 2026-11-28 exploration of the one-shot method's ceiling (docs/mainjob-private.md, "
-             "\"Raising the ceiling\": the tuning harness's fold-0 stand-in, the CNN selected on the held-out half)")
+             "\"Raising the ceiling\": the validation split's fold 0 as the stand-in, the CNN's best epoch on the other "
+             "2 500 images)")
 _ONESHOT_ORIGINS = {
     10.0: dict(sketch_blocks=_SWEPT_ONESHOT, sketch_plan=_EXPLORED, sketch_radius=_SWEPT_ONESHOT,
                sketch_center=_SWEPT_ONESHOT, sketch_mean_share=_BY_HAND_SHARE, sketch_rounds=_BY_HAND_ROUNDS,
