@@ -234,6 +234,22 @@ def test_summary_groups_runs_by_method_epsilon_and_dimension(tmp_path):
     assert sum(r.startswith("| decoded") for r in rows) == 2
 
 
+def test_summary_gives_one_shot_runs_off_their_row_a_row_of_their_own(tmp_path):
+    from fastdpot.experiments.mainjob.settings import table_row
+
+    row = table_row(10.0)["generation"]
+    for name, plan in (("inf", row["sketch_plan"]), ("inf_best", "inf:32"), ("inf_best2", "inf:32")):
+        (tmp_path / name).mkdir()
+        m = dict(method="oneshot", epsilon_target="inf", epsilon="inf", labels_from="flow",
+                 representation=dict(latent_dim=784), accuracy_cnn=0.8, label_fidelity=0.8, wall_time_s=dict(total=60.0))
+        (tmp_path / name / "metrics.json").write_text(json.dumps(m))
+        cfg = {f"generation.{k}": v for k, v in row.items()}
+        (tmp_path / name / "config.json").write_text(json.dumps(dict(cfg, **{"generation.sketch_plan": plan})))
+    rows = summarize(str(tmp_path)).splitlines()[2:]
+    assert len(rows) == 2 and rows[0].startswith("| oneshot | ∞ |") and "| 1 |" in rows[0]
+    assert rows[1].startswith("| oneshot (sketch_plan=inf:32) | ∞ |") and "| 2 |" in rows[1]
+
+
 @needs_fmnist
 def test_seeds_share_the_budget_and_a_secure_run_never_reads_another_runs_release(tmp_path):
     # two seeds of the Gaussian: the representation and BOTH seeds' releases compose to the run's ε

@@ -260,6 +260,21 @@ def _non_finite(v) -> bool:
     return v is None or v == "inf" or (isinstance(v, float) and not math.isfinite(v))
 
 
+def _off_row(config_path: str, method: str, eps: Optional[float]) -> str:
+    """`` (name=value, ...)``: the one-shot settings in which a run's ``config.json`` departs from its ε table row
+    (ε = ∞: the ε = 10 row), so that runs of different settings get rows of their own; "" when none or no config."""
+    if method != "oneshot" or not os.path.isfile(config_path):
+        return ""
+    from .settings import table_row
+
+    with open(config_path) as f:
+        cfg = json.load(f)
+    row = table_row(math.inf if eps is None else eps)["generation"]
+    off = [f"{k}={cfg[f'generation.{k}']}" for k, v in row.items()
+           if f"generation.{k}" in cfg and cfg[f"generation.{k}"] is not None and cfg[f"generation.{k}"] != v]
+    return f" ({', '.join(off)})" if off else ""
+
+
 def summarize(folder: str) -> str:
     """A markdown table of the private-only runs under ``folder`` (one ``metrics.json`` per run folder), grouped by
     (method, ε, labels_from, latent dimension d): the mean ± sd over the runs (each an independent run with its own
@@ -276,7 +291,8 @@ def summarize(folder: str) -> str:
         with open(path) as f:
             m = json.load(f)
         eps = None if _non_finite(m["epsilon_target"]) else float(m["epsilon_target"])  # None: ε = ∞
-        key = (m["method"], eps, m.get("labels_from", "flow"), m["representation"]["latent_dim"])
+        key = (m["method"] + _off_row(os.path.join(folder, name, "config.json"), m["method"], eps), eps,
+               m.get("labels_from", "flow"), m["representation"]["latent_dim"])
         rows.setdefault(key, []).append(m)
 
     def stat(ms, k, scale=1.0, fmt="{:.1f}"):
