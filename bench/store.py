@@ -64,18 +64,24 @@ def gpu_name() -> Optional[str]:
 def machine_extra(threads: int) -> Dict[str, Any]:
     """What fastdpot adds to pytest-benchmark's ``machine_info``: CPU model, cores, torch threads, GPU, versions."""
     info: Dict[str, Any] = {"cpu_model": cpu_model(), "cores": os.cpu_count(), "threads": threads,
-                            "versions": versions(), "load_average_1min": _load()}
+                            "versions": versions(), "load_average_1min": START_LOAD}
     if gpu_name() is not None:
         info["gpu"] = gpu_name()
     return info
 
 
 def _load() -> Optional[float]:
-    """The 1-minute load average when the run starts (a busy machine slows every row; said in the results)."""
+    """The 1-minute load average now (a busy machine slows every row; said in the results)."""
     try:
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
+
+
+#: the load when the benchmark session starts (bench/conftest.py imports this module first): pytest-benchmark asks
+#: for ``machine_info`` when it writes its JSON, at the END of the session, when the suite's own threads have raised
+#: the load to about their count (the rows before 2026-11-28 recorded that, named "at the start")
+START_LOAD = _load()
 
 
 def machine_label(machine_info: Dict[str, Any]) -> str:
