@@ -129,11 +129,14 @@ def image_blocks(height: int, width: int, channels: int = 1,
         ValueError: those of :func:`patch_dct_blocks`, a matrix that would not fit in memory (a smaller per_block
             bounds it).
     """
+    # the size is known before any block is built (building the blocks of a huge image costs minutes by itself)
+    H, W, C = check_int(height, "height"), check_int(width, "width"), check_int(channels, "channels")
+    count = len(default_patches(H, W)) if patches is None else len(patches) if isinstance(patches, Sequence) else 1
+    D = C * H * W
+    p = D if per_block is None or not isinstance(per_block, int) else min(max(per_block, 1), D)
+    check_memory(16 * max(count, 1) * p * D, "(height, width, channels)", (height, width, channels), "cpu",
+                 f"{max(count, 1)} blocks of {p} directions in dimension {D} (a smaller per_block bounds it)")
     blocks = patch_dct_blocks(height, width, channels, patches, per_block)
-    check_memory(16 * len(blocks) * blocks[0].size * blocks[0].dim, "(height, width, channels)",
-                 (height, width, channels), "cpu",
-                 f"{len(blocks)} blocks of {blocks[0].size} directions in dimension {blocks[0].dim} (a smaller "
-                 f"per_block bounds it)")
     return torch.cat([b.matrix() for b in blocks]), torch.cat([b.frequency for b in blocks])
 
 
