@@ -225,7 +225,7 @@ def oneshot_generation_case(impl, n, m, d, k, classes=10):
         blocks += hadamard_blocks(d, row["sketch_rotations"], seed=ROTATION_SEED)
         bins = torch.cat([bins, torch.full((row["sketch_rotations"] * d,), row["sketch_rotation_bins"])])
         if impl == "dense":
-            blocks = [DenseBlock(b.matrix()) for b in blocks]
+            blocks = [DenseBlock(b.matrix(), frequency=b.frequency) for b in blocks]
         g = torch.Generator().manual_seed(0)
         x = torch.rand(2000, d, generator=g, dtype=torch.float64)
         y = torch.arange(2000) % classes
@@ -237,12 +237,14 @@ def oneshot_generation_case(impl, n, m, d, k, classes=10):
     def forward(s):
         import torch
 
+        from fastdpot.experiments.mainjob.oneshot import flow_steps
         from fastdpot.flows import ReleasedClassFlows
 
         flows = ReleasedClassFlows(s["release"], particles_per_class=[n // classes] * classes,
                                    domain=(0.0, 1.0) if row["sketch_clamp"] == "step" else None,
                                    generator=torch.Generator().manual_seed(1), backend="cpu")
-        out, labels = flows.run(steps=row["sketch_rounds"] * s["release"].num_blocks)
+        rot = row["sketch_rotations"]
+        out, labels = flows.run(steps=flow_steps(s["release"].num_blocks - rot, rot, row["sketch_rounds"]))
         return out.clamp_(0.0, 1.0), labels
 
     return Case(setup=setup, forward=forward)

@@ -25,7 +25,7 @@ from .._validate import (COMPUTE_DTYPES, all_finite, check_bool, check_generator
                          check_positive, check_tensor)
 from ..ops import flow_step
 from ..ops.flow import release_block_workspace
-from ..privacy.class_sketch import ClassSketchRelease
+from ..privacy.class_sketch import ClassSketchRelease, check_shrinkage
 from .allocation import allocate_particles
 
 __all__ = ["ReleasedTargetFlow", "ReleasedClassFlows"]
@@ -69,7 +69,9 @@ class ReleasedTargetFlow:
         init_block: the block of ``"marginals"``.
         domain: ``(lo, hi)`` public bounds of every coordinate, or None.
         diffusion: λ >= 0, the Brownian term sqrt(2λ·step_size)·ξ of op ``flow_step`` (public noise).
-        shrink: the James–Stein shrinkage of the tables (:meth:`ClassSketchRelease.quantile_tables`).
+        shrink: the tables' shrinkage by their known noise: True or "pooled" (empirical Bayes over a block's
+            frequency bands, the default), "stein" (James–Stein per direction) or False
+            (:meth:`ClassSketchRelease.quantile_tables`).
         generator: the public draws (initial particles, Brownian term). backend: op ``flow_step``'s backend.
         dtype: float32 (default) or float64.
 
@@ -86,7 +88,8 @@ class ReleasedTargetFlow:
 
     def __init__(self, release, class_index: int, num_particles: int, step_size: float = 1.0, *,
                  init: Union[str, torch.Tensor] = "marginals", init_block: int = 0,
-                 domain: Optional[Tuple[float, float]] = None, diffusion: float = 0.0, shrink: bool = True,
+                 domain: Optional[Tuple[float, float]] = None, diffusion: float = 0.0,
+                 shrink: Union[bool, str] = True,
                  tables=None, generator: Optional[torch.Generator] = None, backend: str = "auto",
                  dtype: torch.dtype = torch.float32):
         C = _check_release(release).num_classes
@@ -101,7 +104,7 @@ class ReleasedTargetFlow:
         self.diffusion = check_nonnegative(diffusion, "diffusion")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        check_bool(shrink, "shrink")
+        check_shrinkage(shrink)
         check_generator(generator, allow_privacy=False)
         domain = _check_domain(domain)
         if not isinstance(init, str):
@@ -236,9 +239,9 @@ class ReleasedClassFlows:
 
     def __init__(self, release, num_particles: Optional[int] = None, *,
                  particles_per_class: Optional[Sequence[int]] = None, min_per_class: int = 2,
-                 generator: Optional[torch.Generator] = None, shrink: bool = True, **kwargs):
+                 generator: Optional[torch.Generator] = None, shrink: Union[bool, str] = True, **kwargs):
         C = _check_release(release).num_classes
-        check_bool(shrink, "shrink")
+        check_shrinkage(shrink)
         check_generator(generator, allow_privacy=False)
         if particles_per_class is None:
             if num_particles is None:

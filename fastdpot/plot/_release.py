@@ -6,11 +6,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .._validate import check_bool, check_int
+from .._validate import check_int
+from ..privacy.class_sketch import check_shrinkage
 from ._common import _axes, _finish, _rows
 
 
-def quantiles(release, particles, labels=None, *, class_index: int = 0, direction: int = 0, shrink: bool = True,
+def quantiles(release, particles, labels=None, *, class_index: int = 0, direction: int = 0, shrink=True,
               tables=None, ax=None, path: Optional[str] = None, title: Optional[str] = None):
     """One direction of one class of a one-shot release, against the particles generated from it: the released
     quantile function (what the flows move the particles towards) and the particles' empirical one, in the release's
@@ -30,7 +31,7 @@ def quantiles(release, particles, labels=None, *, class_index: int = 0, directio
         labels: (N,) class of each row (None: every row is of class ``class_index``).
         class_index: c in [0, C). direction: j in [0, k), the release's direction j (row j mod p of its block
             j // p; applied through the block, never materialising the others).
-        shrink: the tables' James–Stein shrinkage, as the flows used it (a bool).
+        shrink: the tables' shrinkage, as the flows used it (True, "pooled", "stein" or False).
         tables: ``release.quantile_tables(shrink)`` computed once for many pictures (default: computed here).
         ax: axes to draw into (default: a new figure). path: save and close. title: the axes' title.
 
@@ -52,7 +53,7 @@ def quantiles(release, particles, labels=None, *, class_index: int = 0, directio
     C, k, d = release.num_classes, int(release.bins.numel()), int(release.centers.shape[1])
     c = check_int(class_index, "class_index", 0)
     j = check_int(direction, "direction", 0)
-    shrink = check_bool(shrink, "shrink")
+    check_shrinkage(shrink)
     if c >= C:
         raise ValueError(f"class_index must be in [0, {C}), got {c}")
     if j >= k:

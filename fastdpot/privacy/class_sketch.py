@@ -20,8 +20,9 @@ sums by at most √(2 + 2√(1 − 1/L))·r (L >= 2 the largest L_j; r if all L_
 and classes approach.
 
 Post-processing (:meth:`ClassSketchRelease.quantile_tables`): bin means S̃ / (ñ_c / L_j) at the levels
-(l − ½)/L_j, shrunk towards a fitted Gaussian quantile function by their known noise (James–Stein), made
-non-decreasing (isotonic regression), and written on one level grid per class for op ``flow_step``.
+(l − ½)/L_j, shrunk by their known noise (empirical Bayes pooled over the directions of one block and frequency
+band, or James–Stein per direction), made non-decreasing (isotonic regression), and written on one level grid per
+class for op ``flow_step``.
 """
 from __future__ import annotations
 
@@ -38,10 +39,11 @@ from .._validate import (COMPUTE_DTYPES, check_bool, check_int, check_memory, ch
 from .mechanisms import clip_rows
 from .moments import check_noise_scale, domain_labels
 from .randomness import PrivacyRandomness, privacy_randomness
-from .sketch_tables import isotonic_rows, piecewise_linear, shrink_quantiles
+from .sketch_tables import (frequency_groups, isotonic_rows, piecewise_linear, pooled_locations, pooled_shrinkage,
+                           shrink_quantiles)
 
 __all__ = ["ClassSketchRelease", "class_quantile_sketch", "release_class_sketch", "class_sketch_sensitivity",
-           "check_orthonormal_blocks", "direction_blocks", "fractional_bin_sums", "isotonic_rows"]
+           "check_orthonormal_blocks", "direction_blocks", "fractional_bin_sums", "isotonic_rows", "SHRINKAGES", "check_shrinkage"]
 
 
 def check_orthonormal_blocks(projections: torch.Tensor, block_size: int, name: str = "projections",
@@ -242,25 +244,43 @@ class ClassSketchRelease:
         """(C, k) the noise std of one bin mean, σ·L_j / ñ_c (from released quantities only)."""
         return self.noise_std * self.bins.to(self.sums)[None, :] / self.counts.clamp_min(1.0)[:, None]
 
-    def quantile_tables(self, shrink: bool = True, degree: int = 3) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+    def quantile_tables(self, shrink: Union[bool, str] = True, degree: int = 3
+                        ) -> List[Tuple[torch.Tensor, torch.Tensor]]:
         """Per class c, the target of op ``flow_step``: ``(table (k, G), levels (G,))`` on the union grid G of every
         direction's levels (l − ½)/L_j, in the centred coordinates x − m_c.
 
-        Per direction: the noisy bin means, shrunk (``shrink``) towards their least-squares fit by a polynomial of
-        the normal quantile Φ⁻¹(level) by the positive-part James–Stein factor of their known noise
-        (:func:`fastdpot.privacy.sketch_tables.shrink_quantiles`: a Gaussian a + b·Φ⁻¹ for L <= 5 bins, a polynomial
-        of ``degree`` — skew and tails — from 6 bins on), then made non-decreasing (:func:`isotonic_rows`), then
-        written at every level of the grid: between its own levels it is linear, outside them extended with its end
-        segments, exactly as the op reads a table. Post-processing: no privacy cost.
+        Per direction: the noisy bin means, shrunk by their known noise (``shrink``), then made non-decreasing
+        (:func:`isotonic_rows`), then written at every level of the grid: between its own levels it is linear,
+        outside them extended with its end segments, exactly as the op reads a table. Post-processing: no privacy
+        cost. The shrinkage:
+
+        * ``"pooled"`` (or True, the default): :func:`fastdpot.privacy.sketch_tables.pooled_shrinkage`, the linear
+          empirical-Bayes factor of each shape coordinate (scale, skew, …) estimated over the directions of one
+          block and one spatial-frequency band (:func:`fastdpot.privacy.sketch_tables.frequency_groups`): a band
+          whose shape is below the noise keeps its location only; and every direction's location (its bin means'
+          mean) replaced by the generalised least-squares fit of all blocks' locations at once
+          (:func:`fastdpot.privacy.sketch_tables.pooled_locations`: B blocks that each span the image pool B
+          estimates of the class mean);
+        * ``"stein"``: each direction alone, towards its least-squares fit by a polynomial of Φ⁻¹(level) of
+          ``degree`` by the positive-part James–Stein factor of its residual
+          (:func:`fastdpot.privacy.sketch_tables.shrink_quantiles`: a Gaussian a + b·Φ⁻¹ for L <= 5 bins);
+        * False: none.
 
         Raises:
-            ValueError: ``shrink`` not a bool, ``degree`` not an integer >= 1.
+            ValueError: ``shrink`` not a bool, "pooled" or "stein"; ``degree`` not an integer >= 1.
         """
-        check_bool(shrink, "shrink")
+        kind = check_shrinkage(shrink)
         degree = check_int(degree, "degree")
         means, s = self.bin_means(), self.mean_noise_std()
         grid = torch.unique(torch.cat([(torch.arange(int(L)) + 0.5) / int(L) for L in self.bins.unique()]))
         grid = grid.to(torch.float64)
+        groups = frequency_groups(self.blocks) if kind == "pooled" else None
+        locations = None
+        if kind == "pooled" and self.noise_std > 0:  # every direction's location from all blocks at once
+            L = self.bins.to(torch.float64)
+            mask = torch.arange(means.shape[2])[None, :] < self.bins[:, None]
+            rows = (means * mask).sum(2) / L
+            locations = pooled_locations(self.blocks, rows, s * s / L)
         out = []
         for c in range(self.num_classes):
             table = torch.empty(self.bins.numel(), grid.numel(), dtype=torch.float64)
@@ -268,12 +288,32 @@ class ClassSketchRelease:
                 idx = torch.nonzero(self.bins == L).flatten()
                 lv = (torch.arange(L, dtype=torch.float64) + 0.5) / L
                 m = means[c, idx, :L]
-                if shrink and self.noise_std > 0:
+                if kind == "pooled" and self.noise_std > 0:
+                    m = pooled_shrinkage(m, s[c, idx], lv, groups[idx])
+                    m = m - m.mean(1, keepdim=True) + locations[c, idx, None]
+                elif kind == "stein" and self.noise_std > 0:
                     m = shrink_quantiles(m, s[c, idx], lv, degree)
                 m = isotonic_rows(m) if L > 1 else m
                 table[idx] = piecewise_linear(m, lv, grid)
             out.append((table, grid.clone()))
         return out
+
+
+#: the shrinkages of :meth:`ClassSketchRelease.quantile_tables` (True: the first)
+SHRINKAGES = ("pooled", "stein")
+
+
+def check_shrinkage(shrink) -> Optional[str]:
+    """``shrink`` as one of :data:`SHRINKAGES` or None (False).
+
+    Raises:
+        ValueError: anything else (a string such as "no" is refused, never read as True).
+    """
+    if isinstance(shrink, bool):
+        return SHRINKAGES[0] if shrink else None
+    if isinstance(shrink, str) and shrink in SHRINKAGES:
+        return shrink
+    raise ValueError(f"shrink must be a bool or one of {SHRINKAGES}, got {shrink!r}")
 
 
 def _check_bins(sketch_bins, k: int) -> torch.Tensor:

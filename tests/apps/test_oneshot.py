@@ -183,5 +183,31 @@ def test_random_rotation_blocks_join_the_release_after_the_patch_blocks(tmp_path
     assert [b.seed for b in rel.blocks[1:]] == [ROTATION_SEED, ROTATION_SEED + 1]
     assert rel.bins[:64].tolist() == [2] * 64 and rel.bins[64:].tolist() == [3] * 128
     assert out["privacy"]["rotations"] == 2 and out["samples"].shape == (40, 64)
+    # one pass over the 3 blocks, then one more over the patch block: the flows end on it
+    assert out["privacy"]["flow_steps"] == oneshot_mod.flow_steps(1, 2, 1) == 4
+    assert oneshot_mod.flow_steps(4, 0, 4) == 16 and oneshot_mod.flow_steps(8, 8, 4) == 72
     with pytest.raises(ValueError, match="sketch_rotations"):
         MainJobConfig().with_settings(public_size=0, sketch_rotations=-1).resolved()
+
+
+@pytest.mark.parametrize("shrink", ["pooled", "stein"])
+def test_the_tables_shrinkage_is_a_setting_the_flows_take(shrink, monkeypatch):
+    from fastdpot.experiments.mainjob.oneshot import generate_oneshot
+
+    seen = []
+    original = class_sketch.ClassSketchRelease.quantile_tables
+
+    def spy(self, shrink=True, degree=3):
+        seen.append(shrink)
+        return original(self, shrink=shrink, degree=degree)
+
+    monkeypatch.setattr(class_sketch.ClassSketchRelease, "quantile_tables", spy)
+    cfg = MainJobConfig(epsilon=10.0, replayable_noise=True).with_settings(
+        public_size=0, sketch_blocks="8/0/0", sketch_rotations=0, sketch_plan="inf:4", sketch_rounds=1,
+        sketch_shrink=shrink).resolved()
+    g = torch.Generator().manual_seed(0)
+    out = generate_oneshot(cfg, torch.rand(200, 64, generator=g, dtype=torch.float64), torch.arange(200) % 2, 40,
+                           seed=1, ledger=ComposedLedger(10.0, 1e-5), num_classes=2, image_shape=(1, 8, 8))
+    assert seen == [shrink] and out["privacy"]["shrinkage"] == shrink
+    with pytest.raises(ValueError, match="sketch_shrink"):
+        MainJobConfig().with_settings(public_size=0, sketch_shrink="james-stein").resolved()

@@ -239,7 +239,7 @@ def test_the_oneshot_generation_on_fast_blocks_gives_the_dense_blocks_samples():
     from fastdpot.flows import ReleasedClassFlows
 
     blocks = patch_dct_blocks(8, 8, 1, patches=((8, 0, 0), (4, 0, 0), (4, 2, 2), (2, 1, 1)))
-    dense = [DenseBlock(b.matrix()) for b in blocks]
+    dense = [DenseBlock(b.matrix(), frequency=b.frequency) for b in blocks]  # the same bands to pool over
     g = torch.Generator().manual_seed(0)
     x = torch.rand(400, 64, generator=g, dtype=torch.float64)
     y = torch.arange(400) % 3

@@ -24,8 +24,8 @@ from ..metrics import CLASSIFIERS, CNN_ARCHS
 from .settings import (_DP_REPRESENTATION, _PER_STEP_FLOW, AE_ARCHS, DEFAULT_SKETCH_BINS,  # noqa: F401
                        FLOW_ONLY_SETTINGS, MAX_FLOW_STEPS, METHODS, ONESHOT_SETTINGS, PRIVATE_ONLY_SETTINGS,
                        PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS, QUICK_SKETCH_BLOCKS, QUICK_SKETCH_ROUNDS,
-                       REPRESENTATION_KINDS, SKETCH_CENTERS, SKETCH_CLAMPS, DataSettings, EvaluationSettings,
-                       GenerationSettings, RepresentationSettings, steps_duration, table_row)
+                       REPRESENTATION_KINDS, SKETCH_CENTERS, SKETCH_CLAMPS, SKETCH_SHRINKS, DataSettings,
+                       EvaluationSettings, GenerationSettings, RepresentationSettings, steps_duration, table_row)
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
            "METHODS", "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "parse_settings",
@@ -390,6 +390,7 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
             check_int(g.sketch_rotations, "sketch_rotations", 0)
             check_int(g.sketch_rotation_bins, "sketch_rotation_bins")
             check_choice(g.sketch_clamp, "sketch_clamp", SKETCH_CLAMPS)
+            check_choice(g.sketch_shrink, "sketch_shrink", SKETCH_SHRINKS)
             check_choice(g.sketch_center, "sketch_center", SKETCH_CENTERS)
             check_probability(g.sketch_mean_share, "sketch_mean_share", low_open=True, high_open=True)
             if not 0 < g.step_size <= 1:

@@ -12,9 +12,12 @@ once, then flow in pixel space as post-processing.
    whole image (randomised Hadamard blocks from the public seeds :data:`ROTATION_SEED` + b, ``sketch_rotation_bins``
    bins per direction: joint structure beyond patches);
 3. the flows: :meth:`fastdpot.flows.ClassConditionalFlow.from_release`, particles per class from the released
-   counts, started from the release's own block-0 marginals, ``sketch_rounds`` passes over the blocks, kept in the
-   public pixel range [0, 1] after every step (``sketch_clamp="step"``) or clamped to it at the end (``"end"``):
-   post-processing, no privacy cost.
+   counts, started from the release's own block-0 marginals, ``sketch_rounds`` passes over the blocks (with rotation
+   blocks, then one more pass over the patch blocks), towards the tables of
+   :meth:`~fastdpot.privacy.class_sketch.ClassSketchRelease.quantile_tables` (the noisy bin means shrunk by
+   ``sketch_shrink``: pooled empirical Bayes over each block's frequency bands, or James–Stein per direction), kept
+   in the public pixel range [0, 1] after every step (``sketch_clamp="step"``) or clamped to it at the end
+   (``"end"``): post-processing, no privacy cost.
 
 Both releases are full-batch Gaussian mechanisms recorded in the run's ledger; their noise multipliers z_m = z/√s and
 z_s = z/√(1 − s) (s = ``sketch_mean_share``) compose to exactly one Gaussian of multiplier z, calibrated to the rest
@@ -27,7 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-__all__ = ["generate_oneshot", "parse_blocks", "parse_plan", "ROTATION_SEED"]
+__all__ = ["generate_oneshot", "parse_blocks", "parse_plan", "flow_steps", "ROTATION_SEED"]
 
 #: the public seed of the one-shot method's random-rotation blocks (rotation b: ROTATION_SEED + b); public like the
 #: patch grids: it depends on no image
@@ -66,6 +69,14 @@ def parse_plan(spec: str) -> List[Tuple[float, int]]:
         except ValueError:
             raise ValueError(f"sketch_plan entries are max_frequency:bins, got {item!r}") from None
     return out
+
+
+def flow_steps(patch_blocks: int, rotations: int, rounds: int) -> int:
+    """The one-shot flows' steps: ``rounds`` passes over the ``patch_blocks + rotations`` blocks, then, with rotation
+    blocks, one more pass over the patch blocks (their shrunk tables hold a high spatial frequency's location only
+    where its shape is below the noise, so the images end without the white texture that the noise of a rotation's
+    directions spreads over every pixel)."""
+    return rounds * (patch_blocks + rotations) + (patch_blocks if rotations else 0)
 
 
 def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particles: int, seed: int, *, ledger,
@@ -113,6 +124,7 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
                                 clamp=g.sketch_clamp,
                                 clip_radius=g.sketch_radius, center=g.sketch_center, mean_share=share,
                                 rounds=g.sketch_rounds, step_size=g.step_size, directions=per_block * len(blocks),
+                                shrinkage=g.sketch_shrink,
                                 bins_histogram={int(b): int((bins == b).sum()) for b in bins.unique()})
     centers = half
     if g.sketch_center == "mean":
@@ -132,11 +144,13 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
                                     generator=noise_gen, secure_mode=secure)
     flows = ClassConditionalFlow.from_release(release, num_particles, step_size=g.step_size,
                                               domain=(0.0, 1.0) if g.sketch_clamp == "step" else None,
-                                              generator=gen, backend=cfg.backend)
-    samples, sample_labels = flows.run(steps=g.sketch_rounds * release.num_blocks, progress=progress)
+                                              generator=gen, backend=cfg.backend, shrink=g.sketch_shrink)
+    steps = flow_steps(len(blocks) - g.sketch_rotations, g.sketch_rotations, g.sketch_rounds)
+    samples, sample_labels = flows.run(steps=steps, progress=progress)
     if g.sketch_clamp == "end":  # the images, in the public pixel range
         samples = samples.clamp(0.0, 1.0)
-    info.update(sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std, sensitivity=release.sensitivity,
-                count_noise_std=release.count_noise_std, released_counts=release.counts.tolist())
+    info.update(flow_steps=steps, sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std,
+                sensitivity=release.sensitivity, count_noise_std=release.count_noise_std,
+                released_counts=release.counts.tolist())
     return dict(samples=samples.float(), sample_labels=sample_labels, resumed=False,
                 epsilon=ledger.epsilon() if ledger.private else math.inf, privacy=info, release=release)
