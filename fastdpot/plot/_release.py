@@ -7,7 +7,6 @@ import numpy as np
 import torch
 
 from .._validate import check_int
-from ..privacy.class_sketch import check_shrinkage
 from ._common import _axes, _finish, _rows
 
 
@@ -46,7 +45,7 @@ def quantiles(release, particles, labels=None, *, class_index: int = 0, directio
             one particle of the class. TypeError: a release without the fields of a ``ClassSketchRelease``.
         ImportError: matplotlib is not installed (the ``plot`` extra).
     """
-    from ..privacy.class_sketch import fractional_bin_sums
+    from ..privacy.class_sketch import check_shrinkage, fractional_bin_sums
 
     if not all(hasattr(release, a) for a in ("blocks", "centers", "bins", "bin_means", "quantile_tables")):
         raise TypeError(f"release must be a ClassSketchRelease, got {type(release).__name__}")

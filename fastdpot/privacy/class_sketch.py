@@ -43,7 +43,8 @@ from .sketch_tables import (frequency_groups, isotonic_rows, piecewise_linear, p
                            shrink_quantiles)
 
 __all__ = ["ClassSketchRelease", "class_quantile_sketch", "release_class_sketch", "class_sketch_sensitivity",
-           "check_orthonormal_blocks", "direction_blocks", "fractional_bin_sums", "isotonic_rows", "SHRINKAGES", "check_shrinkage"]
+           "check_orthonormal_blocks", "direction_blocks", "fractional_bin_sums", "isotonic_rows", "SHRINKAGES",
+           "check_shrinkage"]
 
 
 def check_orthonormal_blocks(projections: torch.Tensor, block_size: int, name: str = "projections",
@@ -274,13 +275,12 @@ class ClassSketchRelease:
         means, s = self.bin_means(), self.mean_noise_std()
         grid = torch.unique(torch.cat([(torch.arange(int(L)) + 0.5) / int(L) for L in self.bins.unique()]))
         grid = grid.to(torch.float64)
-        groups = frequency_groups(self.blocks) if kind == "pooled" else None
-        locations = None
-        if kind == "pooled" and self.noise_std > 0:  # every direction's location from all blocks at once
+        noisy = self.noise_std > 0  # without noise every shrinkage leaves the bin means as they are
+        if kind == "pooled" and noisy:  # the bands to pool over; every direction's location from all blocks at once
+            groups = frequency_groups(self.blocks)
             L = self.bins.to(torch.float64)
             mask = torch.arange(means.shape[2])[None, :] < self.bins[:, None]
-            rows = (means * mask).sum(2) / L
-            locations = pooled_locations(self.blocks, rows, s * s / L)
+            locations = pooled_locations(self.blocks, (means * mask).sum(2) / L, s * s / L)
         out = []
         for c in range(self.num_classes):
             table = torch.empty(self.bins.numel(), grid.numel(), dtype=torch.float64)
@@ -288,10 +288,10 @@ class ClassSketchRelease:
                 idx = torch.nonzero(self.bins == L).flatten()
                 lv = (torch.arange(L, dtype=torch.float64) + 0.5) / L
                 m = means[c, idx, :L]
-                if kind == "pooled" and self.noise_std > 0:
+                if kind == "pooled" and noisy:
                     m = pooled_shrinkage(m, s[c, idx], lv, groups[idx])
                     m = m - m.mean(1, keepdim=True) + locations[c, idx, None]
-                elif kind == "stein" and self.noise_std > 0:
+                elif kind == "stein" and noisy:
                     m = shrink_quantiles(m, s[c, idx], lv, degree)
                 m = isotonic_rows(m) if L > 1 else m
                 table[idx] = piecewise_linear(m, lv, grid)

@@ -109,8 +109,8 @@ def pooled_shrinkage(m: torch.Tensor, s: torch.Tensor, levels: torch.Tensor, gro
     coordinate i >= 1 is multiplied by the factor w that minimises the mean squared error of w·c_{j,i} over the
     directions of its group G,
 
-    .. math::  w_{j,i} = rac{	au^2_{G,i}}{	au^2_{G,i} + s_j^2}, \qquad
-               \hat	au^2_{G,i} = \max\Big(0,\ rac{1}{|G|}\sum_{j \in G} (c_{j,i}^2 - s_j^2)\Big),
+    .. math::  w_{j,i} = \frac{\tau^2_{G,i}}{\tau^2_{G,i} + s_j^2}, \qquad
+               \hat\tau^2_{G,i} = \max\Big(0,\ \frac{1}{|G|}\sum_{j \in G} (c_{j,i}^2 - s_j^2)\Big),
 
     where τ²_{G,i} = mean over G of θ_{j,i}² is estimated without bias before the positive part (the linear
     empirical-Bayes rule of Efron & Morris, "Stein's estimation rule and its competitors — an empirical Bayes

@@ -211,3 +211,6 @@ def test_the_tables_shrinkage_is_a_setting_the_flows_take(shrink, monkeypatch):
     assert seen == [shrink] and out["privacy"]["shrinkage"] == shrink
     with pytest.raises(ValueError, match="sketch_shrink"):
         MainJobConfig().with_settings(public_size=0, sketch_shrink="james-stein").resolved()
+    # the setting's choices (settings.py reads no torch) are the library's names
+    from fastdpot.experiments.mainjob.settings import SKETCH_SHRINKS
+    assert SKETCH_SHRINKS == class_sketch.SHRINKAGES
