@@ -214,3 +214,29 @@ def test_the_tables_shrinkage_is_a_setting_the_flows_take(shrink, monkeypatch):
     # the setting's choices (settings.py reads no torch) are the library's names
     from fastdpot.experiments.mainjob.settings import SKETCH_SHRINKS
     assert SKETCH_SHRINKS == class_sketch.SHRINKAGES
+
+
+def test_the_pixel_floor_thresholds_the_final_images_only():
+    """sketch_floor t: the images' pixels below t become 0 and the rest are kept (post-processing of the flows'
+    output: the same release, the same particles above t); bad values are refused."""
+    from fastdpot.experiments.mainjob.oneshot import generate_oneshot
+
+    x = torch.rand(200, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    outs = {}
+    for floor in (0.0, 0.3):
+        cfg = MainJobConfig(epsilon=10.0, replayable_noise=True).with_settings(
+            public_size=0, sketch_blocks="8/0/0", sketch_rotations=0, sketch_plan="inf:4", sketch_rounds=1,
+            sketch_floor=floor).resolved()
+        outs[floor] = generate_oneshot(cfg, x, torch.arange(200) % 2, 40, seed=1, ledger=ComposedLedger(10.0, 1e-5),
+                                       num_classes=2, image_shape=(1, 8, 8))
+    raw, floored = outs[0.0]["samples"], outs[0.3]["samples"]
+    assert outs[0.3]["privacy"]["floor"] == 0.3 and outs[0.0]["privacy"]["floor"] == 0.0
+    assert bool(((raw > 0) & (raw < 0.3)).any())  # the case is not vacuous: some pixels lie below the floor
+    torch.testing.assert_close(floored, torch.where(raw < 0.3, torch.zeros_like(raw), raw), rtol=0, atol=0)
+    for bad in (-0.1, 1.0, True, "0.2"):
+        with pytest.raises(ValueError, match="sketch_floor"):
+            MainJobConfig().with_settings(public_size=0, sketch_floor=bad).resolved()
+    # every row of the ε table sets it (its origin is checked with the others)
+    from fastdpot.experiments.mainjob.settings import PRIVATE_ONLY_TABLE
+
+    assert all(0 <= row["generation"]["sketch_floor"] < 1 for row in PRIVATE_ONLY_TABLE.values())

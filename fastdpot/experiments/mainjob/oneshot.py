@@ -17,7 +17,10 @@ once, then flow in pixel space as post-processing.
    :meth:`~fastdpot.privacy.class_sketch.ClassSketchRelease.quantile_tables` (the noisy bin means shrunk by
    ``sketch_shrink``: pooled empirical Bayes over each block's frequency bands, or James–Stein per direction), kept
    in the public pixel range [0, 1] after every step (``sketch_clamp="step"``) or clamped to it at the end
-   (``"end"``): post-processing, no privacy cost.
+   (``"end"``): post-processing, no privacy cost;
+4. (``sketch_floor`` t > 0) the images' pixels darker than t set to 0, the pixel range's floor: hard thresholding
+   (Donoho & Johnstone, "Ideal spatial adaptation by wavelet shrinkage", Biometrika 1994, applied to pixels), which
+   removes the tables' residual noise from dark backgrounds; post-processing, no privacy cost.
 
 Both releases are full-batch Gaussian mechanisms recorded in the run's ledger; their noise multipliers z_m = z/√s and
 z_s = z/√(1 − s) (s = ``sketch_mean_share``) compose to exactly one Gaussian of multiplier z, calibrated to the rest
@@ -124,7 +127,7 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
                                 clamp=g.sketch_clamp,
                                 clip_radius=g.sketch_radius, center=g.sketch_center, mean_share=share,
                                 rounds=g.sketch_rounds, step_size=g.step_size, directions=per_block * len(blocks),
-                                shrinkage=g.sketch_shrink,
+                                shrinkage=g.sketch_shrink, floor=g.sketch_floor,
                                 bins_histogram={int(b): int((bins == b).sum()) for b in bins.unique()})
     centers = half
     if g.sketch_center == "mean":
@@ -149,6 +152,8 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     samples, sample_labels = flows.run(steps=steps, progress=progress)
     if g.sketch_clamp == "end":  # the images, in the public pixel range
         samples = samples.clamp(0.0, 1.0)
+    if g.sketch_floor > 0:  # hard thresholding: pixels darker than the floor are the range's floor, 0
+        samples = torch.where(samples < g.sketch_floor, torch.zeros_like(samples), samples)
     info.update(flow_steps=steps, sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std,
                 sensitivity=release.sensitivity, count_noise_std=release.count_noise_std,
                 released_counts=release.counts.tolist())

@@ -260,6 +260,7 @@ SETTING_ORIGINS = {
     "generation.sketch_rotation_bins": _ROW,
     "generation.sketch_clamp": _ROW,
     "generation.sketch_shrink": _ROW,
+    "generation.sketch_floor": _ROW,
     "generation.release": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.sketch_bins": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.step_size": "for the per-step flow (h = 0.3) the validation split (docs/mainjob-private.md); for the "

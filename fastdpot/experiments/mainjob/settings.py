@@ -166,6 +166,9 @@ class GenerationSettings:
     sketch_shrink: Optional[str] = _oneshot("the shrinkage of the noisy quantile tables (post-processing): pooled "
                                             "(empirical Bayes over each block's frequency bands, locations from all "
                                             "blocks) or stein (James-Stein per direction)", choices=SKETCH_SHRINKS)
+    sketch_floor: Optional[float] = _oneshot("t in [0, 1): the final images' pixels darker than t are set to 0, the "
+                                             "pixel range's floor (hard thresholding: post-processing, no privacy "
+                                             "cost); 0 for none")
 
 
 @dataclass(frozen=True)
@@ -244,15 +247,19 @@ _EXPLORED = ("validation split: the 2026-11-28 exploration of the one-shot metho
 _POOLED = ("validation split: the 2026-11-28 evening round on FID and accuracy together (docs/mainjob-private.md, "
            "\"Pooled shrinkage\": fold 0 as the stand-in, 1 000 particles per class, FID of 1 000 against 1 000 "
            "held-out images and the CNN on the 10 000 samples)")
+_FLOOR = ("validation split: the 2026-11-28 night round (docs/mainjob-private.md, \"The pixel floor\": the evening's "
+          "stand-in, thresholds 0.05 to 0.4 scored by FID of 1 000 against 1 000 held-out images and the CNN on the "
+          "10 000 samples)")
 _ONESHOT_ORIGINS = {
     10.0: dict(sketch_blocks=_SWEPT_ONESHOT, sketch_plan=_EXPLORED, sketch_radius=_SWEPT_ONESHOT,
                sketch_center=_SWEPT_ONESHOT, sketch_mean_share=_BY_HAND_SHARE, sketch_rounds=_BY_HAND_ROUNDS,
                step_size=_BY_HAND_STEP, sketch_rotations=_EXPLORED, sketch_rotation_bins=_POOLED,
-               sketch_clamp=_POOLED, sketch_shrink=_POOLED),
+               sketch_clamp=_POOLED, sketch_shrink=_POOLED, sketch_floor=_FLOOR),
     1.0: dict(sketch_blocks=_EXPLORED, sketch_plan=_SWEPT_ONESHOT, sketch_radius=_SWEPT_ONESHOT,
               sketch_center=_SWEPT_ONESHOT + _AT_10, sketch_mean_share=_BY_HAND_SHARE, sketch_rounds=_BY_HAND_ROUNDS,
               step_size=_BY_HAND_STEP, sketch_rotations=_EXPLORED,
-              sketch_rotation_bins=_BY_HAND_ROTATION_BINS, sketch_clamp=_BY_HAND_CLAMP, sketch_shrink=_POOLED)}
+              sketch_rotation_bins=_BY_HAND_ROTATION_BINS, sketch_clamp=_BY_HAND_CLAMP, sketch_shrink=_POOLED,
+              sketch_floor=_FLOOR)}
 _SWEPT_INIT = ("validation split: the ε table's sweep of the per-step flow's start (0.1 against 0.3 and 1, "
                "docs/mainjob-private.md)")
 _PCA_ORIGINS = dict(latent_dim=_SWEPT_PCA, share=_SWEPT_PCA)
@@ -266,14 +273,14 @@ PRIVATE_ONLY_TABLE = {
                generation=dict(sketch_blocks="default", sketch_plan="inf:16", sketch_radius=7.0,
                                sketch_center="mean", sketch_mean_share=0.1, sketch_rounds=4, step_size=1.0,
                                sketch_rotations=8, sketch_rotation_bins=4, sketch_clamp="step",
-                               sketch_shrink="pooled"),
+                               sketch_shrink="pooled", sketch_floor=0.2),
                origins=dict(representation=_PCA_ORIGINS, flow=dict(init_scale=_SWEPT_INIT + " at ε = 10"),
                             generation=_ONESHOT_ORIGINS[10.0])),
     1.0: dict(representation=dict(latent_dim=16, share=0.6), flow=dict(init_scale=0.1),
               generation=dict(sketch_blocks="28/0/0,14/0/0,7/0/0,4/0/0", sketch_plan="inf:2", sketch_radius=7.0,
                               sketch_center="mean", sketch_mean_share=0.15, sketch_rounds=4, step_size=1.0,
                               sketch_rotations=0, sketch_rotation_bins=2, sketch_clamp="step",
-                              sketch_shrink="stein"),
+                              sketch_shrink="stein", sketch_floor=0.25),
               origins=dict(representation=_PCA_ORIGINS, flow=dict(init_scale=_SWEPT_INIT + _AT_10),
                            generation=_ONESHOT_ORIGINS[1.0])),
 }
