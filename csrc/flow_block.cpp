@@ -153,10 +153,11 @@ std::vector<int64_t> keep_of(const py::dict& spec, int64_t D) {
 int threads_for(double work) { return work < 2.0e5 ? 1 : omp_get_max_threads(); }
 
 // Large arrays here are read and written one tile at a time in every one of their p or D rows: thousands of distinct
-// 4 KiB pages per tile at pixel-space sizes (12 288 rows for a 64 x 64 x 3 image), so the TLB, not the arithmetic,
-// bounds the step. Transparent huge pages (2 MiB) cut the pages 512-fold: asked for here on the not yet touched
-// part of a buffer (the projections, the new particles) where the kernel allows it (THP "madvise" mode); a no-op
-// elsewhere.
+// 4 KiB pages per tile at pixel-space sizes (12 288 rows for a 64 x 64 x 3 image). Transparent huge pages (2 MiB)
+// cut the pages 512-fold: asked for here on the not yet touched part of the projections buffer, which is kept
+// between steps, where the kernel allows it (THP "madvise" mode); a no-op elsewhere. Not for the step's fresh
+// outputs: with THP's "madvise" defrag each of their first touches may compact memory (a step at 10^6 x 784 took
+// 14 s with them advised, 9 s without).
 void advise_huge(void* p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
     constexpr uintptr_t kHuge = (uintptr_t)2 << 20;
@@ -329,8 +330,6 @@ void sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
     const double bstd = std::sqrt(2.0 * diffusion * step_size);
     const S inv_p = (S)(1.0 / (double)p);
     py::gil_scoped_release nogil;
-    advise_huge(NEW.m, sizeof(S) * (size_t)N * (size_t)D);  // fresh outputs: fault them in 2 MiB pages
-    if (DR.m) advise_huge(DR.m, sizeof(S) * (size_t)N * (size_t)D);
     std::lock_guard<std::mutex> held(workspace().lock);
     S* const P = static_cast<S*>(workspace().get(sizeof(S) * (size_t)p * (size_t)N));
     const Rows<S> PR{P, N, p, true};  // the projections, direction-major
