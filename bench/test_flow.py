@@ -14,7 +14,10 @@ PARAMS = [(size, case, impl) for case in F.CASES for size in F.CASE_SIZES.get(ca
 ROUNDS = {("1e6", "step", "reference"): 2, ("1e6", "histogram_step", "reference"): 1,
           ("pixel", "oneshot_generation", "dense"): 1, ("celeba", "pixel_step", "npsort"): 1,
           # a ratio near 1 (issue 45): more rounds of these 0.3 s calls
-          ("2e5", "histogram_vs_exact", "histogram"): 7, ("2e5", "histogram_vs_exact", "exact"): 7}
+          ("2e5", "histogram_vs_exact", "histogram"): 7, ("2e5", "histogram_vs_exact", "exact"): 7,
+          # issue 45's pixel step against its anchors: sub-second calls whose medians moved by 20 % between runs of
+          # 3 rounds on a 2-core VM (one slow round in three)
+          **{("pixel", "pixel_step", impl): 9 for impl in ("fastdpot", "matmul", "npsort")}}
 
 
 @pytest.mark.parametrize("size,case,impl", PARAMS, ids=["-".join(p) for p in PARAMS])
