@@ -215,7 +215,7 @@ struct Rows {
             S* dst = a + (index ? index[c] : c) * T;
             if (cm) {
                 const S* row = m + c * N + i0;
-                __builtin_prefetch(row + T, 0, 3);  // the next tile's line of this row (a prefetch never faults)
+                if (i0 + T < N) __builtin_prefetch(row + T, 0, 3);  // the next tile's line of this row
                 if (cnt == T) std::memcpy(dst, row, sizeof(S) * T);  // a fixed size: inlined
                 else std::memcpy(dst, row, sizeof(S) * cnt);
             } else {
@@ -229,7 +229,7 @@ struct Rows {
             const S* src = a + (index ? index[c] : c) * T;
             if (cm) {
                 S* row = m + c * N + i0;
-                __builtin_prefetch(row + T, 1, 3);
+                if (i0 + T < N) __builtin_prefetch(row + T, 1, 3);
                 if (cnt == T) std::memcpy(row, src, sizeof(S) * T);
                 else std::memcpy(row, src, sizeof(S) * cnt);
             } else
@@ -379,8 +379,10 @@ void sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
                 for (int64_t c = 0; c < D; ++c) {
                     const S* xv = X.m + c * N + i0;
                     S* o = NEW.m + c * N + i0;
-                    __builtin_prefetch(xv + T, 0, 3);
-                    __builtin_prefetch(o + T, 1, 3);
+                    if (i0 + T < N) {
+                        __builtin_prefetch(xv + T, 0, 3);
+                        __builtin_prefetch(o + T, 1, 3);
+                    }
                     V dr = load_lanes<S, T>(b.data() + c * T);
                     if (!scaled) dr *= inv_p;
                     V v = load_lanes<S, T>(xv) - hs * dr;
