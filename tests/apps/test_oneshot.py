@@ -101,6 +101,7 @@ def test_every_setting_of_the_epsilon_table_states_its_origin():
     never swept (no sweep is recorded): the row and privacy.md say they were set by hand, not chosen on the
     validation split; the swept ones (blocks, bins, r, centre) name the validation split's sweep."""
     from fastdpot.experiments.mainjob.privacy_report import _settings_md
+    from fastdpot.experiments.mainjob.settings import ONESHOT_SETTINGS
 
     for eps, row in PRIVATE_ONLY_TABLE.items():
         assert set(row["origins"]) == {"representation", "flow", "generation"}, eps
@@ -115,6 +116,9 @@ def test_every_setting_of_the_epsilon_table_states_its_origin():
                 lines[f"generation.{name}"], (eps, name)
         for name in ("sketch_blocks", "sketch_plan", "sketch_radius", "sketch_center"):
             assert "validation split" in lines[f"generation.{name}"], (eps, name)
+        # every one-shot setting has its line (a new setting of the method joins privacy.md with it)
+        assert {f"generation.{n}" for n in ONESHOT_SETTINGS} <= set(lines), eps
+        assert "night round" in lines["generation.sketch_floor"] and "pooled" not in lines["generation.sketch_floor"]
         given = _settings_md(cfg, {"user_settings": {"generation.sketch_rounds": 2}})
         assert "| `generation.sketch_rounds` | 4 | given by the user for this run |" in given  # the user's choice wins
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional
 
+from .settings import ONESHOT_SETTINGS
+
 __all__ = ["privacy_md", "SETTING_ORIGINS", "ACCOUNTANT_CALLS"]
 
 
@@ -261,6 +263,9 @@ SETTING_ORIGINS = {
     "generation.sketch_clamp": _ROW,
     "generation.sketch_shrink": _ROW,
     "generation.sketch_floor": _ROW,
+    "generation.sketch_block_directions": "data-independent: unset, every block is a full basis of the D pixels; a "
+                                          "user may keep each block's lowest frequencies (a memory choice that reads "
+                                          "no data)",
     "generation.release": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.sketch_bins": "the public-half protocol's public-only sweep (docs/mainjob/tuning.md)",
     "generation.step_size": "for the per-step flow (h = 0.3) the validation split (docs/mainjob-private.md); for the "
@@ -277,9 +282,9 @@ SETTING_ORIGINS = {
 }
 #: the settings each private-only method's release reads
 _READS = {
-    "oneshot": ("generation.method", "generation.num_particles", "representation.kind", "generation.sketch_blocks",
-                "generation.sketch_plan", "generation.sketch_radius", "generation.sketch_center",
-                "generation.sketch_mean_share", "generation.sketch_rounds", "generation.step_size"),
+    # every one-shot setting (settings.ONESHOT_SETTINGS: a new setting joins privacy.md by joining the method)
+    "oneshot": ("generation.method", "generation.num_particles", "representation.kind")
+    + tuple(f"generation.{name}" for name in ONESHOT_SETTINGS) + ("generation.step_size",),
     "flow": ("generation.method", "generation.num_particles", "representation.kind", "representation.latent_dim",
              "representation.share", "representation.scale", "representation.lowpass", "generation.release",
              "generation.sketch_bins", "generation.step_size", "generation.epochs", "generation.batch_size",
