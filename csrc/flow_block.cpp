@@ -200,6 +200,14 @@ Workspace& workspace() {
     return w;
 }
 
+// Prefetch the next tile's line of a coordinate-major row (rw: 0 read, 1 write) while the tile at i0 is worked on:
+// a tile touches every one of the D rows, too many streams for the hardware prefetchers.
+template <int RW, typename S>
+inline void prefetch_next(const S* row, int64_t i0, int64_t N) {
+    constexpr int T = Transform<S>::T;
+    if (i0 + T < N) __builtin_prefetch(row + T, RW, 3);
+}
+
 // An (N, W) matrix of particle rows, stored particle-major (m[i·W + c], a C-contiguous (N, W) tensor) or
 // coordinate-major (m[c·N + i]: the transpose of a C-contiguous (W, N) tensor, which a flow may keep so that no
 // tile is ever transposed); tiles of T particles move between it and a coordinate-major tile buffer (c·T + t).
@@ -215,7 +223,7 @@ struct Rows {
             S* dst = a + (index ? index[c] : c) * T;
             if (cm) {
                 const S* row = m + c * N + i0;
-                if (i0 + T < N) __builtin_prefetch(row + T, 0, 3);  // the next tile's line of this row
+                prefetch_next<0>(row, i0, N);
                 if (cnt == T) std::memcpy(dst, row, sizeof(S) * T);  // a fixed size: inlined
                 else std::memcpy(dst, row, sizeof(S) * cnt);
             } else {
@@ -229,7 +237,7 @@ struct Rows {
             const S* src = a + (index ? index[c] : c) * T;
             if (cm) {
                 S* row = m + c * N + i0;
-                if (i0 + T < N) __builtin_prefetch(row + T, 1, 3);
+                prefetch_next<1>(row, i0, N);
                 if (cnt == T) std::memcpy(row, src, sizeof(S) * T);
                 else std::memcpy(row, src, sizeof(S) * cnt);
             } else
@@ -368,21 +376,20 @@ void sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
             const int64_t i0 = tile * T, cnt = std::min<int64_t>(T, N - i0);
             PR.load(i0, cnt, a.data(), full ? nullptr : keep.data());
             tr->transpose(a.data(), b.data(), scr.data());
-            // the drift Θᵀ R / p: formed here when it is written, else on the fly below (the same roundings)
-            const bool scaled = DR.m != nullptr;
+            // a whole tile in a flow's layout without diffusion goes straight from x to the output, forming the
+            // drift Θᵀ R / p on the fly unless it is written (the same roundings either way)
+            const bool direct = cm && cnt == T && diffusion == 0, scaled = DR.m != nullptr || !direct;
             if (scaled) {
                 for (int64_t e = 0; e < D * T; ++e) b[e] *= inv_p;
-                DR.store(i0, cnt, b.data());
+                if (DR.m) DR.store(i0, cnt, b.data());
             }
-            if (cm && cnt == T && diffusion == 0) {  // a whole tile in a flow's layout: straight from x to the output
+            if (direct) {
                 using V = typename Lanes<S, T>::type;
                 for (int64_t c = 0; c < D; ++c) {
                     const S* xv = X.m + c * N + i0;
                     S* o = NEW.m + c * N + i0;
-                    if (i0 + T < N) {
-                        __builtin_prefetch(xv + T, 0, 3);
-                        __builtin_prefetch(o + T, 1, 3);
-                    }
+                    prefetch_next<0>(xv, i0, N);
+                    prefetch_next<1>(o, i0, N);
                     V dr = load_lanes<S, T>(b.data() + c * T);
                     if (!scaled) dr *= inv_p;
                     V v = load_lanes<S, T>(xv) - hs * dr;
@@ -392,8 +399,6 @@ void sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
                 }
                 continue;
             }
-            if (!scaled)
-                for (int64_t e = 0; e < D * T; ++e) b[e] *= inv_p;
             X.load(i0, cnt, xt.data());
             for (int64_t c = 0; c < D; ++c) {
                 S* v = xt.data() + c * T;

@@ -391,9 +391,7 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
             check_int(g.sketch_rotation_bins, "sketch_rotation_bins")
             check_choice(g.sketch_clamp, "sketch_clamp", SKETCH_CLAMPS)
             check_choice(g.sketch_shrink, "sketch_shrink", SKETCH_SHRINKS)
-            if isinstance(g.sketch_floor, bool) or not isinstance(g.sketch_floor, (int, float)) \
-                    or not 0 <= g.sketch_floor < 1:
-                raise ValueError(f"sketch_floor must be a number in [0, 1), got {g.sketch_floor!r}")
+            check_probability(g.sketch_floor, "sketch_floor", low_open=False, high_open=True)
             check_choice(g.sketch_center, "sketch_center", SKETCH_CENTERS)
             check_probability(g.sketch_mean_share, "sketch_mean_share", low_open=True, high_open=True)
             if not 0 < g.step_size <= 1:

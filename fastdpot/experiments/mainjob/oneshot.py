@@ -153,7 +153,7 @@ def generate_oneshot(cfg, codes: torch.Tensor, labels: torch.Tensor, num_particl
     if g.sketch_clamp == "end":  # the images, in the public pixel range
         samples = samples.clamp(0.0, 1.0)
     if g.sketch_floor > 0:  # hard thresholding: pixels darker than the floor are the range's floor, 0
-        samples = torch.where(samples < g.sketch_floor, torch.zeros_like(samples), samples)
+        samples = samples.masked_fill(samples < g.sketch_floor, 0.0)
     info.update(flow_steps=steps, sketch_noise_multiplier=z_s, sketch_noise_std=release.noise_std,
                 sensitivity=release.sensitivity, count_noise_std=release.count_noise_std,
                 released_counts=release.counts.tolist())
