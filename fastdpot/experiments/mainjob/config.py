@@ -380,6 +380,10 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         check_positive(r.scale, "rep_scale")
         for name in ("epochs", "clip_radius", "lr"):
             check_positive(getattr(r, name), f"rep_{name}")
+        if r.epochs > MAX_FLOW_STEPS:  # DP-SGD's T = round(epochs·n/B) >= epochs steps: the flow's bound
+            raise ValueError(f"rep_epochs = {r.epochs:g} makes at least {r.epochs:.3g} DP-SGD steps (T = "
+                             f"round(epochs·n/B), B <= n): {steps_duration(r.epochs)}; a run takes at most "
+                             f"{MAX_FLOW_STEPS:.0e} steps")
         check_int(r.batch_size, "rep_batch_size")
         if r.label_weight < 0:
             raise ValueError(f"rep_label_weight must be >= 0, got {r.label_weight!r}")
