@@ -259,5 +259,7 @@ def test_photographs_do_not_inherit_the_tables_pixel_floor():
         assert "| `generation.sketch_floor` | 0.0 | off for photographs" in md, dataset
         given = MainJobConfig(epsilon=10.0).with_settings(public_size=0, dataset=dataset, sketch_floor=0.1)
         assert given.resolved().generation.sketch_floor == 0.1
+    auto = MainJobConfig(epsilon=10.0).with_settings(public_size=0, celeba_dir="/a/celeba/folder").resolved()
+    assert auto.data.dataset == "auto" and auto.generation.sketch_floor == 0.0  # "auto" reads the CelebA folder
     fashion = MainJobConfig(epsilon=10.0).with_settings(public_size=0, dataset="fashion-mnist").resolved()
     assert fashion.generation.sketch_floor == PRIVATE_ONLY_TABLE[10.0]["generation"]["sketch_floor"] > 0

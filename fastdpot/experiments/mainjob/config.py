@@ -22,11 +22,11 @@ from ..._validate import (check_choice, check_delta, check_epsilon, check_int, c
 from ...flows import INIT_KINDS
 from ..metrics import CLASSIFIERS, CNN_ARCHS
 from .settings import (_DP_REPRESENTATION, _PER_STEP_FLOW, AE_ARCHS, DEFAULT_SKETCH_BINS,  # noqa: F401
-                       FLOW_ONLY_SETTINGS, MAX_FLOW_STEPS, METHODS, ONESHOT_SETTINGS, PHOTO_DATASETS,
-                       PRIVATE_ONLY_SETTINGS, PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS,
-                       QUICK_SKETCH_BLOCKS, QUICK_SKETCH_ROUNDS,
+                       FLOW_ONLY_SETTINGS, MAX_FLOW_STEPS, METHODS, ONESHOT_SETTINGS, PRIVATE_ONLY_SETTINGS,
+                       PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS, QUICK_SKETCH_BLOCKS, QUICK_SKETCH_ROUNDS,
                        REPRESENTATION_KINDS, SKETCH_CENTERS, SKETCH_CLAMPS, SKETCH_SHRINKS, DataSettings,
-                       EvaluationSettings, GenerationSettings, RepresentationSettings, steps_duration, table_row)
+                       EvaluationSettings, GenerationSettings, RepresentationSettings, photographs, steps_duration,
+                       table_row)
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
            "METHODS", "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "parse_settings",
@@ -308,7 +308,7 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         row = table_row(c.epsilon)
         kind = r.kind or ("pixels" if g.method == "oneshot" else "pca")
         if g.method == "oneshot":
-            if c.data.dataset in PHOTO_DATASETS and g.sketch_floor is None:
+            if photographs(c.data) and g.sketch_floor is None:
                 g = replace(g, sketch_floor=0.0)  # the table's floor is Fashion-MNIST's (settings._NO_FLOOR)
             g = replace(g, **{k: v for k, v in row["generation"].items() if getattr(g, k) is None})
             if g.sketch_block_directions is not None and cfg.generation.sketch_rotations is None:
