@@ -5,10 +5,12 @@
 // moves one 8-byte stream; the index in the low bits makes the order stable (ties keep their input order), exactly
 // as common.h's argsort.
 //
-//  * sort_emit_f32(keys, n, ws, emit): calls emit(rank, index, value) once per key. The first pass reads the keys
-//    directly (no separate packing pass) and the last pass calls emit instead of writing the sorted array, so a
-//    caller that only needs each key's rank (the flow's quantile transport) saves two passes over 8n bytes. emit is
-//    called in no particular order of rank.
+//  * sort_emit_f32(keys, n, ws, emit): calls emit(rank, index, value) once per key. Its passes move indices only
+//    (2 bytes for n <= 65 536, else 4) and read each key's digit from keys[index] (a gather from an array that
+//    stays in cache), a quarter to half of the packed words' traffic; the last pass calls emit instead of writing,
+//    so a caller that only needs each key's rank (the flow's quantile transport) writes no sorted array. emit is
+//    called in no particular order of rank, once per index, after the last read of keys[index]: it may overwrite
+//    it (the flow's residuals are written in place).
 //  * argsort_f32(keys, n, perm, sorted, ws): perm[r] = index of the r-th smallest key, sorted[r] its value.
 //  * sort_keys_f32(keys, n, sorted, ws): sorted values only (no indices; 4-byte elements).
 // Outputs (perm, sorted) must not alias keys.
@@ -30,7 +32,8 @@ constexpr uint32_t kSmall = 512;  // below this, std::sort of the packed words
 
 struct Workspace {
     std::vector<uint64_t> a, b;   // packed (key << 32 | index)
-    std::vector<uint32_t> ka, kb; // keys only
+    std::vector<uint32_t> ka, kb; // keys only, or (sort_emit_f32, n > 65 536) indices
+    std::vector<uint16_t> i16a, i16b;  // sort_emit_f32's indices, n <= 65 536
     std::vector<uint32_t> hist;
 };
 
@@ -119,9 +122,42 @@ static inline const uint64_t* packed_passes(const float* keys, uint32_t n, Works
     return src;
 }
 
+// The LSD passes todo[0..np) of sort_emit_f32 on indices of type I (np >= 1; ws.hist holds the passes' prefix sums).
+template <class I, class Emit>
+static inline void index_passes(const float* keys, uint32_t n, const int* todo, int np, std::vector<I>& va,
+                                std::vector<I>& vb, uint32_t* hist, Emit&& emit) {
+    if (va.size() < n) { va.resize(n); vb.resize(n); }
+    I* src = va.data();
+    I* dst = vb.data();
+    for (int t = 0; t < np; ++t) {
+        uint32_t* h = hist + (size_t)todo[t] * kRadix;
+        const int shift = todo[t] * kBits;
+        const bool first = (t == 0), last = (t == np - 1);
+        for (uint32_t i = 0; i < n; ++i) {
+            const uint32_t ix = first ? i : (uint32_t)src[i];
+            const float v = keys[ix];
+            const uint32_t pos = h[(encode(v) >> shift) & (kRadix - 1)]++;
+            if (last) emit(pos, ix, v);
+            else dst[pos] = (I)ix;
+        }
+        std::swap(src, dst);
+    }
+}
+
 template <class Emit>
 static inline void sort_emit_f32(const float* keys, uint32_t n, Workspace& ws, Emit&& emit) {
-    packed_passes<true>(keys, n, ws, emit);
+    int todo[kPasses];
+    const int np = n < kSmall ? -1 : plan_passes(keys, n, ws, todo);
+    if (np < 0) {  // small: std::sort of the packed words
+        packed_passes<true>(keys, n, ws, emit);
+        return;
+    }
+    if (np == 0) {  // every key encodes alike: input order
+        for (uint32_t i = 0; i < n; ++i) emit(i, i, keys[i]);
+        return;
+    }
+    if (n <= 65536u) index_passes<uint16_t>(keys, n, todo, np, ws.i16a, ws.i16b, ws.hist.data(), emit);
+    else index_passes<uint32_t>(keys, n, todo, np, ws.ka, ws.kb, ws.hist.data(), emit);
 }
 
 // perm[r] = index of the r-th smallest key (stable); sorted[r] = keys[perm[r]] (either may be nullptr). The sorted

@@ -4,33 +4,23 @@ means towards a smooth quantile function, isotonic regression, and the piecewise
 only: no privacy cost."""
 from __future__ import annotations
 
+import numpy as np
 import torch
+from scipy.optimize import isotonic_regression
 
 __all__ = ["isotonic_rows", "shrink_quantiles", "pooled_shrinkage", "pooled_locations", "frequency_groups",
            "piecewise_linear"]
 
 
 def isotonic_rows(values: torch.Tensor) -> torch.Tensor:
-    r"""The least-squares non-decreasing fit of every row (equal weights), all rows at once:
+    """The least-squares non-decreasing fit of every row (equal weights): pool-adjacent-violators,
+    ``scipy.optimize.isotonic_regression`` (SciPy >= 1.12) row by row.
 
-    .. math::  \hat y_i = \max_{a \le i} \min_{b \ge i} \frac{1}{b - a + 1} \sum_{t=a}^{b} y_t ,
-
-    the max-min formula of isotonic regression (Robertson, Wright & Dykstra, "Order Restricted Statistical Inference",
-    1988, Thm. 1.4.4), the same fit as pool-adjacent-violators (``scipy.optimize.isotonic_regression``); O(L³) per
-    row, for the small L of a sketch.
-
-    Shape: (k, L) -> (k, L), float64.
+    Shape: (k, L) -> (k, L), float64, on the CPU.
     """
-    y = values.to(torch.float64)
-    k, L = y.shape
-    cs = torch.cat([torch.zeros(k, 1, dtype=torch.float64), torch.cumsum(y, 1)], 1)
-    a = torch.arange(L)
-    width = (a[None, :] - a[:, None] + 1).to(torch.float64)  # [a, b]
-    means = (cs[:, None, 1:] - cs[:, :L, None]) / width.clamp_min(1.0)  # (k, a, b)
-    means = means.masked_fill((a[None, :] < a[:, None])[None], float("inf"))
-    suffix_min = torch.flip(torch.cummin(torch.flip(means, [2]), 2).values, [2])  # min over b >= i, (k, a, i)
-    suffix_min = suffix_min.masked_fill((a[None, :] < a[:, None])[None], -float("inf"))  # a <= i only
-    return suffix_min.max(1).values
+    y = values.detach().to(device="cpu", dtype=torch.float64).numpy()
+    return torch.from_numpy(np.stack([isotonic_regression(row).x for row in y]) if len(y)
+                            else np.zeros(y.shape))
 
 
 def shrink_quantiles(m: torch.Tensor, s: torch.Tensor, levels: torch.Tensor, degree: int = 3) -> torch.Tensor:

@@ -152,6 +152,9 @@ def test_a_run_of_absurd_length_is_refused_with_the_time_it_would_take(capsys, m
         err = _refused(argv, capsys, monkeypatch)
         assert "at 1 ms a step, 31.7 years" in err and "--epochs" in err, err
     assert MainJobConfig().with_settings(**{"generation.epochs": 1e3}).resolved().generation.epochs == 1e3
+    # the DP representation's DP-SGD passes likewise (--rep-epochs, private-only protocol)
+    err = _refused(["--public-size", "0", "--method", "flow", "--rep-epochs", "1e12"], capsys, monkeypatch)
+    assert "at 1 ms a step, 31.7 years" in err and "rep_epochs" in err, err
 
 
 def test_the_flow_stage_refuses_more_steps_than_a_run_takes_before_any_release(monkeypatch):

@@ -244,3 +244,22 @@ def test_the_pixel_floor_thresholds_the_final_images_only():
     from fastdpot.experiments.mainjob.settings import PRIVATE_ONLY_TABLE
 
     assert all(0 <= row["generation"]["sketch_floor"] < 1 for row in PRIVATE_ONLY_TABLE.values())
+
+
+def test_photographs_do_not_inherit_the_tables_pixel_floor():
+    """The ε table's floor is Fashion-MNIST's dark-background prior: a CelebA or LFW run has no floor unless it gives
+    one, and privacy.md says why; a floor given explicitly is kept."""
+    from fastdpot.experiments.mainjob.privacy_report import _settings_md
+    from fastdpot.experiments.mainjob.settings import PHOTO_DATASETS
+
+    for dataset in PHOTO_DATASETS:
+        cfg = MainJobConfig(epsilon=10.0).with_settings(public_size=0, dataset=dataset).resolved()
+        assert cfg.generation.sketch_floor == 0.0, dataset
+        md = _settings_md(cfg, {})
+        assert "| `generation.sketch_floor` | 0.0 | off for photographs" in md, dataset
+        given = MainJobConfig(epsilon=10.0).with_settings(public_size=0, dataset=dataset, sketch_floor=0.1)
+        assert given.resolved().generation.sketch_floor == 0.1
+    auto = MainJobConfig(epsilon=10.0).with_settings(public_size=0, celeba_dir="/a/celeba/folder").resolved()
+    assert auto.data.dataset == "auto" and auto.generation.sketch_floor == 0.0  # "auto" reads the CelebA folder
+    fashion = MainJobConfig(epsilon=10.0).with_settings(public_size=0, dataset="fashion-mnist").resolved()
+    assert fashion.generation.sketch_floor == PRIVATE_ONLY_TABLE[10.0]["generation"]["sketch_floor"] > 0

@@ -272,3 +272,14 @@ def test_seeds_share_the_budget_and_a_secure_run_never_reads_another_runs_releas
     text = (tmp_path / "sec" / "privacy.md").read_text()
     assert "this run's own release" in text and again["representation"]["cache_owner"] in text
     assert json.loads((tmp_path / "sec" / "metrics.json").read_text())["epsilon"] == pytest.approx(sec["epsilon"])
+
+
+def test_the_report_module_runs_as_a_script_without_a_double_import():
+    """``python -m fastdpot.experiments.mainjob.report`` imports its package first: the package must not import the
+    module itself (runpy's RuntimeWarning "found in sys.modules ... unpredictable behaviour")."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "fastdpot.experiments.mainjob.report",
+                          "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage:" in out.stdout, out.stderr

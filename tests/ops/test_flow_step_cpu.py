@@ -125,10 +125,11 @@ def test_cpu_ties_keep_input_order_like_the_reference(dtype, n):
 
 
 @needs_cpu
-@pytest.mark.parametrize("n", [5000, 3_000_001])
+@pytest.mark.parametrize("n", [5000, 65_536, 65_537, 3_000_001])
 def test_cpu_float32_three_pass_ties_keep_input_order(n):
-    # float32 keys whose three 11-bit digits all vary, with many exact ties, and indices above 2^21: radix_f32.h's
-    # three-pass packed sort must give the reference's stable ranks
+    # float32 keys whose three 11-bit digits all vary, with many exact ties, and indices on both sides of 2^16 (the
+    # index sort's 2-byte / 4-byte indices) and above 2^21: radix_f32.h's three-pass sort_emit_f32 must give the
+    # reference's stable ranks
     g = torch.Generator().manual_seed(12)
     values = torch.randn(97, generator=g) * 3.0
     x = values[torch.randint(0, 97, (n,), generator=g)].reshape(n, 1)

@@ -18,6 +18,15 @@ Modules, in the order a run uses them (each imports only those before it, and th
   fastdpot.experiments.mainjob.tuning``); :mod:`~fastdpot.experiments.mainjob.cli` — ``fastdpot flow``.
 """
 from .config import MainJobConfig, parse_settings, setting_names
-from .pipeline import run_pipeline
 
 __all__ = ["MainJobConfig", "run_pipeline", "parse_settings", "setting_names"]
+
+
+def __getattr__(name):
+    # run_pipeline on first use (PEP 562): importing the package does not import the pipeline's modules, so that
+    # ``python -m fastdpot.experiments.mainjob.report`` runs its module once, not after an import of it
+    if name == "run_pipeline":
+        from .pipeline import run_pipeline
+
+        return run_pipeline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

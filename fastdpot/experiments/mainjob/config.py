@@ -25,7 +25,8 @@ from .settings import (_DP_REPRESENTATION, _PER_STEP_FLOW, AE_ARCHS, DEFAULT_SKE
                        FLOW_ONLY_SETTINGS, MAX_FLOW_STEPS, METHODS, ONESHOT_SETTINGS, PRIVATE_ONLY_SETTINGS,
                        PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS, QUICK_SKETCH_BLOCKS, QUICK_SKETCH_ROUNDS,
                        REPRESENTATION_KINDS, SKETCH_CENTERS, SKETCH_CLAMPS, SKETCH_SHRINKS, DataSettings,
-                       EvaluationSettings, GenerationSettings, RepresentationSettings, steps_duration, table_row)
+                       EvaluationSettings, GenerationSettings, RepresentationSettings, photographs, steps_duration,
+                       table_row)
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
            "METHODS", "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "parse_settings",
@@ -307,6 +308,8 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         row = table_row(c.epsilon)
         kind = r.kind or ("pixels" if g.method == "oneshot" else "pca")
         if g.method == "oneshot":
+            if photographs(c.data) and g.sketch_floor is None:
+                g = replace(g, sketch_floor=0.0)  # the table's floor is Fashion-MNIST's (settings._NO_FLOOR)
             g = replace(g, **{k: v for k, v in row["generation"].items() if getattr(g, k) is None})
             if g.sketch_block_directions is not None and cfg.generation.sketch_rotations is None:
                 g = replace(g, sketch_rotations=0)  # the row's rotations need full patch blocks (one block size)
@@ -377,6 +380,10 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         check_positive(r.scale, "rep_scale")
         for name in ("epochs", "clip_radius", "lr"):
             check_positive(getattr(r, name), f"rep_{name}")
+        if r.epochs > MAX_FLOW_STEPS:  # DP-SGD's T = round(epochs·n/B) >= epochs steps: the flow's bound
+            raise ValueError(f"rep_epochs = {r.epochs:g} makes at least {r.epochs:.3g} DP-SGD steps (T = "
+                             f"round(epochs·n/B), B <= n): {steps_duration(r.epochs)}; a run takes at most "
+                             f"{MAX_FLOW_STEPS:.0e} steps")
         check_int(r.batch_size, "rep_batch_size")
         if r.label_weight < 0:
             raise ValueError(f"rep_label_weight must be >= 0, got {r.label_weight!r}")

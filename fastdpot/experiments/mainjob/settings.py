@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "METHODS",
-           "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "PRIVATE_ONLY_TABLE", "table_row",
+           "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "PRIVATE_ONLY_TABLE", "table_row", "PHOTO_DATASETS", "photographs",
            "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS", "SKETCH_CENTERS", "SKETCH_CLAMPS",
            "SKETCH_SHRINKS",
            "FLOW_ONLY_SETTINGS", "MAX_FLOW_STEPS", "QUICK_SKETCH_ROUNDS", "QUICK_SKETCH_BLOCKS", "steps_duration"]
@@ -250,6 +250,18 @@ _POOLED = ("validation split: the 2026-11-28 evening round on FID and accuracy t
 _FLOOR = ("validation split: the 2026-11-28 night round (docs/mainjob-private.md, \"The pixel floor\": the evening's "
           "stand-in, thresholds 0.05 to 0.4 scored by FID of 1 000 against 1 000 held-out images and the CNN on the "
           "10 000 samples)")
+#: the data sets of photographs, where the ε table's pixel floor (tuned on Fashion-MNIST's dark backgrounds) is off
+#: unless given (``--sketch-floor``): a floor would blacken a face's shadows
+PHOTO_DATASETS = ("celeba", "lfw")
+
+
+def photographs(data: "DataSettings") -> bool:
+    """Whether a run reads photographs: ``dataset`` in :data:`PHOTO_DATASETS`, or "auto" with a CelebA folder."""
+    return data.dataset in PHOTO_DATASETS or (data.dataset == "auto" and data.celeba_dir is not None)
+
+
+_NO_FLOOR = ("off for photographs (data sets " + ", ".join(PHOTO_DATASETS) + "): the table's floor is the prior of "
+             "Fashion-MNIST's dark backgrounds, where it was tuned")
 _ONESHOT_ORIGINS = {
     10.0: dict(sketch_blocks=_SWEPT_ONESHOT, sketch_plan=_EXPLORED, sketch_radius=_SWEPT_ONESHOT,
                sketch_center=_SWEPT_ONESHOT, sketch_mean_share=_BY_HAND_SHARE, sketch_rounds=_BY_HAND_ROUNDS,
