@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.optimize import isotonic_regression
 
 __all__ = ["isotonic_rows", "shrink_quantiles", "pooled_shrinkage", "pooled_locations", "frequency_groups",
            "piecewise_linear"]
@@ -18,6 +17,8 @@ def isotonic_rows(values: torch.Tensor) -> torch.Tensor:
 
     Shape: (k, L) -> (k, L), float64, on the CPU.
     """
+    from scipy.optimize import isotonic_regression  # on first use: scipy.optimize is heavy to import (~1 s)
+
     y = values.detach().to(device="cpu", dtype=torch.float64).numpy()
     return torch.from_numpy(np.stack([isotonic_regression(row).x for row in y]) if len(y)
                             else np.zeros(y.shape))
