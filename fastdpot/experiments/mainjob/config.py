@@ -25,8 +25,7 @@ from .settings import (_DP_REPRESENTATION, _PER_STEP_FLOW, AE_ARCHS, DEFAULT_SKE
                        FLOW_ONLY_SETTINGS, MAX_FLOW_STEPS, METHODS, ONESHOT_SETTINGS, PRIVATE_ONLY_SETTINGS,
                        PRIVATE_ONLY_TABLE, PROTOCOLS, PUBLIC_HALF_SETTINGS, QUICK_SKETCH_BLOCKS, QUICK_SKETCH_ROUNDS,
                        REPRESENTATION_KINDS, SKETCH_CENTERS, SKETCH_CLAMPS, SKETCH_SHRINKS, DataSettings,
-                       EvaluationSettings, GenerationSettings, RepresentationSettings, photographs, steps_duration,
-                       table_row)
+                       EvaluationSettings, GenerationSettings, RepresentationSettings, steps_duration, table_row)
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "MainJobConfig",
            "METHODS", "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "parse_settings",
@@ -305,11 +304,9 @@ def resolve(cfg: MainJobConfig) -> MainJobConfig:
         raise ValueError(f"validation_size must be < max_train = {c.data.max_train} (the validation split is taken "
                          f"from the training set, the rest is the sensitive set), got {c.data.validation_size}")
     if private_only:  # the ε table's row, where a setting was not given
-        row = table_row(c.epsilon)
+        row = table_row(c.epsilon, c.data)
         kind = r.kind or ("pixels" if g.method == "oneshot" else "pca")
         if g.method == "oneshot":
-            if photographs(c.data) and g.sketch_floor is None:
-                g = replace(g, sketch_floor=0.0)  # the table's floor is Fashion-MNIST's (settings._NO_FLOOR)
             g = replace(g, **{k: v for k, v in row["generation"].items() if getattr(g, k) is None})
             if g.sketch_block_directions is not None and cfg.generation.sketch_rotations is None:
                 g = replace(g, sketch_rotations=0)  # the row's rotations need full patch blocks (one block size)

@@ -322,17 +322,14 @@ def _row_origins(cfg) -> Dict[str, str]:
     """``{setting: origin}`` of the settings the run's ε table row gave it (the row's ``origins``): the one-shot
     method's from ``generation``, the per-step flow's start from ``flow``, DP-PCA's from ``representation``
     (config.resolve applies the same sections)."""
-    from .settings import _NO_FLOOR, photographs, table_row
+    from .settings import table_row
 
-    row = table_row(cfg.epsilon)
+    row = table_row(cfg.epsilon, cfg.data)
     method, kind = cfg.generation.method, cfg.representation.kind
     sections = (["generation"] if method == "oneshot" else []) + (["flow"] if method == "flow" else []) + \
         (["representation"] if kind == "pca" else [])
-    out = {f"{'representation' if sec == 'representation' else 'generation'}.{k}": origin
-           for sec in sections for k, origin in row["origins"][sec].items()}
-    if method == "oneshot" and photographs(cfg.data):  # config.resolve turned the table's floor off
-        out["generation.sketch_floor"] = _NO_FLOOR
-    return out
+    return {f"{'representation' if sec == 'representation' else 'generation'}.{k}": origin
+            for sec in sections for k, origin in row["origins"][sec].items()}
 
 
 def _evaluation_md(cfg, result: Dict[str, Any]) -> Optional[str]:

@@ -265,11 +265,12 @@ def _off_row(config_path: str, method: str, eps: Optional[float]) -> str:
     (ε = ∞: the ε = 10 row), so that runs of different settings get rows of their own; "" when none or no config."""
     if method != "oneshot" or not os.path.isfile(config_path):
         return ""
-    from .settings import table_row
+    from .settings import DataSettings, table_row
 
     with open(config_path) as f:
         cfg = json.load(f)
-    row = table_row(math.inf if eps is None else eps)["generation"]
+    data = DataSettings(dataset=cfg.get("data.dataset", "auto"), celeba_dir=cfg.get("data.celeba_dir"))
+    row = table_row(math.inf if eps is None else eps, data)["generation"]
     off = [f"{k}={cfg[f'generation.{k}']}" for k, v in row.items()
            if f"generation.{k}" in cfg and cfg[f"generation.{k}"] is not None and cfg[f"generation.{k}"] != v]
     return f" ({', '.join(off)})" if off else ""

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 __all__ = ["DataSettings", "RepresentationSettings", "GenerationSettings", "EvaluationSettings", "METHODS",
-           "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "PRIVATE_ONLY_TABLE", "table_row", "PHOTO_DATASETS", "photographs",
+           "PROTOCOLS", "AE_ARCHS", "REPRESENTATION_KINDS", "DEFAULT_SKETCH_BINS", "PRIVATE_ONLY_TABLE", "table_row",
+           "PHOTO_DATASETS", "photographs",
            "PRIVATE_ONLY_SETTINGS", "PUBLIC_HALF_SETTINGS", "ONESHOT_SETTINGS", "SKETCH_CENTERS", "SKETCH_CLAMPS",
            "SKETCH_SHRINKS",
            "FLOW_ONLY_SETTINGS", "MAX_FLOW_STEPS", "QUICK_SKETCH_ROUNDS", "QUICK_SKETCH_BLOCKS", "steps_duration"]
@@ -298,11 +299,17 @@ PRIVATE_ONLY_TABLE = {
 }
 
 
-def table_row(epsilon: float) -> dict:
-    """The :data:`PRIVATE_ONLY_TABLE` row of the ε nearest to ``epsilon`` in log ε (ε = ∞: the largest ε's row)."""
+def table_row(epsilon: float, data: Optional[DataSettings] = None) -> dict:
+    """The :data:`PRIVATE_ONLY_TABLE` row of the ε nearest to ``epsilon`` in log ε (ε = ∞: the largest ε's row). For
+    a run on photographs (``data``, :func:`photographs`) the row's pixel floor is 0, its origin saying why."""
     if math.isinf(epsilon):
-        return PRIVATE_ONLY_TABLE[max(PRIVATE_ONLY_TABLE)]
-    return PRIVATE_ONLY_TABLE[min(PRIVATE_ONLY_TABLE, key=lambda e: abs(math.log(e) - math.log(epsilon)))]
+        row = PRIVATE_ONLY_TABLE[max(PRIVATE_ONLY_TABLE)]
+    else:
+        row = PRIVATE_ONLY_TABLE[min(PRIVATE_ONLY_TABLE, key=lambda e: abs(math.log(e) - math.log(epsilon)))]
+    if data is not None and photographs(data):
+        origins = dict(row["origins"], generation=dict(row["origins"]["generation"], sketch_floor=_NO_FLOOR))
+        row = dict(row, generation=dict(row["generation"], sketch_floor=0.0), origins=origins)
+    return row
 #: settings that only the public-half protocol reads (its public auto-encoder and the post-processing of its codes;
 #: ``ae_width`` is read by both auto-encoders, the public one and the DP one)
 PUBLIC_HALF_SETTINGS = (("representation", "ae_arch"), ("representation", "ae_epochs"),
