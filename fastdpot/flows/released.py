@@ -21,7 +21,7 @@ import torch
 
 from .._progress import progress_bar
 from .._random import make_generator
-from .._validate import (COMPUTE_DTYPES, all_finite, check_bool, check_generator, check_int, check_memory, check_nonnegative,
+from .._validate import (COMPUTE_DTYPES, check_bool, check_generator, check_int, check_memory, check_nonnegative,
                          check_positive, check_tensor)
 from ..ops import flow_step
 from ..ops.flow import release_block_workspace
@@ -109,11 +109,13 @@ class ReleasedTargetFlow:
         domain = _check_domain(domain)
         if not isinstance(init, str):
             check_tensor(init, "init", 2, dtypes=COMPUTE_DTYPES)
-        # the particles and a step's new particles, the projections on a block of p (the fused block step), or with a
-        # dense block also their sort and the drift (the flows' memory check); the marginal start runs in chunks
+        # the particles and the step's spare buffer (double buffering), the projections on a block of p (the fused
+        # block step's workspace), with a dense block also their sort and the drift; the marginal start runs in chunks
         itemsize, dim, p = torch.empty((), dtype=dtype).element_size(), release.blocks[0].dim, release.block_size
-        check_memory(self.num_particles * (3 * dim * itemsize + p * (2 * itemsize + 8)), "num_particles",
-                     self.num_particles, "cpu", f"the particles and their {p} projections per step")
+        fast = all(b.spec() is not None for b in release.blocks)
+        per = (2 * dim + p) * itemsize if fast else 3 * dim * itemsize + p * (2 * itemsize + 8)
+        check_memory(self.num_particles * per, "num_particles", self.num_particles, "cpu",
+                     f"the particles and their {p} projections per step")
         self.domain = domain
         self.release = release
         self.backend = backend
@@ -140,6 +142,7 @@ class ReleasedTargetFlow:
         # kept coordinate-major (the transpose of a contiguous (d, N) tensor): the fast blocks' step then reads and
         # writes every tile without transposing it (op flow_step keeps the layout it is given)
         self._particles = self._project(x.t().contiguous().t())
+        self._spare: Optional[torch.Tensor] = None  # the step's output buffer (double buffering, :meth:`step`)
         self._step = 0
 
     def _marginals(self, b: int, dtype: torch.dtype, chunk: int = 4096) -> torch.Tensor:
@@ -187,16 +190,28 @@ class ReleasedTargetFlow:
         return float(eps)
 
     def step(self) -> torch.Tensor:
-        """One step on the next block; returns the particles (N, d) in the data's coordinates."""
+        """One step on the next block; returns the particles (N, d) in the data's coordinates.
+
+        The step writes into a spare buffer of the particles' shape and layout, kept between steps and swapped with
+        the particles (double buffering: no (N, d) tensor is allocated per step; :meth:`run` frees the spare at
+        its end); the particles keep their last value when a step fails.
+
+        Raises:
+            FloatingPointError: the step produced NaN or ±Inf (the particles keep their last value).
+        """
         theta, table, levels = self._blocks[self._step % len(self._blocks)]
         seed = int(torch.randint(0, 2 ** 62, (1,), generator=self._generator)) if self.diffusion > 0 else 0
-        new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.size,
-                              diffusion=self.diffusion, seed=seed, quantiles="exact",
-                              sketch=(table.to(self._particles.dtype), levels), backend=self.backend,
-                              domain=self._box, return_drift=False)
-        if not all_finite(new):
-            raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last value")
-        self._particles = new
+        if self._spare is None:
+            self._spare = torch.empty_like(self._particles)  # the particles' (coordinate-major) layout
+        try:
+            new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.size,
+                                  diffusion=self.diffusion, seed=seed, quantiles="exact",
+                                  sketch=(table.to(self._particles.dtype), levels), backend=self.backend,
+                                  domain=self._box, return_drift=False, out=self._spare, error_if_nonfinite=True)
+        except FloatingPointError:
+            raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last "
+                                     f"value") from None
+        self._spare, self._particles = self._particles, new
         self._step += 1
         return self.particles
 
@@ -219,6 +234,7 @@ class ReleasedTargetFlow:
         finally:
             bar.close()
             release_block_workspace()
+            self._spare = None  # the double buffer's other half: taken again by the next step
         return self.particles
 
 
