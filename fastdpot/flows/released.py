@@ -224,6 +224,11 @@ class ReleasedTargetFlow:
         if private_data is not None:
             raise ValueError("a flow on a release reads only the release: pass no private data (it would not be "
                              "covered by the release's guarantee)")
+        self._run_steps(steps, progress)
+        return self.particles
+
+    def _run_steps(self, steps: Optional[int], progress: bool) -> None:
+        """:meth:`run`'s steps; the spare buffer and the fused step's workspace are freed at the end."""
         check_bool(progress, "progress")
         steps = len(self._blocks) if steps is None else check_int(steps, "steps", 0)
         bar = progress_bar(total=steps, desc=f"class {self.class_index}", disable=not progress)
@@ -235,7 +240,6 @@ class ReleasedTargetFlow:
             bar.close()
             release_block_workspace()
             self._spare = None  # the double buffer's other half: taken again by the next step
-        return self.particles
 
 
 class ReleasedClassFlows:
@@ -288,6 +292,15 @@ class ReleasedClassFlows:
         """
         if private_data is not None or labels is not None:
             raise ValueError("flows on a release read only the release: pass no private data or labels")
-        xs = [f.run(steps=steps, progress=progress) for f in self.flows]
-        ys = [torch.full((x.shape[0],), c, dtype=torch.int64) for c, x in enumerate(xs)]
-        return torch.cat(xs), torch.cat(ys)
+        # each class's particles go straight into their rows of the samples (no per-class copy and concatenation:
+        # at the end of a run the flows' particles and the samples are the only (N, d) tensors)
+        first = self.flows[0]._particles
+        samples = torch.empty(sum(f.num_particles for f in self.flows), first.shape[1], dtype=first.dtype)
+        start = 0
+        for f in self.flows:
+            f._run_steps(steps, progress)
+            torch.add(f._particles, f._center, out=samples[start:start + f.num_particles])
+            start += f.num_particles
+        labels = torch.repeat_interleave(torch.arange(len(self.flows)),
+                                         torch.tensor([f.num_particles for f in self.flows]))
+        return samples, labels
