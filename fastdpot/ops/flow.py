@@ -36,6 +36,7 @@ from . import cpu_histogram as _hist
 from .._blocks import coordinate_major, is_block
 from .._dispatch import describe_features, dispatch, register, set_auto
 from .._ext import cpp_status, load_cpp
+from ._flow_block import block_sketch_step, check_out, fused_block, nonfinite_error, release_block_workspace
 from .._validate import check_int, check_nonnegative, check_positive, check_tensor
 from ..reference import flow as _ref
 from ..reference.philox import keyed_normals
@@ -222,63 +223,14 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, dif
         raise ValueError(f"backend 'cpu' supports float32/float64 particles, got {particles.dtype}")
     kw = dict(noise_std=noise_std, step_size=step_size, diffusion=diffusion, seed=seed)
     if is_block(projections):
-        if _fused_block(projections, sketch, quantiles, noise_std, return_noise, shard):
-            return _block_sketch_step(particles, projections, sketch, step_size, diffusion, seed, domain,
+        if fused_block(projections, sketch, quantiles, noise_std, return_noise, shard):
+            return block_sketch_step(particles, projections, sketch, step_size, diffusion, seed, domain,
                                       return_drift, out, error_if_nonfinite)
         projections = projections.matrix(particles.dtype)
     new, drift, noise = _flow_step_cpu_dense(particles, private, projections, quantiles=quantiles,
                                              num_quantiles=num_quantiles, histogram_bins=histogram_bins,
                                              return_noise=return_noise, sketch=sketch, shard=shard, **kw)
     return _clamp(new, domain), drift, noise
-
-
-def _fused_block(projections, sketch, quantiles, noise_std, return_noise, shard) -> bool:
-    """Whether the cpu row runs this step as the fused block step (:func:`_block_sketch_step`): a fast block, a
-    sketch target in exact mode, no smoothing noise, no draws returned, one process, the module built."""
-    return (is_block(projections) and sketch is not None and quantiles == "exact" and noise_std == 0
-            and not return_noise and shard is None and projections.spec() is not None
-            and cpp_status("flow_block")[0])
-
-
-def _block_sketch_step(particles, block, sketch, step_size, diffusion, seed, domain, return_drift=True, out=None,
-                       error_if_nonfinite=False):
-    """The fused sketch-target exact step on a fast block (``fastdpot._C_flow_block.sketch_step``); without
-    ``return_drift`` no drift is written (its memory is not taken). The kernel refuses non-finite particles
-    (ValueError, nothing written) and returns the new particles' finiteness; it writes into ``out`` when ``out`` has
-    the particles' layout (a flow's spare buffer: no fresh (N, d) tensor, no page faults), else into a fresh tensor
-    copied to ``out``."""
-    cm = coordinate_major(particles)  # particles kept transposed (a flow's layout): no tile is transposed
-    x = particles.detach().t() if cm else particles.detach().contiguous()
-    direct = out is not None and (coordinate_major(out) if cm else out.is_contiguous())
-    new = (out.t() if cm else out) if direct else torch.empty_like(x)
-    drift = torch.empty_like(x) if return_drift else None
-    tb = sketch[0].detach().to("cpu", torch.float64).contiguous().numpy()
-    lv = sketch[1].detach().to("cpu", torch.float64).contiguous().numpy()
-    lo, hi = (None, None) if domain is None else (domain[0].contiguous().numpy(), domain[1].contiguous().numpy())
-    finite = load_cpp("flow_block").sketch_step(block.spec(), x.numpy(), tb, lv, float(step_size), float(diffusion),
-                                                int(seed), lo, hi, new.detach().numpy(),
-                                                None if drift is None else drift.numpy(), cm)
-    if cm:
-        new, drift = new.t(), None if drift is None else drift.t()
-    if out is not None and not direct:
-        new = out.copy_(new)
-    elif direct:
-        new = out
-    if error_if_nonfinite and not finite:
-        raise _nonfinite_error()
-    return new, drift, None
-
-
-def _nonfinite_error() -> FloatingPointError:
-    return FloatingPointError("flow_step produced non-finite particles (NaN or Inf; e.g. an overflow without a "
-                              "domain); the input particles are unchanged")
-
-
-def release_block_workspace() -> None:
-    """Free the fused block step's projections buffer, which it keeps between calls of one size (a flow's steps):
-    a flow calls this when its run ends."""
-    if cpp_status("flow_block")[0]:
-        load_cpp("flow_block").release_workspace()
 
 
 def _flow_step_cpu_dense(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
@@ -484,11 +436,11 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     check_bool(return_drift, "return_drift")
     check_bool(error_if_nonfinite, "error_if_nonfinite")
     if out is not None:
-        _check_out(out, particles)
+        check_out(out, particles)
     needs = step_needs(quantiles=quantiles, table=sketch is not None, shard=shard is not None, block=block)
     row, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0],
                        needs=needs)
-    fused = row == "cpu" and _fused_block(projections, sketch, quantiles, noise_std, return_noise, shard)
+    fused = row == "cpu" and fused_block(projections, sketch, quantiles, noise_std, return_noise, shard)
     if not fused:  # the fused block step's first pass refuses non-finite particles itself
         check_finite_tensor(particles, "particles")
     extra = {}
@@ -508,21 +460,8 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         if out is not None:
             new = out.copy_(new)
         if error_if_nonfinite and not all_finite(new):
-            raise _nonfinite_error()
+            raise nonfinite_error()
     return new, (drift if return_drift else None), noise
-
-
-def _check_out(out, particles: torch.Tensor) -> None:
-    """Refuse an ``out`` that cannot receive the new particles (:func:`flow_step`)."""
-    if not isinstance(out, torch.Tensor):
-        raise ValueError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
-    if out.shape != particles.shape or out.dtype != particles.dtype or out.device != particles.device:
-        raise ValueError(f"out must have the particles' shape, dtype and device {tuple(particles.shape)}, "
-                         f"{particles.dtype}, {particles.device}; got {tuple(out.shape)}, {out.dtype}, {out.device}")
-    if out.requires_grad:
-        raise ValueError("out must not require grad (the step is not differentiable)")
-    if out.untyped_storage().data_ptr() == particles.untyped_storage().data_ptr():
-        raise ValueError("out must not share memory with particles (the step reads them while it writes out)")
 
 
 def _compiled_step(particles, private, projections, noise_std, step_size, diffusion, seed, quantiles, num_quantiles,
