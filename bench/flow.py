@@ -179,8 +179,13 @@ def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8, patch=7):
             state["outs"] = [torch.empty_like(x) for x in xs]
         if impl in ("dense", "matmul"):
             state["th"] = block.matrix(torch.float32)
-        if impl == "npsort":  # the projections of all N particles, (k, N) float32, as the step sorts them
-            state["P"] = torch.cat([block.forward(x) for x in xs]).t().contiguous().numpy()
+        if impl == "npsort":  # the projections of all N particles, (k, N) float32, as the step sorts them; built
+            # class by class into one array, the particles then dropped (at the CelebA shape each (N, D) is 4.9 GB)
+            P, start = torch.empty(k, n - n % classes), 0
+            for x in xs:
+                P[:, start:start + x.shape[0]] = block.forward(x).t()
+                start += x.shape[0]
+            state = dict(P=P.numpy())
         return state
 
     def forward(s):
