@@ -199,6 +199,12 @@ class ReleasedTargetFlow:
         Raises:
             FloatingPointError: the step produced NaN or ±Inf (the particles keep their last value).
         """
+        self._advance()
+        return self.particles
+
+    def _advance(self) -> None:
+        """:meth:`step` without forming its return value (the particles plus the centre: one (N, d) tensor, which
+        :meth:`run`'s steps do not need)."""
         theta, table, levels = self._blocks[self._step % len(self._blocks)]
         seed = int(torch.randint(0, 2 ** 62, (1,), generator=self._generator)) if self.diffusion > 0 else 0
         if self._spare is None:
@@ -213,7 +219,6 @@ class ReleasedTargetFlow:
                                      f"value") from None
         self._spare, self._particles = self._particles, new
         self._step += 1
-        return self.particles
 
     def run(self, private_data=None, steps: Optional[int] = None, progress: bool = False) -> torch.Tensor:
         """``steps`` steps (default: one per block); returns the particles (N, d).
@@ -234,7 +239,7 @@ class ReleasedTargetFlow:
         bar = progress_bar(total=steps, desc=f"class {self.class_index}", disable=not progress)
         try:
             for _ in range(steps):
-                self.step()
+                self._advance()
                 bar.update(1)
         finally:
             bar.close()
