@@ -17,8 +17,9 @@ case ``pixel_step``: the one-shot flow's step in pixel space (:class:`fastdpot.f
 ``classes`` classes, op ``flow_step`` (backend ``cpu``, no drift returned, particles kept coordinate-major as the flow
 keeps them) moves the class's N/classes particles onto a (k, 8) quantile table along one block of k = D orthonormal
 patch-DCT directions (``patch`` × ``patch`` patches of a side × side × ``channels`` image), clamped to [0, 1]. impls:
-``fastdpot`` (the block as a fast transform: csrc/flow_block.cpp), ``dense`` (the same directions as a (k, D) matrix:
-torch.matmul around the C++ radix transport, the step before fast blocks); anchors ``matmul`` (the two
+``fastdpot`` (the block as a fast transform: csrc/flow_block.cpp, written into a reused output buffer with the
+finiteness check on, as the flow steps since 2026-11-29: ``out=``, ``error_if_nonfinite=True``), ``dense`` (the same
+directions as a (k, D) matrix: torch.matmul around the C++ radix transport, the step before fast blocks); anchors ``matmul`` (the two
 ``torch.matmul`` calls of the dense shapes per class, the projection and the drift) and ``npsort`` (``numpy.sort``,
 one thread, of the step's (k, N) float32 projections: the floor of any sort-based step, every projection ranked).
 
@@ -174,10 +175,17 @@ def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8, patch=7):
         table = torch.sort(torch.randn(k, sketch_bins, generator=g, dtype=torch.float64), dim=1).values * 0.2
         levels = (torch.arange(sketch_bins, dtype=torch.float64) + 0.5) / sketch_bins
         state = dict(xs=xs, block=block, sketch=(table, levels))
+        if impl == "fastdpot":  # the step's output buffers, reused every round as a flow reuses its spare
+            state["outs"] = [torch.empty_like(x) for x in xs]
         if impl in ("dense", "matmul"):
             state["th"] = block.matrix(torch.float32)
-        if impl == "npsort":  # the projections of all N particles, (k, N) float32, as the step sorts them
-            state["P"] = torch.cat([block.forward(x) for x in xs]).t().contiguous().numpy()
+        if impl == "npsort":  # the projections of all N particles, (k, N) float32, as the step sorts them; built
+            # class by class into one array, the particles then dropped (at the CelebA shape each (N, D) is 4.9 GB)
+            P, start = torch.empty(k, n - n % classes), 0
+            for x in xs:
+                P[:, start:start + x.shape[0]] = block.forward(x).t()
+                start += x.shape[0]
+            state = dict(P=P.numpy())
         return state
 
     def forward(s):
@@ -190,13 +198,16 @@ def pixel_step_case(impl, n, m, d, k, classes=10, sketch_bins=8, patch=7):
 
             return np.sort(s["P"], axis=1)  # numpy's sort runs on one thread
         out = []
-        for x in s["xs"]:
+        for c, x in enumerate(s["xs"]):
             if impl == "matmul":
                 out.append(torch.matmul(torch.matmul(s["th"], x.t()).t(), s["th"]))
+            elif impl == "fastdpot":  # as ReleasedTargetFlow.step: into the spare buffer, non-finite steps refused
+                out.append(flow_step(x, None, s["block"], noise_std=0.0, step_size=float(k), quantiles="exact",
+                                     backend="cpu", sketch=s["sketch"], domain=(0.0, 1.0), return_drift=False,
+                                     out=s["outs"][c], error_if_nonfinite=True)[0])
             else:
-                out.append(flow_step(x, None, s["block"] if impl == "fastdpot" else s["th"], noise_std=0.0,
-                                     step_size=float(k), quantiles="exact", backend="cpu", sketch=s["sketch"],
-                                     domain=(0.0, 1.0), return_drift=False)[0])
+                out.append(flow_step(x, None, s["th"], noise_std=0.0, step_size=float(k), quantiles="exact",
+                                     backend="cpu", sketch=s["sketch"], domain=(0.0, 1.0), return_drift=False)[0])
         return out
 
     return Case(setup=setup, forward=forward)

@@ -21,7 +21,7 @@ import torch
 
 from .._progress import progress_bar
 from .._random import make_generator
-from .._validate import (COMPUTE_DTYPES, all_finite, check_bool, check_generator, check_int, check_memory, check_nonnegative,
+from .._validate import (COMPUTE_DTYPES, check_bool, check_generator, check_int, check_memory, check_nonnegative,
                          check_positive, check_tensor)
 from ..ops import flow_step
 from ..ops.flow import release_block_workspace
@@ -109,11 +109,13 @@ class ReleasedTargetFlow:
         domain = _check_domain(domain)
         if not isinstance(init, str):
             check_tensor(init, "init", 2, dtypes=COMPUTE_DTYPES)
-        # the particles and a step's new particles, the projections on a block of p (the fused block step), or with a
-        # dense block also their sort and the drift (the flows' memory check); the marginal start runs in chunks
+        # the particles and the step's spare buffer (double buffering), the projections on a block of p (the fused
+        # block step's workspace), with a dense block also their sort and the drift; the marginal start runs in chunks
         itemsize, dim, p = torch.empty((), dtype=dtype).element_size(), release.blocks[0].dim, release.block_size
-        check_memory(self.num_particles * (3 * dim * itemsize + p * (2 * itemsize + 8)), "num_particles",
-                     self.num_particles, "cpu", f"the particles and their {p} projections per step")
+        fast = all(b.spec() is not None for b in release.blocks)
+        per = (2 * dim + p) * itemsize if fast else 3 * dim * itemsize + p * (2 * itemsize + 8)
+        check_memory(self.num_particles * per, "num_particles", self.num_particles, "cpu",
+                     f"the particles and their {p} projections per step")
         self.domain = domain
         self.release = release
         self.backend = backend
@@ -140,6 +142,7 @@ class ReleasedTargetFlow:
         # kept coordinate-major (the transpose of a contiguous (d, N) tensor): the fast blocks' step then reads and
         # writes every tile without transposing it (op flow_step keeps the layout it is given)
         self._particles = self._project(x.t().contiguous().t())
+        self._spare: Optional[torch.Tensor] = None  # the step's output buffer (double buffering, :meth:`step`)
         self._step = 0
 
     def _marginals(self, b: int, dtype: torch.dtype, chunk: int = 4096) -> torch.Tensor:
@@ -187,18 +190,35 @@ class ReleasedTargetFlow:
         return float(eps)
 
     def step(self) -> torch.Tensor:
-        """One step on the next block; returns the particles (N, d) in the data's coordinates."""
+        """One step on the next block; returns the particles (N, d) in the data's coordinates.
+
+        The step writes into a spare buffer of the particles' shape and layout, kept between steps and swapped with
+        the particles (double buffering: no (N, d) tensor is allocated per step; :meth:`run` frees the spare at
+        its end); the particles keep their last value when a step fails.
+
+        Raises:
+            FloatingPointError: the step produced NaN or ±Inf (the particles keep their last value).
+        """
+        self._advance()
+        return self.particles
+
+    def _advance(self) -> None:
+        """:meth:`step` without forming its return value (the particles plus the centre: one (N, d) tensor, which
+        :meth:`run`'s steps do not need)."""
         theta, table, levels = self._blocks[self._step % len(self._blocks)]
         seed = int(torch.randint(0, 2 ** 62, (1,), generator=self._generator)) if self.diffusion > 0 else 0
-        new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.size,
-                              diffusion=self.diffusion, seed=seed, quantiles="exact",
-                              sketch=(table.to(self._particles.dtype), levels), backend=self.backend,
-                              domain=self._box, return_drift=False)
-        if not all_finite(new):
-            raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last value")
-        self._particles = new
+        if self._spare is None:
+            self._spare = torch.empty_like(self._particles)  # the particles' (coordinate-major) layout
+        try:
+            new, _, _ = flow_step(self._particles, None, theta, noise_std=0.0, step_size=self.step_size * theta.size,
+                                  diffusion=self.diffusion, seed=seed, quantiles="exact",
+                                  sketch=(table.to(self._particles.dtype), levels), backend=self.backend,
+                                  domain=self._box, return_drift=False, out=self._spare, error_if_nonfinite=True)
+        except FloatingPointError:
+            raise FloatingPointError(f"step {self._step} produced non-finite particles; they keep their last "
+                                     f"value") from None
+        self._spare, self._particles = self._particles, new
         self._step += 1
-        return self.particles
 
     def run(self, private_data=None, steps: Optional[int] = None, progress: bool = False) -> torch.Tensor:
         """``steps`` steps (default: one per block); returns the particles (N, d).
@@ -209,17 +229,22 @@ class ReleasedTargetFlow:
         if private_data is not None:
             raise ValueError("a flow on a release reads only the release: pass no private data (it would not be "
                              "covered by the release's guarantee)")
+        self._run_steps(steps, progress)
+        return self.particles
+
+    def _run_steps(self, steps: Optional[int], progress: bool) -> None:
+        """:meth:`run`'s steps; the spare buffer and the fused step's workspace are freed at the end."""
         check_bool(progress, "progress")
         steps = len(self._blocks) if steps is None else check_int(steps, "steps", 0)
         bar = progress_bar(total=steps, desc=f"class {self.class_index}", disable=not progress)
         try:
             for _ in range(steps):
-                self.step()
+                self._advance()
                 bar.update(1)
         finally:
             bar.close()
             release_block_workspace()
-        return self.particles
+            self._spare = None  # the double buffer's other half: taken again by the next step
 
 
 class ReleasedClassFlows:
@@ -272,6 +297,15 @@ class ReleasedClassFlows:
         """
         if private_data is not None or labels is not None:
             raise ValueError("flows on a release read only the release: pass no private data or labels")
-        xs = [f.run(steps=steps, progress=progress) for f in self.flows]
-        ys = [torch.full((x.shape[0],), c, dtype=torch.int64) for c, x in enumerate(xs)]
-        return torch.cat(xs), torch.cat(ys)
+        # each class's particles go straight into their rows of the samples (no per-class copy and concatenation:
+        # at the end of a run the flows' particles and the samples are the only (N, d) tensors)
+        first = self.flows[0]._particles
+        samples = torch.empty(sum(f.num_particles for f in self.flows), first.shape[1], dtype=first.dtype)
+        start = 0
+        for f in self.flows:
+            f._run_steps(steps, progress)
+            torch.add(f._particles, f._center, out=samples[start:start + f.num_particles])
+            start += f.num_particles
+        labels = torch.repeat_interleave(torch.arange(len(self.flows)),
+                                         torch.tensor([f.num_particles for f in self.flows]))
+        return samples, labels

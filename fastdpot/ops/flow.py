@@ -36,6 +36,7 @@ from . import cpu_histogram as _hist
 from .._blocks import coordinate_major, is_block
 from .._dispatch import describe_features, dispatch, register, set_auto
 from .._ext import cpp_status, load_cpp
+from ._flow_block import block_sketch_step, check_out, fused_block, nonfinite_error, release_block_workspace
 from .._validate import check_int, check_nonnegative, check_positive, check_tensor
 from ..reference import flow as _ref
 from ..reference.philox import keyed_normals
@@ -201,7 +202,7 @@ def _sharded_histogram_cpu(x, th, sketch, *, noise_std, step_size, diffusion, se
 @register("flow_step", "cpu", available=_cpu_available, features=_FEATURES)
 def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
                    num_quantiles, histogram_bins, return_noise, sketch=None, shard=None, domain=None,
-                   return_drift=True):
+                   return_drift=True, out=None, error_if_nonfinite=False):
     """Fused C++/OpenMP step: Philox noise of ``csrc/common.h`` (streams of the module docstring; vectorised
     single-precision Box-Muller of ``csrc/flow_normal.h``, equal to the reference's float64 draws to ~2e-6),
     radix sort per direction, rank -> target quantile by index interpolation (sketch mode: level -> the table's
@@ -212,46 +213,24 @@ def _flow_step_cpu(particles, private, projections, *, noise_std, step_size, dif
     the shard's all-reduces; exact and grid steps need every projection and run the reference's code.
     A fast direction block (patch DCT, randomised Hadamard) with a sketch target in exact mode and no smoothing noise:
     the fused block step of ``csrc/flow_block.cpp`` (transform, radix ranks, table lookup, inverse transform, step,
-    clamp); any other block is materialised first. Every step then takes the domain clamp."""
+    clamp); any other block is materialised first. Every step then takes the domain clamp. ``out`` and
+    ``error_if_nonfinite`` (:func:`flow_step`'s) are taken by the fused block step only: the kernel writes into
+    ``out`` and reports the new particles' finiteness from its last pass; :func:`flow_step` does both for the other
+    paths."""
     if particles.device.type != "cpu":
         raise ValueError(f"backend 'cpu' needs CPU tensors, got particles on {particles.device}")
     if particles.dtype not in (torch.float32, torch.float64):
         raise ValueError(f"backend 'cpu' supports float32/float64 particles, got {particles.dtype}")
     kw = dict(noise_std=noise_std, step_size=step_size, diffusion=diffusion, seed=seed)
     if is_block(projections):
-        if sketch is not None and quantiles == "exact" and noise_std == 0 and not return_noise and shard is None \
-                and projections.spec() is not None and cpp_status("flow_block")[0]:
-            return _block_sketch_step(particles, projections, sketch, step_size, diffusion, seed, domain,
-                                      return_drift)
+        if fused_block(projections, sketch, quantiles, noise_std, return_noise, shard):
+            return block_sketch_step(particles, projections, sketch, step_size, diffusion, seed, domain,
+                                      return_drift, out, error_if_nonfinite)
         projections = projections.matrix(particles.dtype)
     new, drift, noise = _flow_step_cpu_dense(particles, private, projections, quantiles=quantiles,
                                              num_quantiles=num_quantiles, histogram_bins=histogram_bins,
                                              return_noise=return_noise, sketch=sketch, shard=shard, **kw)
     return _clamp(new, domain), drift, noise
-
-
-def _block_sketch_step(particles, block, sketch, step_size, diffusion, seed, domain, return_drift=True):
-    """The fused sketch-target exact step on a fast block (``fastdpot._C_flow_block.sketch_step``); without
-    ``return_drift`` no drift is written (its memory is not taken)."""
-    cm = coordinate_major(particles)  # particles kept transposed (a flow's layout): no tile is transposed
-    x = particles.detach().t() if cm else particles.detach().contiguous()
-    new = torch.empty_like(x)
-    drift = torch.empty_like(x) if return_drift else None
-    tb = sketch[0].detach().to("cpu", torch.float64).contiguous().numpy()
-    lv = sketch[1].detach().to("cpu", torch.float64).contiguous().numpy()
-    lo, hi = (None, None) if domain is None else (domain[0].contiguous().numpy(), domain[1].contiguous().numpy())
-    load_cpp("flow_block").sketch_step(block.spec(), x.numpy(), tb, lv, float(step_size), float(diffusion), int(seed),
-                                       lo, hi, new.numpy(), None if drift is None else drift.numpy(), cm)
-    if cm:
-        return new.t(), None if drift is None else drift.t(), None
-    return new, drift, None
-
-
-def release_block_workspace() -> None:
-    """Free the fused block step's projections buffer, which it keeps between calls of one size (a flow's steps):
-    a flow calls this when its run ends."""
-    if cpp_status("flow_block")[0]:
-        load_cpp("flow_block").release_workspace()
 
 
 def _flow_step_cpu_dense(particles, private, projections, *, noise_std, step_size, diffusion, seed, quantiles,
@@ -336,7 +315,8 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
               noise_std: float, step_size: float, diffusion: float = 0.0, seed: int = 0, quantiles: str = "exact",
               num_quantiles: Optional[int] = None, histogram_bins: Optional[int] = None, return_noise: bool = False,
               backend: str = "auto", sketch: Optional[Sequence[torch.Tensor]] = None,
-              shard: Optional[Shard] = None, domain=None, return_drift: bool = True):
+              shard: Optional[Shard] = None, domain=None, return_drift: bool = True,
+              out: Optional[torch.Tensor] = None, error_if_nonfinite: bool = False):
     """One flow step through the dispatch table (low level; :class:`fastdpot.flows.DPSlicedWassersteinFlow` is the
     private API, and calls this).
 
@@ -375,6 +355,15 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
             a (d,) tensor, finite, lo <= hi): the projection onto a box, e.g. the data's public range.
         return_drift: False returns None in place of the drift (the fused block step then never forms it: a flow
             that keeps only the particles saves one (N, d) tensor).
+        out: None, or a tensor of the particles' shape, dtype and device, sharing no memory with them, that receives
+            the new particles and is returned (as ``torch``'s ``out=``): a flow double-buffers its particles through
+            it. The fused block step writes into it directly when it has the particles' layout (both C-contiguous,
+            or both coordinate-major: a flow's layout); then no (N, d) tensor is allocated, whose first touch (page
+            faults) costs about a fifth of a two-thread pixel-space step. Other paths copy into it.
+        error_if_nonfinite: True raises FloatingPointError when a new particle is NaN or ±Inf (the particles given
+            are unchanged; ``out``, when given, holds the failed step). The fused block step reads this from its last
+            pass, and checks the input particles' finiteness in its first: that step makes no separate pass over
+            the particles in Python (as ``torch.nn.utils.clip_grad_norm_``'s argument of the same name).
 
     Shape:
         particles (N, d) (n, d sharded); private (M, d) or None; projections (k, d); sketch: table (k, L), levels
@@ -385,7 +374,9 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     Raises:
         ValueError: bad shapes / values (see :func:`fastdpot.reference.flow.flow_step`), projections whose rows
             are not unit vectors, ``seed`` not an integer in [0, 2**63), both or neither of ``private`` and
-            ``sketch``, a bad table / levels, a bad ``shard``.
+            ``sketch``, a bad table / levels, a bad ``shard``, an ``out`` of another shape, dtype or device, or
+            sharing memory with ``particles``, or requiring grad.
+        FloatingPointError: ``error_if_nonfinite=True`` and the step produced NaN or ±Inf.
         BackendUnavailableError: an explicitly requested backend is missing or lacks what the call needs (a shard,
             a sketch outside exact mode).
 
@@ -397,12 +388,12 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
         Sebag et al., "Differentially private gradient flow based on the sliced Wasserstein distance", TMLR
         (DPSWflow-r's step; the ``"grid"`` mode is the authors' procedure).
     """
-    from .._validate import check_bool, check_box, check_seed, check_unit_rows
+    from .._validate import all_finite, check_bool, check_box, check_finite_tensor, check_seed, check_unit_rows
 
     if torch.compiler.is_compiling():
-        if is_block(projections) or domain is not None:
-            raise ValueError("flow_step: direction blocks and domain are not supported under torch.compile; call the "
-                             "step outside the compiled function")
+        if is_block(projections) or domain is not None or out is not None or error_if_nonfinite:
+            raise ValueError("flow_step: direction blocks, domain, out and error_if_nonfinite are not supported under "
+                             "torch.compile; call the step outside the compiled function")
         return _compiled_step(particles, private, projections, noise_std, step_size, diffusion, seed, quantiles,
                               num_quantiles, histogram_bins, return_noise, backend, sketch, shard)
     if isinstance(seed, torch.Tensor):
@@ -410,7 +401,7 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
             raise ValueError(f"seed must be an integer or a one-element integer tensor, got {seed!r}")
         seed = int(seed.reshape(()).item())
 
-    check_tensor(particles, "particles", 2)
+    check_tensor(particles, "particles", 2, finite=False)  # finiteness below, or in the fused block step's kernel
     block = is_block(projections)
     if not block:
         check_tensor(projections, "projections", 2)
@@ -443,19 +434,34 @@ def flow_step(particles: torch.Tensor, private: Optional[torch.Tensor], projecti
     check_positive(step_size, "step_size")
     check_nonnegative(diffusion, "diffusion")
     check_bool(return_drift, "return_drift")
+    check_bool(error_if_nonfinite, "error_if_nonfinite")
+    if out is not None:
+        check_out(out, particles)
     needs = step_needs(quantiles=quantiles, table=sketch is not None, shard=shard is not None, block=block)
     row, fn = dispatch("flow_step", backend, particles.device.type, particles.shape[0] * projections.shape[0],
                        needs=needs)
+    fused = row == "cpu" and fused_block(projections, sketch, quantiles, noise_std, return_noise, shard)
+    if not fused:  # the fused block step's first pass refuses non-finite particles itself
+        check_finite_tensor(particles, "particles")
     extra = {}
     if row in ("reference", "cpu"):  # the rows of this module clamp to the domain themselves
         extra = dict(domain=domain) if domain is not None else {}
         if row == "cpu" and not return_drift:
             extra["return_drift"] = False
+        if fused:
+            extra.update(out=out, error_if_nonfinite=error_if_nonfinite)
     new, drift, noise = fn(particles, private, projections, noise_std=float(noise_std), step_size=float(step_size),
                            diffusion=float(diffusion), seed=int(seed), quantiles=quantiles,
                            num_quantiles=num_quantiles, histogram_bins=histogram_bins, return_noise=return_noise,
                            sketch=sketch, shard=shard, **extra)
-    return (new if "domain" in extra else _clamp(new, domain)), (drift if return_drift else None), noise
+    if "domain" not in extra:
+        new = _clamp(new, domain)
+    if not fused:
+        if out is not None:
+            new = out.copy_(new)
+        if error_if_nonfinite and not all_finite(new):
+            raise nonfinite_error()
+    return new, (drift if return_drift else None), noise
 
 
 def _compiled_step(particles, private, projections, noise_std, step_size, diffusion, seed, quantiles, num_quantiles,

@@ -257,3 +257,89 @@ def test_the_oneshot_generation_on_fast_blocks_gives_the_dense_blocks_samples():
             # visibly, the set hardly at all (pixels in [0, 1])
             diff = (out[0][0] - out[1][0]).abs()
             assert float(diff.mean()) < 3e-3 and float(diff.median()) < 1e-5
+
+
+@needs_cpp
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-block", "dense"])
+def test_out_receives_the_step_in_either_layout_and_bad_outs_are_refused(fused):
+    """``out=``: the same step written into a given tensor (the fused block step writes straight into an ``out`` of
+    the particles' layout, copies into one of the other layout; the dense path copies), returned as is."""
+    block = PatchDCTBlock(8, 8, 4, (2, 2))
+    dirs = block if fused else block.matrix(torch.float32)
+    table, levels = _table(64, 4, 5)
+    kw = dict(noise_std=0.0, step_size=30.0, sketch=(table, levels), domain=(0.0, 1.0), backend="cpu",
+              return_drift=False)
+    x = torch.rand(64, 77, generator=torch.Generator().manual_seed(1)).t()  # coordinate-major, N = 77
+    want = flow_step(x, None, dirs, **kw)[0]
+    for out in (torch.full((64, 77), 7.0).t(), torch.full((77, 64), 7.0)):  # the particles' layout, the other one
+        before = x.clone()
+        got = flow_step(x, None, dirs, out=out, error_if_nonfinite=True, **kw)[0]
+        assert got is out and torch.equal(got, want) and torch.equal(x, before)
+    for bad, match in ((torch.empty(77, 63), "shape"), (torch.empty(77, 64, dtype=torch.float64), "dtype"),
+                       (x, "share memory"), (x.t().t()[:, :], "share memory"),
+                       (torch.empty(77, 64, requires_grad=True), "grad"), ("x", "torch.Tensor")):
+        with pytest.raises(ValueError, match=match):
+            flow_step(x, None, dirs, out=bad, **kw)
+
+
+@needs_cpp
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-block", "dense"])
+def test_non_finite_particles_are_refused_and_a_non_finite_step_raises_on_request(fused):
+    """The fused block step reads the particles' finiteness in its first pass (no separate pass in Python) and
+    refuses them with the message of every other path before writing anything; ``error_if_nonfinite`` raises
+    FloatingPointError for a step that produced NaN or Inf (here: an overflow without a domain)."""
+    block = PatchDCTBlock(8, 8, 4)
+    dirs = block if fused else block.matrix(torch.float32)
+    table, levels = _table(64, 3, 6)
+    kw = dict(noise_std=0.0, step_size=1.0, sketch=(table, levels), backend="cpu")
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for c, i in ((0, 0), (37, 20), (63, 49)):  # the first tile, a middle one, the partial last tile
+            store = torch.rand(64, 50, generator=torch.Generator().manual_seed(2))
+            store[c, i] = bad
+            x = store.t()  # coordinate-major particles (50, 64)
+            out = torch.full((64, 50), 3.0).t()
+            with pytest.raises(ValueError, match="particles contains non-finite values"):
+                flow_step(x, None, dirs, out=out, **kw)
+            assert bool((out == 3.0).all())  # nothing written
+    huge = torch.full((50, 64), 3e38)  # finite; the step's residuals overflow float32
+    huge[::2] = -3e38
+    for layout in (huge, huge.t().contiguous().t()):  # the fused step's two write paths (rows; a flow's columns)
+        step = flow_step(layout, None, dirs, **kw)[0]  # without the flag the step returns what it computed
+        assert not bool(torch.isfinite(step).all())
+        with pytest.raises(FloatingPointError, match="non-finite"):
+            flow_step(layout, None, dirs, error_if_nonfinite=True, **kw)
+    fine = torch.rand(50, 64, generator=torch.Generator().manual_seed(3))
+    assert bool(torch.isfinite(flow_step(fine, None, dirs, error_if_nonfinite=True, **kw)[0]).all())
+
+
+@needs_cpp
+def test_a_released_flow_double_buffers_its_particles_and_keeps_them_after_a_failed_step(monkeypatch):
+    """ReleasedTargetFlow steps into a spare buffer swapped with its particles (no tensor allocated per step); a
+    step that fails leaves the particles as they were; the spare is freed when run() ends."""
+    from fastdpot.flows import ReleasedTargetFlow
+    import fastdpot.flows.released as released
+
+    blocks = patch_dct_blocks(8, 8, 1, patches=((8, 0, 0), (4, 2, 2)))
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(200, 64, generator=g, dtype=torch.float64)
+    rel = class_quantile_sketch(x, torch.arange(200) % 2, blocks, num_classes=2, sketch_bins=4, noise_multiplier=0.5,
+                                clip_radius=3.0, secure_mode=False, generator=torch.Generator().manual_seed(3),
+                                centers=torch.full((64,), 0.5, dtype=torch.float64))
+    flow = ReleasedTargetFlow(rel, 0, 120, domain=(0.0, 1.0), generator=torch.Generator().manual_seed(1))
+    flow.step()
+    a, b = flow._particles, flow._spare
+    flow.step()
+    assert flow._particles is b and flow._spare is a  # swapped, not reallocated
+    kept = flow.particles.clone()
+    real = released.flow_step
+
+    def failing(*args, **kwargs):
+        real(*args, **kwargs)  # writes the spare
+        raise FloatingPointError("flow_step produced non-finite particles")
+    monkeypatch.setattr(released, "flow_step", failing)
+    with pytest.raises(FloatingPointError, match="step 2 produced non-finite particles; they keep their last value"):
+        flow.step()
+    assert torch.equal(flow.particles, kept) and flow.steps_taken == 2
+    monkeypatch.setattr(released, "flow_step", real)
+    flow.run(steps=2)
+    assert flow._spare is None and flow.steps_taken == 4
