@@ -343,6 +343,20 @@ def test_the_flow_step_compiles_over_three_sizes(dynamic):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+def test_the_flow_steps_eager_features_are_refused_under_compile():
+    """``out=`` and ``error_if_nonfinite=`` (a flow's double buffer, eager) are refused while tracing, as direction
+    blocks and domain are: the custom op has no out argument."""
+    g = torch.Generator().manual_seed(8)
+    th = S.random_projections(5, 3, g, dtype=torch.float32)
+    parts, priv = torch.randn(40, 3, generator=g), torch.randn(15, 3, generator=g)
+    for extra in (dict(out=torch.empty(40, 3)), dict(error_if_nonfinite=True)):
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda a, b: flow_step(a, b, th, noise_std=0.5, step_size=0.5, **extra)[0],
+                                 fullgraph=True, backend="aot_eager")
+        with pytest.raises(Exception, match="out and error_if_nonfinite are not supported under torch.compile"):
+            compiled(parts, priv)
+
+
 def test_size_class_keeps_the_auto_choice_and_guards_on_thresholds_only(monkeypatch):
     """_dispatch.size_class: a plain size with the same auto choice as a (symbolic) size; compiled with
     dynamic=True, sizes on one side of a threshold share a graph and crossing it recompiles."""
