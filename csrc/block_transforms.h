@@ -221,8 +221,8 @@ struct Hadamard final : Transform<S> {
     // every piece: the Walsh–Hadamard butterflies, then 1/√size (orthonormal, symmetric). Two stages (len, 2·len) run
     // as one radix-4 pass over the piece, which halves the passes through the tile (a 512-piece of 16 float lanes
     // is 32 KB: the stages ran from L2); the arithmetic is the radix-2 stages' exactly ((x0 ± x1) ± (x2 ± x3), the
-    // same sums in the same order), and the scale is applied to the last stage's outputs as they are written, as a
-    // separate pass would: the same values bit for bit.
+    // same sums in the same order), and the scale is applied to the last stage's outputs as they are written (the
+    // other stages' by 1, which is exact), as a separate pass would: the same values bit for bit.
     void wht(S* v) const {
         using V = typename Lanes<S, T>::type;
         for (const Band& pc : pieces) {
@@ -247,17 +247,10 @@ struct Hadamard final : Transform<S> {
                             const V x0 = load_lanes<S, T>(p0), x1 = load_lanes<S, T>(p1);
                             const V x2 = load_lanes<S, T>(p2), x3 = load_lanes<S, T>(p3);
                             const V a = x0 + x1, bb = x0 - x1, c = x2 + x3, d = x2 - x3;
-                            if (last) {
-                                store_lanes<S, T>(p0, (a + c) * sc);
-                                store_lanes<S, T>(p1, (bb + d) * sc);
-                                store_lanes<S, T>(p2, (a - c) * sc);
-                                store_lanes<S, T>(p3, (bb - d) * sc);
-                            } else {
-                                store_lanes<S, T>(p0, a + c);
-                                store_lanes<S, T>(p1, bb + d);
-                                store_lanes<S, T>(p2, a - c);
-                                store_lanes<S, T>(p3, bb - d);
-                            }
+                            store_lanes<S, T>(p0, (a + c) * sc);
+                            store_lanes<S, T>(p1, (bb + d) * sc);
+                            store_lanes<S, T>(p2, (a - c) * sc);
+                            store_lanes<S, T>(p3, (bb - d) * sc);
                         }
                     len *= 4;
                 } else {
@@ -266,13 +259,8 @@ struct Hadamard final : Transform<S> {
                             S* p = b + j * T;
                             S* q = p + len * T;
                             const V x = load_lanes<S, T>(p), y = load_lanes<S, T>(q);
-                            if (last) {
-                                store_lanes<S, T>(p, (x + y) * sc);
-                                store_lanes<S, T>(q, (x - y) * sc);
-                            } else {
-                                store_lanes<S, T>(p, x + y);
-                                store_lanes<S, T>(q, x - y);
-                            }
+                            store_lanes<S, T>(p, (x + y) * sc);
+                            store_lanes<S, T>(q, (x - y) * sc);
                         }
                     len *= 2;
                 }

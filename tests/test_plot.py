@@ -331,18 +331,19 @@ def test_quantiles_projects_the_rows_a_block_at_a_time_without_a_float64_copy_of
     """plot.quantiles' projections θᵀ(x − m) of one class's rows, computed a block of rows at a time in float64
     from rows kept in their own dtype (a CelebA-size run's 10⁵ × 12 288 float32 samples, copied whole to float64,
     ran the machine out of memory), equal the whole float64 computation."""
-    from fastdpot.plot._release import _particle_rows, _projections
+    from fastdpot.plot._common import _row_tensor
+    from fastdpot.plot._release import _projections
 
     g = torch.Generator().manual_seed(0)
     x = torch.rand(300, 1 << 16, generator=g)  # d = 2^16: blocks of 32 rows
     theta = torch.randn(1 << 16, generator=g, dtype=torch.float64)
     center = torch.rand(1 << 16, generator=g, dtype=torch.float64)
     keep = torch.arange(1, 300, 3)
-    rows = _particle_rows(x)
+    rows = _row_tensor(x, "particles")
     assert rows.dtype == torch.float32 and rows.data_ptr() == x.data_ptr()  # no copy
     want = ((x.double()[keep] - center) @ theta).numpy()
     np.testing.assert_allclose(_projections(rows, keep, theta, center), want, rtol=0, atol=1e-9)
     np.testing.assert_allclose(_projections(rows, None, theta, center), ((x.double() - center) @ theta).numpy(),
                                rtol=0, atol=1e-9)
     with pytest.raises(ValueError, match="at least one row"):
-        _particle_rows(torch.empty(0, 4))
+        _row_tensor(torch.empty(0, 4), "particles")

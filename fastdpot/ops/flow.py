@@ -33,13 +33,13 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 
 from . import cpu_histogram as _hist
-from .._blocks import coordinate_major, is_block
+from .._blocks import is_block
 from .._dispatch import describe_features, dispatch, register, set_auto
 from .._ext import cpp_status, load_cpp
-from ._flow_block import block_sketch_step, check_out, fused_block, nonfinite_error, release_block_workspace
 from .._validate import check_int, check_nonnegative, check_positive, check_tensor
 from ..reference import flow as _ref
 from ..reference.philox import keyed_normals
+from ._flow_block import block_sketch_step, check_out, fused_block, nonfinite_error, release_block_workspace
 from ._triton import register_cuda, register_triton
 
 __all__ = ["flow_step", "Shard", "QUANTILE_MODES", "step_draws", "step_needs", "release_block_workspace"]

@@ -32,12 +32,19 @@ def _finish(ax, path: Optional[str]):
     return ax
 
 
-def _rows(x, name: str) -> np.ndarray:
+def _row_tensor(x, name: str) -> torch.Tensor:
+    """The (rows, d) values of ``x`` (a tensor, an array or a flow) as a CPU tensor in its own floating dtype
+    (integers as float64): no copy of a CPU tensor or a float array."""
     if hasattr(x, "particles") and not isinstance(x, (torch.Tensor, np.ndarray)):
         x = x.particles  # a flow
-    if isinstance(x, torch.Tensor):
-        x = x.detach().to("cpu", torch.float64).numpy()
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"{name} must be (rows, d) with at least one row, got shape {x.shape}")
+    x = x.detach().cpu() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    if not x.is_floating_point():
+        x = x.double()
+    if x.dim() != 2 or x.shape[0] == 0:
+        raise ValueError(f"{name} must be (rows, d) with at least one row, got shape {tuple(x.shape)}")
     return x
+
+
+def _rows(x, name: str) -> np.ndarray:
+    """:func:`_row_tensor` as a float64 array."""
+    return _row_tensor(x, name).to(torch.float64).numpy()

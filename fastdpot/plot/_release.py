@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from .._validate import check_int
-from ._common import _axes, _finish
+from ._common import _axes, _finish, _row_tensor
 
 
 def quantiles(release, particles, labels=None, *, class_index: int = 0, direction: int = 0, shrink=True,
@@ -57,7 +57,7 @@ def quantiles(release, particles, labels=None, *, class_index: int = 0, directio
         raise ValueError(f"class_index must be in [0, {C}), got {c}")
     if j >= k:
         raise ValueError(f"direction must be in [0, {k}) (the release's directions), got {j}")
-    x = _particle_rows(particles)
+    x = _row_tensor(particles, "particles")  # in its own dtype: no float64 copy of every row
     if x.shape[1] != d:
         raise ValueError(f"particles must have the release's d = {d} columns, got {x.shape[1]}")
     keep = None
@@ -93,19 +93,6 @@ def quantiles(release, particles, labels=None, *, class_index: int = 0, directio
     ax.set_title(title or f"class {c}, direction {j} ({L} bins)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     return _finish(ax, path)
-
-
-def _particle_rows(particles) -> torch.Tensor:
-    """The (N, d) rows of ``particles`` (a tensor, an array or a flow), on CPU in their own floating dtype: no float64
-    copy of all of them (at the CelebA shape, 10⁵ particles are 4.9 GB in float32)."""
-    if hasattr(particles, "particles") and not isinstance(particles, (torch.Tensor, np.ndarray)):
-        particles = particles.particles  # a flow
-    x = particles.detach().cpu() if isinstance(particles, torch.Tensor) else torch.as_tensor(np.asarray(particles))
-    if not x.is_floating_point():
-        x = x.double()
-    if x.dim() != 2 or x.shape[0] == 0:
-        raise ValueError(f"particles must be (rows, d) with at least one row, got shape {tuple(x.shape)}")
-    return x
 
 
 def _projections(x: torch.Tensor, keep, theta: torch.Tensor, center: torch.Tensor) -> np.ndarray:
