@@ -40,9 +40,13 @@ runs+=("oneshot_inf_best --epsilon inf --seed 1 --sketch-plan inf:32 --sketch-ro
 for seed in 2 3; do
   for eps in 10 1; do runs+=("gaussian_eps${eps}_seed$seed --method gaussian --epsilon $eps --seed $seed $NOFID"); done
 done
-# the per-step label-private flow (DPSWflow-r): RUN_FLOW=1 (its 2026-11-26 runs: results/private_only_2026-11-26)
+# the per-step label-private flow (DPSWflow-r), three seeds, FID for the first: RUN_FLOW=1 (about 25 min of
+# generation and evaluation a first seed with its 10 000-image FID, 8 min each other seed)
 if [[ ${RUN_FLOW:-0} == 1 ]]; then
-  for eps in 10 1; do runs+=("flow_eps$eps --method flow --epsilon $eps --seed 1 $FID"); done
+  for eps in 10 1; do runs+=("flow_eps${eps}_seed1 --method flow --epsilon $eps --seed 1 $FID"); done
+  for seed in 2 3; do
+    for eps in 10 1; do runs+=("flow_eps${eps}_seed$seed --method flow --epsilon $eps --seed $seed $NOFID"); done
+  done
 fi
 for spec in "${runs[@]}"; do
   # shellcheck disable=SC2086
