@@ -41,7 +41,7 @@ for seed in 2 3; do
   for eps in 10 1; do runs+=("gaussian_eps${eps}_seed$seed --method gaussian --epsilon $eps --seed $seed $NOFID"); done
 done
 # the per-step label-private flow (DPSWflow-r), three seeds, FID for the first: RUN_FLOW=1 (about 25 min of
-# generation and evaluation a first seed with its 10 000-image FID, 8 min each other seed)
+# generation and evaluation a first seed with its 10 000-image FID, 5 to 6 min each other seed, on 2 quiet cores)
 if [[ ${RUN_FLOW:-0} == 1 ]]; then
   for eps in 10 1; do runs+=("flow_eps${eps}_seed1 --method flow --epsilon $eps --seed 1 $FID"); done
   for seed in 2 3; do
