@@ -142,3 +142,33 @@ def test_bad_sketch_input(bad, match):
     with pytest.raises((ValueError, TypeError), match=match):
         F.flow_step(x, private, th, noise_std=0.1, step_size=0.5, sketch=sketch, backend="reference")
     torch.testing.assert_close((x, table, levels), before, equal_nan=True)
+
+
+@needs_cpu
+@pytest.mark.parametrize("n", [2, 3, 5, 17, 64])
+@pytest.mark.parametrize("path", ["fused", "gemm", "block"])
+def test_cpu_sketch_levels_on_the_rank_grid(n, path):
+    # the C++ rank targets find each segment's end before the per-rank loop (csrc/flow_sketch.h): with levels
+    # exactly on ranks' u = r / (N - 1) (0 and 1 included), between them, and several between two ranks, every rank
+    # gets the reference's target on each C++ path that uses them (a segment's end one rank late or early is caught
+    # wherever that rank is not a knot, where both segments agree)
+    from fastdpot.flows.directions import PatchDCTBlock, patch_block
+
+    g = torch.Generator().manual_seed(n)
+    if path == "block":
+        proj = PatchDCTBlock(4, 4, 2)
+        th = proj.matrix(torch.float64)
+    else:
+        th = torch.eye(3, dtype=torch.float64) if path == "fused" else patch_block(16, 18, 4)[0]
+        proj = th
+    k, d = th.shape
+    x = torch.rand(n, d, generator=g, dtype=torch.float64)
+    grid = [r / (n - 1) for r in range(n)]
+    lv = torch.tensor(sorted({0.0, *grid[1::2], 0.5 / (n - 1), 1.0 - 0.25 / (n - 1), 1.0 - 0.125 / (n - 1), 1.0}),
+                      dtype=torch.float64)
+    tb = torch.sort(torch.randn(k, len(lv), generator=g, dtype=torch.float64), dim=1).values
+    kw = dict(noise_std=0.0, step_size=0.5 * k, sketch=(tb, lv))
+    want, want_drift, _ = F.flow_step(x, None, th, backend="reference", **kw)
+    got, drift, _ = F.flow_step(x, None, proj, backend="cpu", **kw)
+    torch.testing.assert_close(drift, want_drift, rtol=0, atol=1e-10)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
