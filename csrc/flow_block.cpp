@@ -225,7 +225,8 @@ struct Rows {
     int64_t N, W;
     bool cm;
     static constexpr int T = Transform<S>::T;
-    // rows [c0, c0 + len) only (len < 0: all W), into a[(c - c0)·T + t]; with an index, all W rows into a[index[c]·T + t]
+    // rows [c0, c0 + len) only (len < 0: all W) into a[(c - c0)·T + t]; with an index, all W rows into
+    // a[index[c]·T + t]
     void load(int64_t i0, int64_t cnt, S* a, const int64_t* index = nullptr, int64_t c0 = 0, int64_t len = -1) const {
         const int64_t c1 = len < 0 ? W : c0 + len;
         if (cnt < T) std::fill(a, a + (index ? 0 : (c1 - c0) * T), (S)0);
@@ -260,12 +261,14 @@ struct Rows {
     template <class Tr>
     void load_band(int64_t i0, int64_t cnt, S* a, const Tr& tr, int64_t k) const {
         const Band b = tr.band(k);
-        for (int64_t ch = 0; ch < tr.channels(); ++ch) load(i0, cnt, a + ch * b.size * T, nullptr, ch * tr.plane() + b.start, b.size);
+        for (int64_t ch = 0; ch < tr.channels(); ++ch)
+            load(i0, cnt, a + ch * b.size * T, nullptr, ch * tr.plane() + b.start, b.size);
     }
     template <class Tr>
     void store_band(int64_t i0, int64_t cnt, const S* a, const Tr& tr, int64_t k) const {
         const Band b = tr.band(k);
-        for (int64_t ch = 0; ch < tr.channels(); ++ch) store(i0, cnt, a + ch * b.size * T, nullptr, ch * tr.plane() + b.start, b.size);
+        for (int64_t ch = 0; ch < tr.channels(); ++ch)
+            store(i0, cnt, a + ch * b.size * T, nullptr, ch * tr.plane() + b.start, b.size);
     }
 };
 
