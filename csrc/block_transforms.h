@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 namespace fastdpot {
@@ -49,8 +50,9 @@ struct Transform {
     virtual Band band(int64_t) const { return Band{0, D}; }
     virtual int64_t channels() const { return 1; }
     virtual int64_t plane() const { return D; }
-    virtual void forward_band(int64_t, const S*, S*, S*) const {}
-    virtual void transpose_band(int64_t, const S*, S*, S*) const {}
+    // a block with band_count() > 0 overrides both; the others are never asked (a loud failure, not a silent no-op)
+    virtual void forward_band(int64_t, const S*, S*, S*) const { throw std::logic_error("block has no row bands"); }
+    virtual void transpose_band(int64_t, const S*, S*, S*) const { throw std::logic_error("block has no row bands"); }
 };
 
 // C (m × n vectors of T lanes, row stride ldc) = A (m × k, row stride lda) · B (k × n vectors, row stride ldb): the
