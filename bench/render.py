@@ -77,12 +77,13 @@ def _headline_key(key):
 
 
 def _measured(r):
-    """The row's machine note: machine (with its SIMD level, and the kernel's where it differs, where the row records
-    them), commit and, where recorded, the load average at the start of its run (marked :data:`UNDER_LOAD` at
+    """The row's machine note: machine (with its SIMD level, the kernel's where it differs and the rank pass's layout,
+    where the row records them), commit and, where recorded, the load average at the start of its run (marked :data:`UNDER_LOAD` at
     :data:`LOAD_LIMIT` or above)."""
-    simd, kernel = r.get("simd"), r.get("kernel_simd")
-    note = r["machine"] + (f" ({simd}" + (f", kernel built for {kernel}" if kernel and kernel != simd else "") + ")"
-                           if simd else "")
+    simd, kernel, layout = r.get("simd"), r.get("kernel_simd"), r.get("rank_layout")
+    facts = ([simd] if simd else []) + ([f"kernel built for {kernel}"] if kernel and kernel != simd else []) + (
+        [f"rank layout {layout}"] if layout else [])
+    note = r["machine"] + (f" ({', '.join(facts)})" if facts else "")
     note += f", {r['git_rev']}"
     load = r.get("load_average")
     if load is not None:

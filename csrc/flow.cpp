@@ -48,6 +48,7 @@
 #include "flow_sketch.h"
 #include "flow_tiles.h"
 #include "radix_f32.h"
+#include "rank_layout_py.h"
 
 namespace py = pybind11;
 using namespace fastdpot;
@@ -429,6 +430,7 @@ static py::tuple normals_py(int64_t seed, int64_t stream, int64_t offset, int64_
 
 PYBIND11_MODULE(_C_flow, m) {
     m.doc() = "fastdpot fused CPU step of the DP sliced-Wasserstein particle flow (see csrc/flow.cpp)";
+    def_rank_layout(m);
     const char* doc =
         "flow_step(x (N,d), y (M,d), theta (k,d), noise_std, step_size, diffusion, seed, num_quantiles, out_new (N,d), "
         "out_drift (N,d), noise_particles (N,k)|None, noise_private (M,k)|None, brownian (N,d)|None, max_chunk=0). "

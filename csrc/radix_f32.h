@@ -5,12 +5,12 @@
 // moves one 8-byte stream; the index in the low bits makes the order stable (ties keep their input order), exactly
 // as common.h's argsort.
 //
-//  * sort_emit_f32(keys, n, ws, emit): calls emit(rank, index, value) once per key. Its passes move indices only
-//    (2 bytes for n <= 65 536, else 4) and read each key's digit from keys[index] (a gather from an array that
-//    stays in cache), a quarter to half of the packed words' traffic; the last pass calls emit instead of writing,
-//    so a caller that only needs each key's rank (the flow's quantile transport) writes no sorted array. emit is
-//    called in no particular order of rank, once per index, after the last read of keys[index]: it may overwrite
-//    it (the flow's residuals are written in place).
+//  * sort_emit_f32(keys, n, ws, emit): calls emit(rank, index, value) once per key; the last pass calls emit instead
+//    of writing, so a caller that only needs each key's rank (the flow's quantile transport) writes no sorted
+//    array. emit is called in no particular order of rank, once per index, after the last read of keys[index]: it
+//    may overwrite it (the flow's residuals are written in place). Its passes move one of two layouts, the same
+//    ranks either way (see Layout): indices only (2 bytes for n <= 65 536, else 4), each key's digit read from
+//    keys[index], or the packed (key, index) words.
 //  * argsort_f32(keys, n, perm, sorted, ws): perm[r] = index of the r-th smallest key, sorted[r] its value.
 //  * sort_keys_f32(keys, n, sorted, ws): sorted values only (no indices; 4-byte elements).
 // Outputs (perm, sorted) must not alias keys.
@@ -18,6 +18,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -144,20 +146,81 @@ static inline void index_passes(const float* keys, uint32_t n, const int* todo, 
     }
 }
 
-template <class Emit>
-static inline void sort_emit_f32(const float* keys, uint32_t n, Workspace& ws, Emit&& emit) {
-    int todo[kPasses];
-    const int np = n < kSmall ? -1 : plan_passes(keys, n, ws, todo);
-    if (np < 0) {  // small: std::sort of the packed words
-        packed_passes<true>(keys, n, ws, emit);
-        return;
+// The two layouts of sort_emit_f32's passes. kIndex moves 2- or 4-byte indices and gathers each key's digit from
+// the keys: a quarter to half of the packed words' traffic, but a dependent load per key and pass. kPacked moves the
+// 8-byte (key << 32 | index) words, read in order. Which is faster depends on the CPU and on n: on a 2-core AMD EPYC
+// (Zen 4) kPacked took 4.9 / 5.1 / 17.7 ns a key at n = 6 000 / 10^5 / 10^6 against kIndex's 5.5 / 6.7 / 18.5 (the
+// flow's residual pass, one thread), where rounds 8 to 11 had measured kIndex the faster at n = 6 000 on a Xeon.
+// kAuto (the default) therefore times both on the calls' own keys, per size class (n's bit length), and keeps the
+// faster: the first 2 * kTrials calls of a class alternate the layouts and the minimum time per key of each decides
+// (a minimum: an interrupt during a trial cannot make a layout look faster). The ranks, hence every output, do not
+// depend on the layout; only the time does.
+enum Layout : int { kAuto = -1, kIndex = 0, kPacked = 1 };
+constexpr uint32_t kTrials = 4;
+
+struct LayoutTuner {
+    struct Class {
+        std::atomic<int> choice{kAuto};
+        std::atomic<uint32_t> started{0}, finished{0};
+        std::atomic<uint64_t> best[2] = {~0ull, ~0ull};  // picoseconds a key
+    };
+    std::atomic<int> forced{kAuto};
+    Class cls[33];
+    static int size_class(uint32_t n) { return 32 - __builtin_clz(n | 1u); }
+    // the layout calls of n take now: forced, decided, or kAuto (still timing)
+    int layout(uint32_t n) {
+        const int f = forced.load(std::memory_order_relaxed);
+        return f != kAuto ? f : cls[size_class(n)].choice.load(std::memory_order_relaxed);
     }
+    void forget() {  // every class times its layouts again (after a change of forced back to kAuto)
+        for (Class& c : cls) {
+            c.choice = kAuto; c.started = 0; c.finished = 0; c.best[0] = ~0ull; c.best[1] = ~0ull;
+        }
+    }
+};
+
+// one per extension module (each .so holds its own): set_rank_layout / rank_layout of csrc/rank_layout_py.h
+inline LayoutTuner& layout_tuner() {
+    static LayoutTuner t;
+    return t;
+}
+
+template <class Emit>
+static inline void index_emit_f32(const float* keys, uint32_t n, Workspace& ws, Emit&& emit) {
+    int todo[kPasses];
+    const int np = plan_passes(keys, n, ws, todo);
     if (np == 0) {  // every key encodes alike: input order
         for (uint32_t i = 0; i < n; ++i) emit(i, i, keys[i]);
         return;
     }
     if (n <= 65536u) index_passes<uint16_t>(keys, n, todo, np, ws.i16a, ws.i16b, ws.hist.data(), emit);
     else index_passes<uint32_t>(keys, n, todo, np, ws.ka, ws.kb, ws.hist.data(), emit);
+}
+
+template <class Emit>
+static inline void sort_emit_f32(const float* keys, uint32_t n, Workspace& ws, Emit&& emit) {
+    if (n < kSmall) {  // small: std::sort of the packed words
+        packed_passes<true>(keys, n, ws, emit);
+        return;
+    }
+    LayoutTuner& tu = layout_tuner();
+    int lay = tu.layout(n);
+    if (lay != kAuto) {
+        if (lay == kPacked) packed_passes<true>(keys, n, ws, emit);
+        else index_emit_f32(keys, n, ws, emit);
+        return;
+    }
+    LayoutTuner::Class& c = tu.cls[LayoutTuner::size_class(n)];
+    lay = (int)(c.started.fetch_add(1, std::memory_order_relaxed) & 1u);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (lay == kPacked) packed_passes<true>(keys, n, ws, emit);
+    else index_emit_f32(keys, n, ws, emit);
+    const double ps = std::chrono::duration<double, std::pico>(std::chrono::steady_clock::now() - t0).count() / n;
+    const uint64_t t = (uint64_t)ps;
+    uint64_t cur = c.best[lay].load(std::memory_order_relaxed);
+    while (t < cur && !c.best[lay].compare_exchange_weak(cur, t, std::memory_order_relaxed)) {}
+    if (c.finished.fetch_add(1, std::memory_order_acq_rel) + 1 == 2 * kTrials)  // the last trial decides
+        c.choice.store(c.best[kPacked].load() < c.best[kIndex].load() ? kPacked : kIndex, std::memory_order_relaxed);
 }
 
 // perm[r] = index of the r-th smallest key (stable); sorted[r] = keys[perm[r]] (either may be nullptr). The sorted

@@ -1,6 +1,7 @@
 """Issue 45.4: the flow suite's ``histogram_vs_exact`` case (the C++ histogram step against the exact step it
 approximates, one group) records the CPU's SIMD level and the histogram kernel's in its rows, and the rendered table
-shows them; ``fastdpot.env.cpu_simd`` reads the level from ``/proc/cpuinfo``."""
+shows them; ``fastdpot.env.cpu_simd`` reads the level from ``/proc/cpuinfo``. The ``pixel_step`` rows record the rank
+pass's layout the same way."""
 import json
 
 import pytest
@@ -71,6 +72,21 @@ def test_the_table_shows_the_simd_level(tmp_path):
     assert ln.endswith("| Test CPU (avx512, kernel built for avx2), abc1234 |")
     with open(path) as f:
         assert json.load(f)["benchmarks"][0]["extra_info"]["simd"] == "avx512"  # stored in the row's extra_info
+    # the pixel step's rows name the rank pass's layout (csrc/radix_f32.h), chosen by timing on the machine
+    store.write_rows(path, [row("histogram", 0.3, simd="avx512", rank_layout="packed")])
+    (ln,) = [ln for ln in render.table(store.load_rows([path])).splitlines() if ln.startswith("| flow")]
+    assert ln.endswith("| Test CPU (avx512, rank layout packed), abc1234 |")
+
+
+@pytest.mark.skipif(not cpp_status("flow_block")[0], reason="the C++ extension _C_flow_block is not built")
+def test_the_pixel_step_rows_record_the_rank_layout():
+    # 2 classes of 600 particles: the rank pass sorts 600 keys a direction, past the one-sort size (512), so the
+    # untimed first call times both layouts (784 directions) and the row records the one kept
+    params = dict(F.SIZES["pixel_quick"], n=1200, classes=2)
+    bm = _Benchmark()
+    harness.run_benchmark(bm, F.CASES["pixel_step"]("fastdpot", **params), suite=F.SUITE, name="pixel_step",
+                          impl="fastdpot", params=params, mode="forward", anchors=F.ANCHORS)
+    assert bm.extra_info["rank_layout"] in ("index", "packed")
 
 
 @pytest.mark.parametrize("flags,level", [

@@ -172,3 +172,44 @@ def test_cpu_sketch_levels_on_the_rank_grid(n, path):
     got, drift, _ = F.flow_step(x, None, proj, backend="cpu", **kw)
     torch.testing.assert_close(drift, want_drift, rtol=0, atol=1e-10)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+
+
+@needs_cpu
+@pytest.mark.parametrize("n", [600, 5000, 70_000])  # 2-byte indices up to 65 536 keys, then 4-byte
+@pytest.mark.parametrize("path", ["fused", "gemm", "block"])
+def test_cpu_rank_layouts_give_the_same_step(n, path):
+    # csrc/radix_f32.h ranks with one of two layouts (indices only, or packed (key, index) words), chosen per CPU by
+    # timing ("auto"): each must give every key the same rank, ties in input order, so the step is bit for bit the
+    # same with either. Half the particles sit on a 1/8 grid, so many projections tie exactly.
+    from fastdpot._ext import load_cpp
+    from fastdpot.flows.directions import PatchDCTBlock, patch_block
+
+    g = torch.Generator().manual_seed(n)
+    if path == "block":
+        proj = PatchDCTBlock(4, 4, 2)
+        mod = load_cpp("flow_block")
+    else:
+        proj = torch.eye(3) if path == "fused" else patch_block(16, 18, 4)[0].float()
+        mod = load_cpp("flow")
+    k, d = proj.shape
+    x = torch.rand(n, d, generator=g)
+    x[: n // 2] = torch.round(x[: n // 2] * 8) / 8
+    lv = (torch.arange(8, dtype=torch.float64) + 0.5) / 8
+    tb = torch.sort(torch.randn(k, 8, generator=g, dtype=torch.float64), dim=1).values
+    kw = dict(noise_std=0.0, step_size=0.5 * k, sketch=(tb, lv), backend="cpu")
+    got = {}
+    try:
+        for layout in ("index", "packed", "auto"):
+            mod.set_rank_layout(layout)
+            assert mod.rank_layout(n) == ("auto" if layout == "auto" else layout)
+            got[layout] = F.flow_step(x, None, proj, **kw)[:2]
+            if layout == "auto" and path == "block":  # 16 directions: the 2 x 4 timed trials are done in one call
+                assert mod.rank_layout(n) in ("index", "packed")
+    finally:
+        mod.set_rank_layout("auto")
+    for layout in ("packed", "auto"):
+        for a, b in zip(got["index"], got[layout]):
+            assert torch.equal(a, b), layout
+    with pytest.raises(ValueError, match="rank layout"):
+        mod.set_rank_layout("radix")
+    assert mod.rank_layout(100) == "small"
