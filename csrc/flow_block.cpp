@@ -47,6 +47,7 @@
 #include "flow_normal.h"
 #include "flow_sketch.h"
 #include "radix_f32.h"
+#include "rank_layout_py.h"
 
 namespace py = pybind11;
 using namespace fastdpot;
@@ -160,6 +161,9 @@ std::vector<int64_t> keep_of(const py::dict& spec, int64_t D) {
 }
 
 int threads_for(double work) { return work < 2.0e5 ? 1 : omp_get_max_threads(); }
+
+// outputs of at least this many bytes are written with non-temporal stores (stream_lanes, csrc/block_transforms.h)
+constexpr double kStreamBytes = 8.0 * (1 << 20);
 
 // Large arrays here are read and written one tile at a time in every one of their p or D rows: thousands of distinct
 // 4 KiB pages per tile at pixel-space sizes (12 288 rows for a 64 x 64 x 3 image). Transparent huge pages (2 MiB)
@@ -351,6 +355,8 @@ bool sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
         }
     }
     const S hs = (S)step_size;
+    // the direct path's new particles bypass the caches when they are too large to be read from them again
+    const bool stream = (double)N * D * sizeof(S) >= kStreamBytes;
 #pragma omp parallel num_threads(nt) reduction(&& : new_finite)
     {  // c. drift back to coordinates, the step, the clamp; the new particles' finiteness
         std::vector<S> a((size_t)D * T, (S)0), b((size_t)D * T), xt((size_t)D * T), scr(tr->scratch_size());
@@ -372,13 +378,14 @@ bool sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
                     const S* xv = X.m + c * N + i0;
                     S* o = NEW.m + c * N + i0;
                     prefetch_next<0>(xv, i0, N);
-                    prefetch_next<1>(o, i0, N);
+                    if (!stream) prefetch_next<1>(o, i0, N);
                     V dr = load_lanes<S, T>(bp + (c - c0) * T);
                     if (!scaled) dr *= inv_p;
                     V v = load_lanes<S, T>(xv) - hs * dr;
                     if (plo) { const V l = plo[c] - V{}; v = v < l ? l : v; }
                     if (phi) { const V h = phi[c] - V{}; v = v > h ? h : v; }
-                    store_lanes<S, T>(o, v);
+                    if (stream) stream_lanes<S, T>(o, v);
+                    else store_lanes<S, T>(o, v);
                     acc += v - v;
                 }
                 for (int t = 0; t < T; ++t) new_finite = new_finite && (acc[t] == (S)0);
@@ -426,6 +433,7 @@ bool sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
             tr->transpose(a.data(), b.data(), scr.data());
             finish(i0, cnt, 0, D, b.data());
         }
+        if (stream) stream_fence();
     }
     return new_finite != 0;
 }
@@ -434,6 +442,7 @@ bool sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
 
 PYBIND11_MODULE(_C_flow_block, m) {
     m.doc() = "fastdpot fast orthonormal direction blocks and the fused sketch-target flow step on them (csrc/flow_block.cpp)";
+    def_rank_layout(m);
     const char* adoc =
         "apply(spec, x, out, transpose): out = x Θᵀ (N, p) for x (N, D), or with transpose=True out = y Θ (N, D) for "
         "y (N, p); Θ (p, D) the block of spec (a dict: kind 'patch_dct' or 'hadamard', see fastdpot/_blocks.py); "

@@ -192,6 +192,28 @@ def test_the_fused_block_step_is_the_dense_step_and_the_reference(block, dtype, 
 
 
 @needs_cpp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("N", [2816, 2803])  # whole 64-byte tiles in every row; rows that start off that grid
+def test_a_large_steps_streamed_output_is_the_cached_one(dtype, N):
+    # from 8 MB of new particles on, the fused step in a flow's layout writes them past the caches (non-temporal
+    # stores, csrc/block_transforms.h stream_lanes) where a row's tile is 64-byte aligned, plainly elsewhere: the same
+    # values as the particle-major layout's plain stores, and into an output whose rows are all off the grid
+    block = PatchDCTBlock(28, 28, 7)
+    D = block.dim
+    assert N * D * 4 >= 8 << 20
+    x = torch.rand(D, N, generator=torch.Generator().manual_seed(5), dtype=dtype).t()  # coordinate-major
+    table, levels = _table(D, 5, 3)
+    kw = dict(noise_std=0.0, step_size=0.7 * D, sketch=(table, levels), domain=(0.0, 1.0), return_drift=False,
+              backend="cpu")
+    rows, _, _ = flow_step(x.contiguous(), None, block, **kw)
+    cols, _, _ = flow_step(x, None, block, **kw)
+    assert torch.equal(rows, cols) and float(cols.min()) >= 0.0 and float(cols.max()) <= 1.0
+    buf = torch.full((D * N + 1,), 5.0, dtype=dtype)
+    off, _, _ = flow_step(x, None, block, out=buf[1:].view(D, N).t(), **kw)
+    assert torch.equal(off, cols) and float(buf[0]) == 5.0
+
+
+@needs_cpp
 def test_blocks_in_other_modes_run_materialised_and_gpu_rows_refuse_them():
     from fastdpot._ext import BackendUnavailableError
 
