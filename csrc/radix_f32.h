@@ -150,7 +150,7 @@ static inline void index_passes(const float* keys, uint32_t n, const int* todo, 
 // the keys: a quarter to half of the packed words' traffic, but a dependent load per key and pass. kPacked moves the
 // 8-byte (key << 32 | index) words, read in order. Which is faster depends on the CPU and on n: on a 2-core AMD EPYC
 // (Zen 4) kPacked took 4.9 / 5.1 / 17.7 ns a key at n = 6 000 / 10^5 / 10^6 against kIndex's 5.5 / 6.7 / 18.5 (the
-// flow's residual pass, one thread), where rounds 8 to 11 had measured kIndex the faster at n = 6 000 on a Xeon.
+// flow's residual pass, one thread), where round 8 had adopted kIndex on a Xeon.
 // kAuto (the default) therefore times both on the calls' own keys, per size class (n's bit length), and keeps the
 // faster: the first 2 * kTrials calls of a class alternate the layouts and the minimum time per key of each decides
 // (a minimum: an interrupt during a trial cannot make a layout look faster). The ranks, hence every output, do not
