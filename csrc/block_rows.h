@@ -28,6 +28,7 @@ struct Rows {
     S* m;
     int64_t N, W;
     bool cm;
+    bool stream = false;  // store(): whole tiles of a coordinate-major matrix past the caches (stream_lanes)
     static constexpr int T = Transform<S>::T;
     // rows [c0, c0 + len) only (len < 0: all W) into a[(c - c0)·T + t]; with an index, all W rows into
     // a[index[c]·T + t]
@@ -54,6 +55,7 @@ struct Rows {
             const S* src = a + (index ? index[c] : c - c0) * T;
             if (cm) {
                 S* row = m + c * N + i0;
+                if (stream && cnt == T) { stream_lanes<S, T>(row, load_lanes<S, T>(src)); continue; }
                 prefetch_next<1>(row, i0, N);
                 if (cnt == T) std::memcpy(row, src, sizeof(S) * T);
                 else std::memcpy(row, src, sizeof(S) * cnt);

@@ -162,8 +162,10 @@ std::vector<int64_t> keep_of(const py::dict& spec, int64_t D) {
 
 int threads_for(double work) { return work < 2.0e5 ? 1 : omp_get_max_threads(); }
 
-// outputs of at least this many bytes are written with non-temporal stores (stream_lanes, csrc/block_transforms.h)
-constexpr double kStreamBytes = 8.0 * (1 << 20);
+// outputs of at least this many bytes are written with non-temporal stores (stream_lanes, csrc/block_transforms.h);
+// the projections buffer, which pass b reads right after, only from kStreamProjectionBytes on (3-6 % of a step at
+// the CelebA shape, 100 000 x 12 288; no gain at 60 000 x 784, whose 19 MB a class may stay in the L3 cache)
+constexpr double kStreamBytes = 8.0 * (1 << 20), kStreamProjectionBytes = 256.0 * (1 << 20);
 
 // Large arrays here are read and written one tile at a time in every one of their p or D rows: thousands of distinct
 // 4 KiB pages per tile at pixel-space sizes (12 288 rows for a 64 x 64 x 3 image). Transparent huge pages (2 MiB)
@@ -314,7 +316,8 @@ bool sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> held(workspace().lock);
     S* const P = static_cast<S*>(workspace().get(sizeof(S) * (size_t)p * (size_t)N));
-    const Rows<S> PR{P, N, p, true};  // the projections, direction-major
+    // the projections, direction-major; streamed when far beyond any cache (pass b reads them back from memory)
+    const Rows<S> PR{P, N, p, true, (double)N * p * sizeof(S) >= kStreamProjectionBytes};
     const int nt = threads_for((double)N * D);
     int x_finite = 1, new_finite = 1;
 #pragma omp parallel num_threads(nt) reduction(&& : x_finite)
@@ -337,6 +340,7 @@ bool sketch_step_py(const py::dict& spec, Arr<S> x, DArr table, DArr levels, dou
             tr->forward(a.data(), b.data(), scr.data());
             PR.store(i0, cnt, b.data(), full ? nullptr : keep.data());
         }
+        if (PR.stream) stream_fence();
     }
     if (!x_finite)  // nothing written: the outputs are untouched
         throw std::invalid_argument("particles contains non-finite values (NaN or Inf); their number and places are "

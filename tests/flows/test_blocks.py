@@ -214,6 +214,23 @@ def test_a_large_steps_streamed_output_is_the_cached_one(dtype, N):
 
 
 @needs_cpp
+def test_a_step_whose_projections_are_streamed_is_the_dense_step():
+    # from 256 MB of projections on, pass a writes them past the caches (csrc/flow_block.cpp): 86 016 particles of
+    # 28 x 28 (270 MB of float32 projections) give the dense step's result within float32's rounding
+    block = PatchDCTBlock(28, 28, 7)
+    N, D = 86_016, block.dim
+    assert N * D * 4 >= 256 << 20
+    x = torch.rand(D, N, generator=torch.Generator().manual_seed(6)).t()
+    table, levels = _table(D, 5, 3)
+    kw = dict(noise_std=0.0, step_size=0.7 * D, sketch=(table, levels), domain=(0.0, 1.0), return_drift=False,
+              backend="cpu")
+    got, _, _ = flow_step(x, None, block, **kw)
+    dense, _, _ = flow_step(x, None, block.matrix(torch.float32), **kw)
+    slope = float(((table[:, 1:] - table[:, :-1]) / (levels[1:] - levels[:-1])).abs().max())
+    torch.testing.assert_close(got, dense, rtol=0, atol=0.7 * slope / (N - 1) + 1e-4)
+
+
+@needs_cpp
 def test_blocks_in_other_modes_run_materialised_and_gpu_rows_refuse_them():
     from fastdpot._ext import BackendUnavailableError
 
