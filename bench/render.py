@@ -78,8 +78,8 @@ def _headline_key(key):
 
 def _measured(r):
     """The row's machine note: machine (with its SIMD level, the kernel's where it differs and the rank pass's layout,
-    where the row records them), commit and, where recorded, the load average at the start of its run (marked :data:`UNDER_LOAD` at
-    :data:`LOAD_LIMIT` or above)."""
+    where the row records them), commit and, where recorded, the load average at the start of its run (marked
+    :data:`UNDER_LOAD` at :data:`LOAD_LIMIT` or above)."""
     simd, kernel, layout = r.get("simd"), r.get("kernel_simd"), r.get("rank_layout")
     facts = ([simd] if simd else []) + ([f"kernel built for {kernel}"] if kernel and kernel != simd else []) + (
         [f"rank layout {layout}"] if layout else [])

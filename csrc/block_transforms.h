@@ -27,6 +27,7 @@
 #include <vector>
 
 #if defined(__AVX512F__) || defined(__AVX__)
+#define FASTDPOT_STREAM_STORES 1  // stream_lanes / stream_fence have non-temporal instructions to use
 #include <immintrin.h>
 #endif
 
@@ -90,7 +91,7 @@ static inline void store_lanes(S* p, const typename Lanes<S, T>::type& v) {
 template <typename S, int T>
 static inline void stream_lanes(S* p, const typename Lanes<S, T>::type& v) {
     static_assert(sizeof(v) == 64, "a tile row is one 64-byte line");
-#if defined(__AVX512F__) || defined(__AVX__)
+#ifdef FASTDPOT_STREAM_STORES
     if (((uintptr_t)p & 63) == 0) {
 #if defined(__AVX512F__)
         if constexpr (std::is_same_v<S, float>) _mm512_stream_ps(p, (__m512)v);
@@ -110,7 +111,7 @@ static inline void stream_lanes(S* p, const typename Lanes<S, T>::type& v) {
 }
 
 static inline void stream_fence() {
-#if defined(__AVX512F__) || defined(__AVX__)
+#ifdef FASTDPOT_STREAM_STORES
     _mm_sfence();
 #endif
 }

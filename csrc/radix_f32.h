@@ -203,18 +203,20 @@ static inline void sort_emit_f32(const float* keys, uint32_t n, Workspace& ws, E
         packed_passes<true>(keys, n, ws, emit);
         return;
     }
+    auto run = [&](int layout) {
+        if (layout == kPacked) packed_passes<true>(keys, n, ws, emit);
+        else index_emit_f32(keys, n, ws, emit);
+    };
     LayoutTuner& tu = layout_tuner();
     int lay = tu.layout(n);
     if (lay != kAuto) {
-        if (lay == kPacked) packed_passes<true>(keys, n, ws, emit);
-        else index_emit_f32(keys, n, ws, emit);
+        run(lay);
         return;
     }
     LayoutTuner::Class& c = tu.cls[LayoutTuner::size_class(n)];
     lay = (int)(c.started.fetch_add(1, std::memory_order_relaxed) & 1u);
     const auto t0 = std::chrono::steady_clock::now();
-    if (lay == kPacked) packed_passes<true>(keys, n, ws, emit);
-    else index_emit_f32(keys, n, ws, emit);
+    run(lay);
     const double ps = std::chrono::duration<double, std::pico>(std::chrono::steady_clock::now() - t0).count() / n;
     const uint64_t t = (uint64_t)ps;
     uint64_t cur = c.best[lay].load(std::memory_order_relaxed);
